@@ -1,0 +1,1 @@
+"""Activities: every side effect of a conversation (model calls, tools, HTTP, git)."""

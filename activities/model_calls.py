@@ -1,0 +1,80 @@
+"""The ``call_model`` activity: one chat-model call for a conversation. Activity side.
+
+The transcript is not part of the activity input (it would grow history with the square
+of the turns): the activity reads it from the workflow with the ``transcript_for_model``
+query, up to the length the workflow asked for. Provider SDK retries are off; failures
+are classified once (``parley.models.failures``) into the retry contract: transient ones
+are retried by Temporal (``Retry-After`` honoured), refusals fail the turn.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+
+from parley.contracts import CALL_MODEL, CallModelInput, CallModelOutput
+from parley.errors import ErrorType, ModelRequestError, ParleyError, TransientError
+from parley.models.failures import classify_model_error
+from parley.tools import ToolRegistry
+from workflows.conversation import ConversationWorkflow
+
+
+class ModelActivities:
+    def __init__(self, client: Client, model: BaseChatModel, registry: ToolRegistry) -> None:
+        self._client = client
+        tools = registry.langchain_tools()
+        self._model = model.bind_tools(tools) if tools else model
+
+    @activity.defn(name=CALL_MODEL)
+    async def call_model(self, request: CallModelInput) -> CallModelOutput:
+        handle = self._client.get_workflow_handle(request.workflow_id)
+        page = await handle.query(
+            ConversationWorkflow.transcript_for_model, request.transcript_length
+        )
+        try:
+            reply = await self._model.ainvoke(page.messages)
+        except Exception as exc:
+            raise _model_failure(exc) from exc
+        if not isinstance(reply, AIMessage):
+            raise ApplicationError(
+                f"the model returned {type(reply).__name__}, not an AIMessage",
+                type=ErrorType.MODEL_FAILED,
+                non_retryable=True,
+            )
+        return CallModelOutput(message=_with_ids(reply, request))
+
+
+def _with_ids(reply: AIMessage, request: CallModelInput) -> AIMessage:
+    """Give the message and every tool call an id: some providers omit them, and the
+    confirmation gate addresses calls by id."""
+    base = f"m{request.transcript_length}"
+    calls = [
+        {**call, "id": call.get("id") or f"call_{base}_{i}"}
+        for i, call in enumerate(reply.tool_calls)
+    ]
+    return reply.model_copy(update={"id": reply.id or base, "tool_calls": calls})
+
+
+def _model_failure(exc: Exception) -> ApplicationError:
+    classified = exc if isinstance(exc, ParleyError) else classify_model_error(exc)
+    if isinstance(classified, TransientError):
+        delay = timedelta(seconds=classified.retry_after) if classified.retry_after else None
+        return ApplicationError(
+            classified.message,
+            type=ErrorType.MODEL_TRANSIENT,
+            next_retry_delay=delay,
+        )
+    if isinstance(classified, ModelRequestError | ParleyError):
+        return ApplicationError(
+            classified.message, type=ErrorType.MODEL_REQUEST, non_retryable=True
+        )
+    return ApplicationError(
+        f"the model call failed: {type(exc).__name__}: {exc}",
+        type=ErrorType.MODEL_FAILED,
+        non_retryable=True,
+    )

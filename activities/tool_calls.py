@@ -1,0 +1,127 @@
+"""The ``run_tool`` and ``describe_tools`` activities. Activity side.
+
+``run_tool`` looks the tool up in the worker's registry, gives it the conversation's
+``ToolContext`` when it asks for one, and returns the result envelope. The envelope's
+status comes from what the tool returned (F4); what it raised is mapped, in
+``tool_failure`` and nowhere else, onto the error table of design.md.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pydantic
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import ToolException
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from parley.contracts import (
+    DESCRIBE_TOOLS,
+    RUN_TOOL,
+    RunToolInput,
+    RunToolOutput,
+    ToolCatalogue,
+    ToolErrorInfo,
+    ToolResult,
+)
+from parley.errors import (
+    ErrorType,
+    ToolInputError,
+    ToolPermissionError,
+    TransientError,
+)
+from parley.tools import CONTEXT_ARG, ToolRegistry
+
+
+class ToolActivities:
+    def __init__(self, registry: ToolRegistry) -> None:
+        self._registry = registry
+
+    @activity.defn(name=DESCRIBE_TOOLS)
+    async def describe_tools(self) -> ToolCatalogue:
+        return self._registry.catalogue()
+
+    @activity.defn(name=RUN_TOOL)
+    async def run_tool(self, request: RunToolInput) -> RunToolOutput:
+        registered = self._registry.get(request.name)
+        if registered is None:
+            raise ApplicationError(
+                f"tool {request.name!r} is not registered on this worker",
+                type=ErrorType.TOOL_FAILED,
+                non_retryable=True,
+            )
+        args = dict(request.args)
+        if registered.wants_context:
+            args[CONTEXT_ARG] = request.context
+        tool = registered.tool
+        try:
+            if tool.response_format == "content_and_artifact":
+                output: Any = await tool.ainvoke(
+                    {
+                        "type": "tool_call",
+                        "id": request.context.tool_call_id,
+                        "name": tool.name,
+                        "args": args,
+                    }
+                )
+            else:
+                output = await tool.ainvoke(args)
+        except Exception as exc:
+            raise tool_failure(exc) from exc
+        return RunToolOutput(result=envelope_of(output))
+
+
+def envelope_of(output: Any) -> ToolResult:
+    """The envelope for what a tool returned; a failure it reports is an error (F4)."""
+    if isinstance(output, ToolResult):
+        return output
+    if isinstance(output, ToolMessage):
+        status = "error" if output.status == "error" else "success"
+        content = output.content if isinstance(output.content, str) else json.dumps(output.content)
+        return ToolResult(status=status, content=content, payload=output.artifact)
+    if isinstance(output, pydantic.BaseModel):
+        output = output.model_dump(mode="json")
+    if isinstance(output, str):
+        return ToolResult(status="success", content=output)
+    content = json.dumps(output, ensure_ascii=False, default=str)
+    if isinstance(output, dict) and (output.get("success") is False or output.get("ok") is False):
+        message = str(output.get("message") or output.get("error") or "the tool reported failure")
+        return ToolResult(
+            status="error",
+            content=f"Error: {message}",
+            payload=output,
+            error=ToolErrorInfo(type="ToolReportedFailure", message=message),
+        )
+    return ToolResult(status="success", content=content, payload=output)
+
+
+def tool_failure(exc: BaseException) -> ApplicationError:
+    """The one mapping from what a tool raised to the retry contract and the model."""
+    http_status = getattr(exc, "http_status", None)
+    body = getattr(exc, "body", None)
+
+    def failure(error_type: str, message: str, **kwargs: Any) -> ApplicationError:
+        info = ToolErrorInfo(type=error_type, message=message, http_status=http_status, body=body)
+        return ApplicationError(message, info.model_dump(mode="json"), type=error_type, **kwargs)
+
+    if isinstance(exc, ToolInputError | ToolException | pydantic.ValidationError):
+        return failure(ErrorType.TOOL_INPUT, _message(exc), non_retryable=True)
+    if isinstance(exc, ToolPermissionError | PermissionError):
+        return failure(ErrorType.TOOL_PERMISSION, _message(exc), non_retryable=True)
+    if isinstance(exc, TransientError):
+        delay = timedelta(seconds=exc.retry_after) if exc.retry_after else None
+        return failure(ErrorType.TOOL_TRANSIENT, exc.message, next_retry_delay=delay)
+    if isinstance(exc, TimeoutError | ConnectionError | httpx.TransportError):
+        return failure(ErrorType.TOOL_TRANSIENT, f"{type(exc).__name__}: {exc}")
+    # ValueError, TypeError, RuntimeError...: a programming error. Fail closed.
+    return failure(ErrorType.TOOL_FAILED, f"{type(exc).__name__}: {exc}", non_retryable=True)
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, pydantic.ValidationError):
+        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+    return getattr(exc, "message", None) or str(exc) or type(exc).__name__

@@ -1,0 +1,1 @@
+"""Parley: LLM-agent conversations as durable Temporal workflows."""

@@ -1,0 +1,107 @@
+"""Parley's error hierarchy and the stable ``ApplicationError`` types it maps to.
+
+Both sides of the Temporal boundary import this module: tools and activities raise the
+exceptions, the workflow reads the ``type`` strings. Nothing here does I/O.
+
+Exceptions a tool (or the HTTP/git layer under it) raises::
+
+    ParleyError
+     ├── ToolInputError          the model's input was wrong: it can fix it (HTTP 400/404/
+     │                           409/422, schema, bad slug). The model sees
+     │                           "Error: <msg>\\n Please fix your mistakes."
+     ├── ToolPermissionError     refused (PermissionError, HTTP 401/403, protected branch,
+     │                           alias gone). Model sees a neutral "Error: <msg>".
+     ├── TransientError          worth retrying (HTTP 408/429/5xx, timeouts, connection errors);
+     │                           ``retry_after`` is honoured. Temporal retries, bounded.
+     └── ModelRequestError       the model provider refused the request itself (400/401/403/404,
+                                 context overflow): the turn fails with a clear message.
+
+Anything else a tool raises (ValueError, TypeError, RuntimeError, ...) is a programming
+error: the activity fails without retry and the turn fails closed.
+
+Python's own ``PermissionError`` counts as a ``ToolPermissionError`` and LangChain's
+``ToolException`` as a ``ToolInputError``: tools written without Parley in mind still
+land in the right row of the table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ErrorType:
+    """The ``ApplicationError.type`` strings: stable, shared by activities and workflow."""
+
+    TOOL_INPUT = "ToolInputError"
+    TOOL_PERMISSION = "ToolPermissionError"
+    TOOL_TRANSIENT = "ToolTransientError"
+    TOOL_FAILED = "ToolFailed"
+    MODEL_TRANSIENT = "ModelTransientError"
+    MODEL_REQUEST = "ModelRequestError"
+    MODEL_FAILED = "ModelFailed"
+    # Refusals of a workflow update or query (validators and handlers).
+    NOT_OWNER = "NotConversationOwner"
+    TURN_IN_PROGRESS = "TurnInProgress"
+    DECISIONS_OWED = "DecisionsOwed"
+    NO_DECISIONS_OWED = "NoDecisionsOwed"
+    INVALID_DECISION = "InvalidDecision"
+    INVALID_MESSAGE = "InvalidMessage"
+    CONVERSATION_ENDED = "ConversationEnded"
+    # A turn that could not come to rest.
+    MODEL_CALL_LIMIT = "ModelCallLimitReached"
+
+
+#: Activity failures the workflow answers with a model-visible ToolMessage.
+MODEL_VISIBLE_TOOL_ERRORS = (ErrorType.TOOL_INPUT, ErrorType.TOOL_PERMISSION)
+#: Never retried by Temporal, whatever the retry policy's attempts.
+NON_RETRYABLE_TYPES = [
+    ErrorType.TOOL_INPUT,
+    ErrorType.TOOL_PERMISSION,
+    ErrorType.TOOL_FAILED,
+    ErrorType.MODEL_REQUEST,
+    ErrorType.MODEL_FAILED,
+]
+
+
+class ParleyError(Exception):
+    """Base of every error Parley raises on purpose."""
+
+    def __init__(self, message: str, *, http_status: int | None = None, body: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.http_status = http_status
+        self.body = body
+
+
+class ToolInputError(ParleyError):
+    """The tool's input was wrong in a way the model can correct."""
+
+
+class ToolPermissionError(ParleyError):
+    """The tool refused the action; said neutrally, it may not be the model's fault."""
+
+
+class TransientError(ParleyError):
+    """A failure worth retrying later; ``retry_after`` (seconds) comes from the server."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        http_status: int | None = None,
+        body: Any = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, http_status=http_status, body=body)
+        self.retry_after = retry_after
+
+
+class ModelRequestError(ParleyError):
+    """The model provider rejected the request; retrying the same request cannot help."""
+
+
+def model_visible_text(error_type: str, message: str) -> str:
+    """What the model reads for a tool error of ``error_type`` (design.md's error table)."""
+    if error_type == ErrorType.TOOL_INPUT:
+        return f"Error: {message}\n Please fix your mistakes."
+    return f"Error: {message}"

@@ -1,0 +1,44 @@
+"""Chat models for ``PARLEY_MODEL``. Activity side: only ``call_model`` builds them.
+
+- ``scripted`` (default): offline and deterministic; understands the shipped toolsets'
+  requests in plain English (see ``parley.models.scripted``).
+- ``script:<file>``: replays a JSON list of assistant messages, for tests and demos.
+- ``openai:<model>``: any OpenAI-compatible server through langchain-openai.
+- ``<module>:<factory>``: any langchain-core ``BaseChatModel`` a factory returns.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from langchain_core.language_models import BaseChatModel
+
+
+def build_chat_model(spec: str) -> BaseChatModel:
+    spec = spec.strip()
+    if spec == "scripted":
+        from parley.models.scripted import ScriptedChatModel
+
+        return ScriptedChatModel()
+    kind, sep, rest = spec.partition(":")
+    if not sep or not rest:
+        raise ValueError(
+            f"PARLEY_MODEL={spec!r} is not understood: use 'scripted', 'script:<file>', "
+            "'openai:<model>' or '<module>:<factory>'"
+        )
+    if kind == "script":
+        from parley.models.script_file import ScriptFileChatModel
+
+        return ScriptFileChatModel.from_file(rest)
+    if kind == "openai":
+        from parley.models.openai_provider import build_openai_model
+
+        return build_openai_model(rest)
+    try:
+        factory = getattr(importlib.import_module(kind), rest)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"PARLEY_MODEL={spec!r}: cannot load {kind}:{rest}: {err}") from err
+    model = factory()
+    if not isinstance(model, BaseChatModel):
+        raise ValueError(f"PARLEY_MODEL={spec!r} returned {type(model).__name__}, not a chat model")
+    return model

@@ -1,0 +1,235 @@
+"""``scripted``: the offline, deterministic default model. Activity side.
+
+It reads plain-English (and a little Chinese) requests for the shipped toolsets and
+proposes the matching tool calls, so ``parley dev`` works with no LLM at all:
+
+- "list the repositories of project demo"        → git_list_project_repositories
+- "prepare a feat branch PJ1-project-git-extend in web" → git_prepare_worktree
+- "push feat/pj1-project-git-extend in web", "push it" → git_push_branch
+- "create a plan called Q3 review", "帮我创建一个计划…" → create_plan (the whole sentence
+  as title: the toolset normalizes it)
+- "list my plans", "show plan 3", "mark plan 3 as done" → list_plans, get_plan,
+  update_plan_status
+
+After tool results it summarizes them. When a result says "Please fix your mistakes"
+it corrects what it can (a slug to kebab-case, an unknown branch kind, an unknown
+project) and calls again, once per error; otherwise it reports the error.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import Field
+
+FIX_MARKER = "Please fix your mistakes"
+BRANCH_KINDS = {"feat", "fix", "chore", "docs", "refactor", "test"}
+KIND_WORDS = {"feature": "feat", "bug": "fix", "bugfix": "fix", "doc": "docs", "tests": "test"}
+STATUSES = ("draft", "active", "done", "cancelled")
+
+HELP = (
+    "I am Parley's offline model. I understand: 'list the repositories of project demo', "
+    "'prepare a feat branch my-change in web', 'push it', 'create a plan called Q3 review', "
+    "'list my plans', 'show plan 1', 'mark plan 1 as done'."
+)
+
+
+class ScriptedChatModel(BaseChatModel):
+    tool_names: list[str] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "parley-scripted"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChatModel:
+        names = [convert_to_openai_tool(t)["function"]["name"] for t in tools]
+        return self.model_copy(update={"tool_names": names})
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        call_prefix = f"call_{sum(isinstance(m, AIMessage) for m in messages)}"
+        message = _Turn(messages, self.tool_names, call_prefix).respond()
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+class _Turn:
+    def __init__(self, messages: list[BaseMessage], tools: list[str], call_prefix: str) -> None:
+        self.messages = messages
+        self.tools = tools
+        self.call_prefix = call_prefix
+
+    def respond(self) -> AIMessage:
+        last = self.messages[-1] if self.messages else None
+        if isinstance(last, ToolMessage):
+            return self._after_results()
+        text = last.content if isinstance(last, HumanMessage) else ""
+        return self._for_request(text if isinstance(text, str) else str(text))
+
+    # --- requests -------------------------------------------------------------------
+
+    def _for_request(self, text: str) -> AIMessage:
+        lowered = text.lower()
+        project = _search(r"\bproject\s+([\w.-]+)", lowered) or "demo"
+        if re.search(r"\bpush\b", lowered):
+            return self._push(text, project)
+        if re.search(r"\b(prepare|create|start|open|make)\b.*\b(branch|worktree)\b", lowered):
+            return self._prepare(text, project)
+        if re.search(r"\b(list|show|which)\b.*\brepo", lowered):
+            return self._call("git_list_project_repositories", {"project": project})
+        status_change = re.search(
+            rf"\b(?:mark|set)\b.*?\bplan\s+#?(\d+)\b.*?\b({'|'.join(STATUSES)})\b", lowered
+        )
+        if status_change:
+            return self._call(
+                "update_plan_status",
+                {"plan_id": int(status_change.group(1)), "status": status_change.group(2)},
+            )
+        plan_id = _search(r"\bplan\s+#?(\d+)\b", lowered) or _search(r"计划\s*#?(\d+)", text)
+        if plan_id and re.search(r"\b(show|get|open|read)\b|查看", lowered):
+            return self._call("get_plan", {"plan_id": int(plan_id)})
+        if re.search(r"\b(list|show)\b.*\bplans\b|列出.*计划|查看.*计划", lowered):
+            return self._call("list_plans", {})
+        if re.search(r"\b(create|make|add|new)\b.*\bplan\b|(创建|新建|建立).*计划", lowered):
+            return self._call("create_plan", {"title": text.strip()})
+        return AIMessage(content=HELP)
+
+    def _prepare(self, text: str, project: str) -> AIMessage:
+        lowered = text.lower()
+        kind = next(
+            (
+                KIND_WORDS.get(w, w)
+                for w in re.findall(r"[a-z]+", lowered)
+                if KIND_WORDS.get(w, w) in BRANCH_KINDS
+            ),
+            "feat",
+        )
+        slug = _search(r'"([^"]+)"', text) or _search(
+            r"\b(?:branch|worktree)\s+(?:called\s+|named\s+)?([^\s\"]+)", text
+        )
+        repo = self._repo_alias(lowered)
+        if not slug:
+            return AIMessage(content="Which branch name (slug) should I prepare?")
+        args = {"project": project, "repo_alias": repo, "branch_kind": kind, "branch_slug": slug}
+        return self._call("git_prepare_worktree", args)
+
+    def _push(self, text: str, project: str) -> AIMessage:
+        lowered = text.lower()
+        prepared = self._last_payload("git_prepare_worktree")
+        branch = _search(r"\b((?:feat|fix|chore|docs|refactor|test)/[\w.-]+)", lowered)
+        if branch is None and re.search(r"\b(main|master)\b", lowered):
+            branch = _search(r"\b(main|master)\b", lowered)
+        if branch is None and prepared:
+            branch = prepared.get("branch")
+        if branch is None:
+            return AIMessage(content="Which branch should I push? Prepare one first.")
+        repo = self._repo_alias(lowered, default=(prepared or {}).get("repo_alias", "web"))
+        project = (prepared or {}).get("project", project) if "project" not in lowered else project
+        return self._call(
+            "git_push_branch", {"project": project, "repo_alias": repo, "branch": branch}
+        )
+
+    def _repo_alias(self, lowered: str, default: str = "web") -> str:
+        for match in re.finditer(
+            r"\b(?:in|on|for|to|of)\s+(?:the\s+)?(?:repo(?:sitory)?\s+)?([\w.-]+)", lowered
+        ):
+            word = match.group(1)
+            if word not in {"project", "the", "a", "branch", "main", "master"}:
+                return word
+        return default
+
+    def _last_payload(self, tool_name: str) -> dict[str, Any] | None:
+        for message in reversed(self.messages):
+            if isinstance(message, ToolMessage) and message.name == tool_name:
+                artifact = message.artifact if isinstance(message.artifact, dict) else {}
+                payload = artifact.get("payload")
+                if artifact.get("status") == "success" and isinstance(payload, dict):
+                    return payload
+        return None
+
+    # --- after tool results ---------------------------------------------------------
+
+    def _after_results(self) -> AIMessage:
+        last_ai_index = max(i for i, m in enumerate(self.messages) if isinstance(m, AIMessage))
+        ai = self.messages[last_ai_index]
+        assert isinstance(ai, AIMessage)
+        results = [m for m in self.messages[last_ai_index + 1 :] if isinstance(m, ToolMessage)]
+        calls = {c["id"]: c for c in ai.tool_calls}
+        corrected = []
+        for result in results:
+            call = calls.get(result.tool_call_id)
+            if call and FIX_MARKER in str(result.content) and not self._is_correction(ai):
+                fixed = _correct(call["name"], call["args"], str(result.content))
+                if fixed is not None and fixed != call["args"]:
+                    corrected.append((call["name"], fixed))
+        if corrected:
+            return self._calls(corrected, note="I fixed the arguments and will try again.")
+        return AIMessage(content="\n".join(_summary(r) for r in results))
+
+    def _is_correction(self, ai: AIMessage) -> bool:
+        return "fixed the arguments" in str(ai.content)
+
+    # --- building messages ------------------------------------------------------------
+
+    def _call(self, name: str, args: dict[str, Any]) -> AIMessage:
+        return self._calls([(name, args)])
+
+    def _calls(self, calls: list[tuple[str, dict[str, Any]]], note: str = "") -> AIMessage:
+        missing = [name for name, _ in calls if name not in self.tools]
+        if missing:
+            return AIMessage(
+                content=f"I cannot do that here: this worker has no {', '.join(missing)} tool."
+            )
+        return AIMessage(
+            content=note,
+            tool_calls=[
+                {"name": name, "args": args, "id": f"{self.call_prefix}_{i}", "type": "tool_call"}
+                for i, (name, args) in enumerate(calls)
+            ],
+        )
+
+
+def _search(pattern: str, text: str) -> str | None:
+    match = re.search(pattern, text)
+    return match.group(1) if match else None
+
+
+def _kebab(value: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", value.lower()).strip("-")
+    return slug[:48].rstrip("-") or "change"
+
+
+def _correct(name: str, args: dict[str, Any], error: str) -> dict[str, Any] | None:
+    """A corrected copy of ``args`` for the error text, or None if nothing fits."""
+    fixed = dict(args)
+    if "branch_slug" in fixed and "slug" in error.lower():
+        fixed["branch_slug"] = _kebab(str(fixed["branch_slug"]))
+    if "branch_kind" in fixed and "kind" in error.lower():
+        kind = KIND_WORDS.get(str(fixed["branch_kind"]).lower(), "feat")
+        fixed["branch_kind"] = kind if kind in BRANCH_KINDS else "feat"
+    known = _search(r"known projects?(?: are)?:\s*([\w.-]+)", error)
+    if "project" in fixed and known:
+        fixed["project"] = known
+    if name == "create_plan" and "title" in error.lower() and "title" in fixed:
+        fixed["title"] = str(fixed["title"])[:80]
+    return fixed
+
+
+def _summary(result: ToolMessage) -> str:
+    artifact = result.artifact if isinstance(result.artifact, dict) else {}
+    status = artifact.get("status", result.status)
+    if status == "success":
+        payload = artifact.get("payload")
+        shown = json.dumps(payload, ensure_ascii=False) if payload is not None else result.content
+        return f"{result.name} succeeded: {str(shown)[:400]}"
+    if status == "rejected":
+        return f"Understood: {result.name} was not run. {result.content}"
+    if status == "expired":
+        return f"{result.name} expired without a decision and did not run."
+    return f"{result.name} did not work: {result.content}"

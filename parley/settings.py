@@ -1,0 +1,102 @@
+"""Configuration: environment settings, and every activity's timeout and retry policy.
+
+Imported on both sides of the Temporal boundary. The workflow reads only the
+``*_ACTIVITY`` option objects (plain data); ``Settings.from_env`` is for the worker and
+the CLI, never for workflow code.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy
+
+from parley.errors import NON_RETRYABLE_TYPES
+
+DEFAULT_TASK_QUEUE = "parley"
+DEFAULT_TEMPORAL_ADDRESS = "localhost:7233"
+DEFAULT_NAMESPACE = "default"
+DEFAULT_MODEL = "scripted"
+DEFAULT_TOOLS = "parley.toolsets.git:toolset"
+
+
+@dataclass(frozen=True)
+class ActivityOptions:
+    start_to_close: timedelta
+    retry: RetryPolicy
+
+
+MODEL_ACTIVITY = ActivityOptions(
+    start_to_close=timedelta(minutes=3),
+    # Provider SDK retries are off (max_retries=0): this policy is the only retry loop.
+    # Rate limits and overloads clear in tens of seconds, hence the long maximum interval;
+    # a Retry-After from the provider overrides the interval through next_retry_delay.
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=60),
+        maximum_attempts=8,
+        non_retryable_error_types=NON_RETRYABLE_TYPES,
+    ),
+)
+
+TOOL_ACTIVITY = ActivityOptions(
+    start_to_close=timedelta(minutes=5),
+    # Bounded so that a backend that stays down fails the turn instead of hanging it;
+    # business errors are non-retryable and go back to the model at once.
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=5,
+        non_retryable_error_types=NON_RETRYABLE_TYPES,
+    ),
+)
+
+DESCRIBE_TOOLS_ACTIVITY = ActivityOptions(
+    start_to_close=timedelta(seconds=30),
+    retry=RetryPolicy(maximum_attempts=3),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the worker and the CLI read from the environment."""
+
+    temporal_address: str = DEFAULT_TEMPORAL_ADDRESS
+    namespace: str = DEFAULT_NAMESPACE
+    task_queue: str = DEFAULT_TASK_QUEUE
+    model: str = DEFAULT_MODEL
+    tools: str = DEFAULT_TOOLS
+    pending_expiry_seconds: float = 24 * 3600
+    max_model_calls_per_turn: int = 8
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        env = os.environ
+        return cls(
+            temporal_address=env.get("TEMPORAL_ADDRESS", DEFAULT_TEMPORAL_ADDRESS),
+            namespace=env.get("TEMPORAL_NAMESPACE", DEFAULT_NAMESPACE),
+            task_queue=env.get("PARLEY_TASK_QUEUE", DEFAULT_TASK_QUEUE),
+            model=env.get("PARLEY_MODEL", DEFAULT_MODEL),
+            tools=env.get("PARLEY_TOOLS", DEFAULT_TOOLS),
+            pending_expiry_seconds=_positive_float(env, "PARLEY_PENDING_EXPIRY_SECONDS", 24 * 3600),
+            max_model_calls_per_turn=int(
+                _positive_float(env, "PARLEY_MAX_MODEL_CALLS_PER_TURN", 8)
+            ),
+        )
+
+
+def _positive_float(env: os._Environ[str] | dict[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {raw!r}")
+    return value

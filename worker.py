@@ -1,0 +1,97 @@
+"""Builds the Temporal client and runs Parley's worker: wiring only, no logic.
+
+The worker hosts ``ConversationWorkflow`` and the activities, with the tools of
+``PARLEY_TOOLS`` and the model of ``PARLEY_MODEL``. Secrets (API keys) are read here,
+on the worker, and never enter workflow input or history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from langchain_core.language_models import BaseChatModel
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.model_calls import ModelActivities
+from activities.tool_calls import ToolActivities
+from parley.client import connect
+from parley.contracts import SEARCH_ATTRIBUTES
+from parley.models import build_chat_model
+from parley.settings import Settings
+from parley.tools import ToolRegistry, load_registry
+from workflows.conversation import ConversationWorkflow
+
+log = logging.getLogger("parley.worker")
+
+
+def build_worker(
+    client: Client,
+    settings: Settings,
+    *,
+    registry: ToolRegistry | None = None,
+    model: BaseChatModel | None = None,
+) -> Worker:
+    registry = registry if registry is not None else load_registry(settings.tools)
+    model = model if model is not None else build_chat_model(settings.model)
+    model_activities = ModelActivities(client, model, registry)
+    tool_activities = ToolActivities(registry)
+    return Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=[ConversationWorkflow],
+        activities=[
+            model_activities.call_model,
+            tool_activities.run_tool,
+            tool_activities.describe_tools,
+        ],
+    )
+
+
+async def ensure_search_attributes(client: Client, namespace: str) -> None:
+    """Register Parley's search attributes if the namespace lacks them (idempotent):
+    the workflow upserts them, and an unregistered one would stall it."""
+    service = client.operator_service
+    existing = await service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=namespace)
+    )
+    missing = {
+        key.name: _indexed_type(key)
+        for key in SEARCH_ATTRIBUTES
+        if key.name not in existing.custom_attributes
+    }
+    if missing:
+        await service.add_search_attributes(
+            AddSearchAttributesRequest(namespace=namespace, search_attributes=missing)
+        )
+        log.info("registered search attributes %s", ", ".join(missing))
+
+
+def _indexed_type(key: object) -> IndexedValueType.ValueType:
+    return {
+        "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+        "KeywordList": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD_LIST,
+    }[key._metadata_type]  # type: ignore[attr-defined]
+
+
+async def run_worker(settings: Settings) -> None:
+    client = await connect(settings)
+    await ensure_search_attributes(client, settings.namespace)
+    worker = build_worker(client, settings)
+    log.info("worker on task queue %r, model %r", settings.task_queue, settings.model)
+    await worker.run()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO)
+    asyncio.run(run_worker(Settings.from_env()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,683 @@
+"""ConversationWorkflow: one durable conversation with a confirmation gate. Workflow side.
+
+One workflow per conversation (id ``conversation-<session_id>``), started by
+update-with-start on the first message. The user talks to it through two updates:
+
+- ``send_message`` runs a turn: the model proposes, ``auto`` tools run, ``confirm`` tools
+  become pending, and the update returns a ``TurnResult`` when the turn comes to rest;
+- ``decide`` answers every pending call at once (approve, edit, reject, respond) and
+  returns the ``TurnResult`` of the turn it resumes.
+
+A pending call runs only inside ``decide`` for its ``tool_call_id`` (F1): no chat text,
+no state read, no parallel path can approve it. Tools run through one code path,
+``_execute``, before and after a decision (F3). Each pending call has a durable deadline;
+when it passes the call is answered ``expired`` and the model is told.
+
+Side effects live in activities, called by name; this module imports only ``parley``
+contracts (passed through the sandbox).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    import jsonschema
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from parley.contracts import (
+        CALL_MODEL,
+        DESCRIBE_TOOLS,
+        PARLEY_PENDING_TOOLS,
+        PARLEY_STATUS,
+        PARLEY_USER,
+        RUN_TOOL,
+        AuditEntry,
+        CallModelInput,
+        CallModelOutput,
+        ConversationSnapshot,
+        ConversationStart,
+        ConversationState,
+        ConversationStatus,
+        DecideInput,
+        Decision,
+        EventPage,
+        EventsQuery,
+        OffsetEvent,
+        PendingCall,
+        RunToolInput,
+        RunToolOutput,
+        SendMessageInput,
+        StateQuery,
+        ToolCatalogue,
+        ToolContext,
+        ToolErrorInfo,
+        ToolResult,
+        TranscriptPage,
+        TurnResult,
+        TurnToolResult,
+        call_summary,
+    )
+    from parley.errors import MODEL_VISIBLE_TOOL_ERRORS, ErrorType, model_visible_text
+    from parley.settings import DESCRIBE_TOOLS_ACTIVITY, MODEL_ACTIVITY, TOOL_ACTIVITY
+    from workflows.events import EventLog
+
+
+class _TurnFailed(Exception):
+    """Stops a turn closed: nothing else runs, the model is not called again."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def _refuse(message: str, error_type: str) -> ApplicationError:
+    return ApplicationError(message, type=error_type, non_retryable=True)
+
+
+def _text_of(message: AIMessage) -> str:
+    if isinstance(message.content, str):
+        return message.content
+    return "".join(
+        part.get("text", "") if isinstance(part, dict) else str(part) for part in message.content
+    )
+
+
+@workflow.defn
+class ConversationWorkflow:
+    @workflow.init
+    def __init__(self, start: ConversationStart) -> None:
+        self._start = start
+        self._state = start.carried_state or ConversationState(
+            session_id=start.session_id, user_id=start.user_id
+        )
+        self._events = EventLog(self._state.events, thread_id=start.session_id)
+        self._turn_running = False
+        self._ended = False
+        self._run_counter = len([e for e in self._state.events if e.get("type") == "RUN_STARTED"])
+        self._turn_results: list[TurnToolResult] = []
+
+    # --- run: the conversation's lifetime -------------------------------------------
+
+    @workflow.run
+    async def run(self, start: ConversationStart) -> ConversationSnapshot:
+        workflow.upsert_search_attributes([PARLEY_USER.value_set(self._state.user_id)])
+        self._publish_status()
+        while True:
+            try:
+                await workflow.wait_condition(
+                    lambda: (
+                        self._ended
+                        or (not self._turn_running and self._expired_calls() != [])
+                        or self._should_continue_as_new()
+                    ),
+                    timeout=self._time_to_next_deadline(),
+                    timeout_summary="pending tool call deadline",
+                )
+            except TimeoutError:
+                pass
+            if self._ended:
+                break
+            if not self._turn_running and self._expired_calls():
+                await self._expire_due_calls()
+            elif self._should_continue_as_new():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                if not self._turn_running and not self._ended:
+                    workflow.continue_as_new(
+                        ConversationStart(
+                            session_id=start.session_id,
+                            user_id=start.user_id,
+                            pending_expiry_seconds=start.pending_expiry_seconds,
+                            max_model_calls_per_turn=start.max_model_calls_per_turn,
+                            carried_state=self._state,
+                        )
+                    )
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._state.status = "ended"
+        self._publish_status()
+        return self._snapshot()
+
+    def _should_continue_as_new(self) -> bool:
+        return not self._turn_running and workflow.info().is_continue_as_new_suggested()
+
+    def _expired_calls(self) -> list[PendingCall]:
+        now = workflow.now()
+        return [call for call in self._state.pending if call.expires_at <= now]
+
+    def _time_to_next_deadline(self) -> timedelta | None:
+        if not self._state.pending:
+            return None
+        earliest = min(call.expires_at for call in self._state.pending)
+        return max(earliest - workflow.now(), timedelta(seconds=1))
+
+    # --- updates ----------------------------------------------------------------------
+
+    @workflow.update
+    async def send_message(self, message: SendMessageInput) -> TurnResult:
+        self._check_can_send(message)  # again: two updates may pass validation together
+        self._turn_running = True
+        self._state.transcript.append(HumanMessage(content=message.text, id=message.message_id))
+        self._audit("message", message.user_id, detail={"message_id": message.message_id})
+        self._state.counters.turns += 1
+        return await self._run_turn(fetch_tools=True)
+
+    @send_message.validator
+    def _validate_send_message(self, message: SendMessageInput) -> None:
+        self._check_can_send(message)
+
+    @workflow.update
+    async def decide(self, decision: DecideInput) -> TurnResult:
+        self._check_can_decide(decision)
+        self._turn_running = True
+        return await self._run_turn(decisions=decision)
+
+    @decide.validator
+    def _validate_decide(self, decision: DecideInput) -> None:
+        self._check_can_decide(decision)
+
+    # --- queries and signal -------------------------------------------------------------
+
+    @workflow.query
+    def state(self, query: StateQuery) -> ConversationSnapshot:
+        self._check_owner(query.user_id)
+        return self._snapshot()
+
+    @workflow.query
+    def events(self, query: EventsQuery) -> EventPage:
+        self._check_owner(query.user_id)
+        start = max(query.after + 1, 0)
+        page = [
+            OffsetEvent(offset=offset, event=event)
+            for offset, event in enumerate(self._state.events[start:], start=start)
+        ]
+        return EventPage(events=page, next_after=len(self._state.events) - 1)
+
+    @workflow.query
+    def transcript_for_model(self, upto: int) -> TranscriptPage:
+        """What ``call_model`` reads, so that the transcript never enters its input."""
+        return TranscriptPage(messages=self._state.transcript[:upto])
+
+    @workflow.signal
+    def end(self) -> None:
+        self._ended = True
+
+    # --- checks (validators and handlers) -------------------------------------------
+
+    def _check_owner(self, user_id: str) -> None:
+        if user_id != self._state.user_id:
+            raise _refuse("this conversation belongs to another user", ErrorType.NOT_OWNER)
+
+    def _check_open(self) -> None:
+        if self._ended:
+            raise _refuse("this conversation has ended", ErrorType.CONVERSATION_ENDED)
+        if self._turn_running:
+            raise _refuse(
+                "a turn is still running in this conversation; wait for its result",
+                ErrorType.TURN_IN_PROGRESS,
+            )
+
+    def _check_can_send(self, message: SendMessageInput) -> None:
+        self._check_owner(message.user_id)
+        self._check_open()
+        if not message.text.strip():
+            raise _refuse("the message is empty", ErrorType.INVALID_MESSAGE)
+        if self._state.pending:
+            ids = ", ".join(f"{c.tool_call_id} ({c.name})" for c in self._state.pending)
+            raise _refuse(
+                f"{len(self._state.pending)} tool call(s) wait for your decision: {ids}. "
+                "Approve, edit, reject or respond to them first; a chat message never "
+                "approves a tool call.",
+                ErrorType.DECISIONS_OWED,
+            )
+
+    def _check_can_decide(self, decision: DecideInput) -> None:
+        self._check_owner(decision.decided_by)
+        self._check_open()
+        pending = {call.tool_call_id: call for call in self._state.pending}
+        if not pending:
+            raise _refuse("no tool call waits for a decision", ErrorType.NO_DECISIONS_OWED)
+        given = [d.tool_call_id for d in decision.decisions]
+        problems: list[str] = []
+        if len(given) != len(set(given)):
+            problems.append("a tool call is decided more than once")
+        unknown = [i for i in given if i not in pending]
+        if unknown:
+            problems.append(f"unknown or no longer pending: {', '.join(unknown)}")
+        missing = [i for i in pending if i not in given]
+        if missing:
+            problems.append(f"missing a decision for: {', '.join(missing)}")
+        for d in decision.decisions:
+            if d.action == "edit" and d.tool_call_id in pending:
+                error = self._args_error(pending[d.tool_call_id].name, d.args or {})
+                if error:
+                    problems.append(f"edited args for {d.tool_call_id} are invalid: {error}")
+        if problems:
+            raise _refuse(
+                "decision refused: " + "; ".join(problems) + ". Send one decision for "
+                "every pending call.",
+                ErrorType.INVALID_DECISION,
+            )
+
+    def _args_error(self, tool_name: str, args: dict[str, Any]) -> str | None:
+        """Why ``args`` do not fit the tool's schema, or None when they do."""
+        spec = self._catalogue().get(tool_name)
+        if spec is None:
+            return f"unknown tool {tool_name!r}"
+        errors = sorted(
+            jsonschema.Draft202012Validator(spec.args_schema).iter_errors(args),
+            key=lambda e: list(e.path),
+        )
+        if not errors:
+            return None
+        return "; ".join(
+            (f"{'.'.join(map(str, e.path))}: " if e.path else "") + e.message for e in errors
+        )
+
+    def _catalogue(self) -> ToolCatalogue:
+        return self._state.tools or ToolCatalogue(tools=[])
+
+    # --- the turn engine ------------------------------------------------------------
+
+    async def _run_turn(
+        self,
+        *,
+        fetch_tools: bool = False,
+        decisions: DecideInput | None = None,
+        expired: list[PendingCall] | None = None,
+    ) -> TurnResult:
+        """Run until the turn rests: a reply, pending calls, or a failure. Always
+        leaves every tool call of the transcript answered or pending."""
+        self._run_counter += 1
+        run_id = f"run-{self._run_counter}"
+        self._turn_results = []
+        self._events.run_started(run_id)
+        self._set_status("running")
+        try:
+            if fetch_tools or self._state.tools is None:
+                await self._refresh_tools()
+            if decisions is not None:
+                await self._apply_decisions(decisions)
+            for call in expired or []:
+                self._answer_expired(call)
+            if self._state.pending:
+                result = self._turn_result("awaiting_approval")
+            else:
+                result = await self._model_loop()
+        except _TurnFailed as failure:
+            result = self._fail_turn(failure)
+        finally:
+            self._turn_running = False
+        if result.status == "awaiting_approval":
+            self._events.run_finished(run_id, self._state.pending)
+            self._set_status("awaiting_approval")
+        elif result.status == "completed":
+            self._events.run_finished(run_id, [])
+            self._set_status("idle")
+        else:
+            self._set_status("failed")
+        self._state.last_turn = result
+        return result
+
+    async def _refresh_tools(self) -> None:
+        try:
+            self._state.tools = await workflow.execute_activity(
+                DESCRIBE_TOOLS,
+                start_to_close_timeout=DESCRIBE_TOOLS_ACTIVITY.start_to_close,
+                retry_policy=DESCRIBE_TOOLS_ACTIVITY.retry,
+                result_type=ToolCatalogue,
+                summary="describe_tools",
+            )
+        except ActivityError as err:
+            raise _TurnFailed(f"the worker could not list its tools: {err.cause}", "tools") from err
+
+    async def _model_loop(self) -> TurnResult:
+        for _ in range(self._start.max_model_calls_per_turn):
+            ai = await self._call_model()
+            calls = ai.tool_calls
+            if not calls:
+                return self._turn_result("completed", reply=_text_of(ai))
+            await self._handle_proposals(ai)
+            if self._state.pending:
+                return self._turn_result("awaiting_approval", reply=_text_of(ai) or None)
+        raise _TurnFailed(
+            f"the model was called {self._start.max_model_calls_per_turn} times in this "
+            "turn without coming to an answer; the turn was stopped. Send a new message "
+            "to go on.",
+            ErrorType.MODEL_CALL_LIMIT,
+        )
+
+    async def _call_model(self) -> AIMessage:
+        self._state.counters.model_calls += 1
+        try:
+            output: CallModelOutput = await workflow.execute_activity(
+                CALL_MODEL,
+                CallModelInput(
+                    workflow_id=workflow.info().workflow_id,
+                    transcript_length=len(self._state.transcript),
+                    session_id=self._state.session_id,
+                    user_id=self._state.user_id,
+                ),
+                start_to_close_timeout=MODEL_ACTIVITY.start_to_close,
+                retry_policy=MODEL_ACTIVITY.retry,
+                result_type=CallModelOutput,
+                summary=f"call_model messages={len(self._state.transcript)}",
+            )
+        except ActivityError as err:
+            cause = err.cause
+            message = cause.message if isinstance(cause, ApplicationError) else str(cause)
+            code = (cause.type if isinstance(cause, ApplicationError) else None) or "model"
+            raise _TurnFailed(f"the model call failed: {message}", code) from err
+        ai = output.message
+        self._state.transcript.append(ai)
+        text = _text_of(ai)
+        if text:
+            self._events.text_message(ai.id or f"msg-{len(self._state.transcript)}", text)
+        return ai
+
+    async def _handle_proposals(self, ai: AIMessage) -> None:
+        """Sort each proposed call: refused, run now (auto), or pending (confirm)."""
+        to_run: list[dict[str, Any]] = []
+        now = workflow.now()
+        expiry = timedelta(seconds=self._start.pending_expiry_seconds)
+        for call in ai.tool_calls:
+            call_id = call["id"] or ""
+            self._events.tool_call(call_id, call["name"], call["args"], ai.id)
+            self._audit("proposed", "model", call_id, call["name"], {"args": call["args"]})
+            spec = self._catalogue().get(call["name"])
+            problem = self._args_error(call["name"], call["args"])
+            if spec is None or problem:
+                known = ", ".join(t.name for t in self._catalogue().tools) or "none"
+                text = (
+                    f"unknown tool {call['name']!r}; available tools: {known}"
+                    if spec is None
+                    else f"invalid arguments for {call['name']}: {problem}"
+                )
+                self._answer(call, self._error_result(ErrorType.TOOL_INPUT, text), "refused")
+            elif spec.policy == "deny":
+                text = f"{call['name']} is not allowed in this conversation"
+                self._answer(call, self._error_result(ErrorType.TOOL_PERMISSION, text), "refused")
+            elif spec.policy == "auto":
+                to_run.append(call)
+            else:
+                self._state.pending.append(
+                    PendingCall(
+                        tool_call_id=call_id,
+                        name=call["name"],
+                        args=call["args"],
+                        description=spec.description,
+                        expires_at=now + expiry,
+                    )
+                )
+        try:
+            for call in to_run:
+                await self._execute(call, call["args"])
+        except _TurnFailed:
+            self._abandon_unanswered(ai)
+            raise
+
+    async def _apply_decisions(self, decide: DecideInput) -> None:
+        by_id = {d.tool_call_id: d for d in decide.decisions}
+        pending, self._state.pending = self._state.pending, []
+        self._state.counters.decisions += len(pending)
+        owner_ai = self._ai_message_of(pending[0].tool_call_id)
+        try:
+            for call in pending:
+                decision = by_id[call.tool_call_id]
+                self._audit(
+                    "decided",
+                    decide.decided_by,
+                    call.tool_call_id,
+                    call.name,
+                    decision.model_dump(exclude_none=True),
+                )
+                await self._apply_decision(call, decision)
+        except _TurnFailed:
+            if owner_ai is not None:
+                self._abandon_unanswered(owner_ai)
+            raise
+
+    async def _apply_decision(self, call: PendingCall, decision: Decision) -> None:
+        as_call = {"id": call.tool_call_id, "name": call.name, "args": call.args}
+        if decision.action == "approve":
+            await self._execute(as_call, call.args)
+        elif decision.action == "edit":
+            await self._execute(as_call, decision.args or {}, edited=True)
+        elif decision.action == "reject":
+            reason = f" Their reason: {decision.message}" if decision.message else ""
+            content = (
+                f"The user rejected this call to {call.name}; it did not run.{reason} "
+                "Do not retry it unless the user asks you to."
+            )
+            result = ToolResult(
+                status="rejected",
+                content=content,
+                payload={"decision": "reject", "message": decision.message},
+            )
+            self._answer(as_call, result, "decided")
+        else:  # respond
+            result = ToolResult(
+                status="rejected",
+                content=decision.message or "",
+                payload={"decision": "respond", "message": decision.message},
+            )
+            self._answer(as_call, result, "decided")
+
+    async def _expire_due_calls(self) -> None:
+        """Answer every call past its deadline ``expired`` and let the model go on."""
+        self._turn_running = True
+        due = self._expired_calls()
+        self._state.pending = [c for c in self._state.pending if c not in due]
+        await self._run_turn(expired=due)
+
+    def _answer_expired(self, call: PendingCall) -> None:
+        hours = self._start.pending_expiry_seconds / 3600
+        result = ToolResult(
+            status="expired",
+            content=(
+                f"Error: nobody decided on this call to {call.name} within {hours:g} h; "
+                "it expired and did not run. Do not retry it unless the user asks."
+            ),
+        )
+        as_call = {"id": call.tool_call_id, "name": call.name, "args": call.args}
+        self._answer(as_call, result, "expired")
+
+    async def _execute(
+        self, call: dict[str, Any], args: dict[str, Any], *, edited: bool = False
+    ) -> None:
+        """The one path that runs a tool, before and after a decision."""
+        call_id = call["id"]
+        self._state.counters.tool_runs += 1
+        context = ToolContext(
+            user_id=self._state.user_id,
+            session_id=self._state.session_id,
+            workflow_id=workflow.info().workflow_id,
+            tool_call_id=call_id,
+        )
+        try:
+            output: RunToolOutput = await workflow.execute_activity(
+                RUN_TOOL,
+                RunToolInput(name=call["name"], args=args, context=context),
+                start_to_close_timeout=TOOL_ACTIVITY.start_to_close,
+                retry_policy=TOOL_ACTIVITY.retry,
+                result_type=RunToolOutput,
+                summary=call_summary(call["name"], args),
+            )
+            result = output.result
+        except ActivityError as err:
+            cause = err.cause
+            error_type = cause.type if isinstance(cause, ApplicationError) else None
+            if error_type not in MODEL_VISIBLE_TOOL_ERRORS:
+                message = cause.message if isinstance(cause, ApplicationError) else str(cause)
+                failed = self._error_result(
+                    error_type or ErrorType.TOOL_FAILED,
+                    f"{call['name']} failed unexpectedly and the turn was stopped: {message}",
+                )
+                self._answer(call, failed, "failed")
+                raise _TurnFailed(
+                    f"tool {call['name']} failed: {message}", error_type or "ToolFailed"
+                ) from err
+            assert isinstance(cause, ApplicationError) and error_type is not None
+            info = ToolErrorInfo.model_validate(cause.details[0]) if cause.details else None
+            result = self._error_result(
+                error_type,
+                info.message if info else cause.message,
+                http_status=info.http_status if info else None,
+                body=info.body if info else None,
+            )
+        if edited:
+            result = result.model_copy(
+                update={
+                    "content": f"{result.content}\n(A reviewer changed the arguments before "
+                    f"this ran; it ran with {json.dumps(args)}.)",
+                    "payload": result.payload,
+                }
+            )
+        self._answer(call, result, "ran", detail={"edited_args": args} if edited else None)
+
+    # --- answers, failure and bookkeeping ---------------------------------------------
+
+    @staticmethod
+    def _error_result(
+        error_type: str, message: str, *, http_status: int | None = None, body: Any = None
+    ) -> ToolResult:
+        return ToolResult(
+            status="error",
+            content=model_visible_text(error_type, message),
+            error=ToolErrorInfo(
+                type=error_type, message=message, http_status=http_status, body=body
+            ),
+        )
+
+    def _answer(
+        self,
+        call: dict[str, Any],
+        result: ToolResult,
+        audit_event: str,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        """Give a tool call its one ToolMessage, event and audit entry."""
+        call_id = call["id"]
+        message = ToolMessage(
+            content=result.content,
+            tool_call_id=call_id,
+            name=call["name"],
+            status="success" if result.status == "success" else "error",
+            artifact=result.model_dump(mode="json"),
+            id=f"result-{call_id}",
+        )
+        self._state.transcript.append(message)
+        self._events.tool_result(message.id or "", call_id, result)
+        self._audit(
+            audit_event,  # type: ignore[arg-type]
+            "worker" if audit_event in ("ran", "failed") else "parley",
+            call_id,
+            call["name"],
+            {"status": result.status, **(detail or {})},
+        )
+        self._turn_results.append(
+            TurnToolResult(tool_call_id=call_id, name=call["name"], **result.model_dump())
+        )
+
+    def _answered_ids(self) -> set[str]:
+        return {m.tool_call_id for m in self._state.transcript if isinstance(m, ToolMessage)}
+
+    def _ai_message_of(self, tool_call_id: str) -> AIMessage | None:
+        for message in reversed(self._state.transcript):
+            if isinstance(message, AIMessage) and any(
+                c["id"] == tool_call_id for c in message.tool_calls
+            ):
+                return message
+        return None
+
+    def _abandon_unanswered(self, ai: AIMessage) -> None:
+        """After a fail-closed error, answer the calls that will not run now, so the
+        transcript stays valid for the next provider call."""
+        answered = self._answered_ids()
+        self._state.pending = []
+        for call in ai.tool_calls:
+            if call["id"] not in answered:
+                result = ToolResult(
+                    status="error",
+                    content="Error: not run: the turn stopped after another call failed.",
+                    error=ToolErrorInfo(type="NotRun", message="the turn stopped"),
+                )
+                self._answer(call, result, "failed")
+
+    def _fail_turn(self, failure: _TurnFailed) -> TurnResult:
+        self._events.run_error(failure.message, failure.code)
+        self._audit("turn_failed", "parley", detail={"error": failure.message})
+        return self._turn_result("failed", error=failure.message)
+
+    def _turn_result(
+        self, status: str, *, reply: str | None = None, error: str | None = None
+    ) -> TurnResult:
+        return TurnResult(
+            session_id=self._state.session_id,
+            status=status,  # type: ignore[arg-type]
+            reply=reply,
+            pending=list(self._state.pending),
+            results=list(self._turn_results),
+            error=error,
+        )
+
+    def _audit(
+        self,
+        event: str,
+        actor: str,
+        tool_call_id: str | None = None,
+        name: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        self._state.audit.append(
+            AuditEntry(
+                at=workflow.now(),
+                event=event,  # type: ignore[arg-type]
+                actor=actor,
+                tool_call_id=tool_call_id,
+                name=name,
+                detail=detail or {},
+            )
+        )
+
+    def _snapshot(self) -> ConversationSnapshot:
+        s = self._state
+        return ConversationSnapshot(
+            session_id=s.session_id,
+            user_id=s.user_id,
+            status=s.status,
+            pending=s.pending,
+            transcript=s.transcript,
+            audit=s.audit,
+            counters=s.counters,
+            event_count=len(s.events),
+            last_turn=s.last_turn,
+        )
+
+    # --- Temporal UI ------------------------------------------------------------------
+
+    def _set_status(self, status: ConversationStatus) -> None:
+        self._state.status = status
+        self._publish_status()
+
+    def _publish_status(self) -> None:
+        workflow.upsert_search_attributes(
+            [
+                PARLEY_STATUS.value_set(self._state.status),
+                PARLEY_PENDING_TOOLS.value_set(sorted({c.name for c in self._state.pending})),
+            ]
+        )
+        lines = [f"**Status:** {self._state.status}  ", f"**User:** {self._state.user_id}"]
+        if self._state.pending:
+            lines += ["", "| tool call | tool | args | expires |", "|---|---|---|---|"]
+            for c in self._state.pending:
+                args = json.dumps(c.args, ensure_ascii=False).replace("|", "\\|")
+                lines.append(
+                    f"| `{c.tool_call_id}` | {c.name} | `{args}` | {c.expires_at.isoformat()} |"
+                )
+        workflow.set_current_details("\n".join(lines))
