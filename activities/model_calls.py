@@ -39,7 +39,9 @@ class ModelActivities:
         try:
             reply = await self._model.ainvoke(page.messages)
         except Exception as exc:
-            raise _model_failure(exc) from exc
+            # Not chained: the SDK exception text may echo the request and its key,
+            # and a chained cause would be stored in workflow history.
+            raise _model_failure(exc) from None
         if not isinstance(reply, AIMessage):
             raise ApplicationError(
                 f"the model returned {type(reply).__name__}, not an AIMessage",

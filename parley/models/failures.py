@@ -1,0 +1,457 @@
+"""What a failed model call means: the one mapping from provider errors to Parley's.
+
+Activity side: ``call_model`` hands whatever the chat model raised to
+:func:`classify_model_error` and raises the result.
+
+=====================================================  ====================
+the provider said                                      Parley error
+=====================================================  ====================
+an overload code in the error body (any HTTP status,   TransientError
+including 200 and 400; ``PARLEY_MODEL_OVERLOAD_CODES``)
+HTTP 408, 409, 429, 5xx                                TransientError
+timeout, connection refused/reset, protocol error      TransientError
+context window exceeded                                ModelRequestError
+HTTP 429 ``insufficient_quota`` (billing, not a        ModelRequestError
+rate limit: waiting cannot help)
+HTTP 400, 401, 403, 404, 413, 422, any other 4xx       ModelRequestError
+an error body inside an HTTP 200                       ModelRequestError
+anything else                                          ``None``: a programming error
+=====================================================  ====================
+
+``TransientError.retry_after`` comes from the ``retry-after-ms`` / ``Retry-After``
+response headers (seconds, or an HTTP date). Messages and bodies are scrubbed of the API
+key (the configured ``OPENAI_API_KEY`` and anything shaped like ``sk-...``) because they
+end up in workflow history.
+
+Works from the exceptions' shape as well as their class: the ``openai`` SDK (and
+langchain-openai's subclasses of it), ``httpx`` / ``httpx2``, langchain-core's
+``ModelError`` family, and any SDK error carrying ``status_code`` and ``response``.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from parley.errors import ModelRequestError, ParleyError, TransientError
+
+DEFAULT_OVERLOAD_CODES = frozenset(
+    {"2064", "overloaded", "overloaded_error", "server_overloaded", "engine_overloaded"}
+)
+_MAX_TEXT = 500
+
+_CONTEXT_OVERFLOW_MARKERS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context window",
+    "context_window",
+    "input tokens exceed",
+    "prompt is too long",
+)
+_TRANSIENT_STATUSES = frozenset({408, 409, 425, 429})
+
+
+def overload_codes_from_env() -> frozenset[str]:
+    """The overload codes: ``PARLEY_MODEL_OVERLOAD_CODES`` (comma-separated), else defaults.
+
+    Setting the variable replaces the defaults. A code matches an error body's
+    ``code``/``type``/``status`` exactly, or its message as a whole word; case-insensitive.
+    """
+    raw = os.environ.get("PARLEY_MODEL_OVERLOAD_CODES")
+    if raw is None or not raw.strip():
+        return DEFAULT_OVERLOAD_CODES
+    return frozenset(code.strip().lower() for code in raw.split(",") if code.strip())
+
+
+def classify_model_error(
+    exc: BaseException, *, overload_codes: frozenset[str] | None = None
+) -> ParleyError | None:
+    """The Parley error for a failed model call, or ``None`` if ``exc`` is not recognised.
+
+    ``overload_codes`` defaults to :func:`overload_codes_from_env`, read at each call.
+    """
+    codes = overload_codes_from_env() if overload_codes is None else overload_codes
+    codes = frozenset(c.lower() for c in codes)
+    if isinstance(exc, ParleyError):
+        return exc
+
+    status = _status_code(exc)
+    response = getattr(exc, "response", None)
+    body = _body(exc, response)
+    # langchain-openai raises ValueError(<error body>) for an HTTP 200 carrying an error.
+    error_body_in_200 = _error_body_in_200(exc) if body is None else None
+    if error_body_in_200 is not None:
+        body = error_body_in_200
+    provider_code, provider_message = _code_and_message(body, exc)
+    safe_body = _scrub(body)
+    retry_after = _retry_after(getattr(response, "headers", None))
+
+    overload = _overload_match(body, provider_message, codes)
+    if overload is not None:
+        return TransientError(
+            _with_detail(f"the model provider is overloaded ({overload})", status, None),
+            http_status=200 if error_body_in_200 is not None else status,
+            body=safe_body,
+            retry_after=retry_after,
+        )
+
+    if status in (None, 400, 413, 422) and _is_context_overflow(
+        exc, provider_code, provider_message
+    ):
+        return ModelRequestError(
+            _with_detail(
+                "context window exceeded: the conversation is too long for the model",
+                status,
+                provider_message,
+            ),
+            http_status=status,
+            body=safe_body,
+        )
+
+    if status is not None:
+        return _by_status(status, provider_code, provider_message, safe_body, retry_after)
+
+    if _is_timeout(exc):
+        return TransientError(
+            "the model provider did not answer in time" + _where(exc), body=safe_body
+        )
+    if _is_connection_error(exc):
+        return TransientError(
+            "could not reach the model provider" + _where(exc) + _detail(_cause_text(exc)),
+            body=safe_body,
+        )
+
+    # langchain-core's provider-neutral errors without an HTTP status.
+    kind = _langchain_kind(exc)
+    if kind is not None:
+        if kind == "retryable":
+            return TransientError(
+                _with_detail("the model provider failed", None, provider_message),
+                body=safe_body,
+                retry_after=retry_after,
+            )
+        return ModelRequestError(
+            _with_detail("the model provider rejected the request", None, provider_message),
+            body=safe_body,
+        )
+
+    if error_body_in_200 is not None:
+        code_status = _int_or_none(provider_code)
+        if code_status is not None and 400 <= code_status <= 599:
+            return _by_status(code_status, None, provider_message, safe_body, None)
+        return ModelRequestError(
+            _with_detail(
+                "the model provider returned an error", 200, provider_message or provider_code
+            ),
+            http_status=200,
+            body=safe_body,
+        )
+    return None
+
+
+# --- by HTTP status -------------------------------------------------------------------
+
+
+def _by_status(
+    status: int,
+    code: str | None,
+    message: str | None,
+    body: Any,
+    retry_after: float | None,
+) -> ParleyError:
+    if status == 429 and code == "insufficient_quota":
+        return ModelRequestError(
+            _with_detail(
+                "the model provider account is out of quota (billing, not a rate limit)",
+                status,
+                message,
+            ),
+            http_status=status,
+            body=body,
+        )
+    if status == 429:
+        return TransientError(
+            _with_detail("the model provider is rate limiting requests", status, message),
+            http_status=status,
+            body=body,
+            retry_after=retry_after,
+        )
+    if status in _TRANSIENT_STATUSES or status >= 500:
+        return TransientError(
+            _with_detail("the model provider failed", status, message),
+            http_status=status,
+            body=body,
+            retry_after=retry_after,
+        )
+    if status == 401:
+        text = "the model provider refused the API key (check OPENAI_API_KEY)"
+    elif status == 403:
+        text = "the model provider denied access to this model or endpoint"
+    elif status == 404:
+        text = "model not found (check PARLEY_MODEL and OPENAI_BASE_URL)"
+    elif status == 413:
+        text = "the request is too large for the model provider"
+    elif 400 <= status < 500:
+        text = "the model provider rejected the request"
+    else:
+        text = "the model provider returned an unexpected response"
+    return ModelRequestError(_with_detail(text, status, message), http_status=status, body=body)
+
+
+# --- reading the exception ------------------------------------------------------------
+
+
+def _status_code(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int) and not isinstance(status, bool):
+        # openai.APIResponseValidationError carries the (successful) response's status.
+        return status if status >= 400 else None
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    if isinstance(status, int) and not isinstance(status, bool) and status >= 400:
+        return status
+    return None
+
+
+def _body(exc: BaseException, response: Any) -> Any:
+    """The error body: the SDK's decoded one (openai strips the ``error`` wrapper)."""
+    body = getattr(exc, "body", None)
+    if body is None and response is not None and _status_code(exc) is not None:
+        try:
+            body = response.json()
+        except Exception:
+            try:
+                body = response.text
+            except Exception:
+                body = None
+    if isinstance(body, Mapping) and isinstance(body.get("error"), Mapping):
+        return body["error"]
+    return body
+
+
+def _code_and_message(body: Any, exc: BaseException | None) -> tuple[str | None, str | None]:
+    code: str | None = None
+    message: str | None = None
+    if isinstance(body, Mapping):
+        for key in ("code", "error_code", "type"):
+            if body.get(key) not in (None, ""):
+                code = str(body[key])
+                break
+        for key in ("message", "msg", "detail", "error_description", "error"):
+            value = body.get(key)
+            if isinstance(value, str) and value:
+                message = value
+                break
+    elif isinstance(body, str) and body.strip():
+        message = body.strip()
+    if code is None and exc is not None:
+        sdk_code = getattr(exc, "code", None)
+        if isinstance(sdk_code, str | int) and not isinstance(sdk_code, bool):
+            code = str(sdk_code)
+    if message is None and exc is not None:
+        sdk_message = getattr(exc, "message", None)
+        if isinstance(sdk_message, str) and sdk_message:
+            message = sdk_message
+    return code, message
+
+
+def _overload_match(body: Any, message: str | None, codes: frozenset[str]) -> str | None:
+    """The overload evidence found in the error body, described for the message."""
+    if not codes:
+        return None
+    fields: dict[str, str] = {}
+    if isinstance(body, Mapping):
+        for key in ("code", "error_code", "type", "status"):
+            if body.get(key) not in (None, ""):
+                fields[key] = str(body[key])
+    for key, value in fields.items():
+        if value.strip().lower() in codes:
+            text = f"{key} {value}"
+            return f"{text}: {_clip(_scrub(message))}" if message else text
+    texts = [message] if message else []
+    if isinstance(body, str):
+        texts.append(body)
+    for text in texts:
+        lowered = text.lower()
+        for code in codes:
+            if re.search(rf"(?<![a-z0-9_]){re.escape(code)}(?![a-z0-9_])", lowered):
+                return _clip(_scrub(text))
+    return None
+
+
+def _is_context_overflow(exc: BaseException, code: str | None, message: str | None) -> bool:
+    if any(cls.__name__ == "ContextOverflowError" for cls in type(exc).__mro__):
+        return True
+    if code and code.lower() in ("context_length_exceeded", "string_above_max_length"):
+        return True
+    lowered = (message or "").lower()
+    return any(marker in lowered for marker in _CONTEXT_OVERFLOW_MARKERS)
+
+
+def _retry_after(headers: Any) -> float | None:
+    """Seconds to wait, from ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP date)."""
+    if headers is None:
+        return None
+    try:
+        raw_ms = headers.get("retry-after-ms")
+        raw = headers.get("retry-after")
+    except Exception:
+        return None
+    if raw_ms is not None:
+        try:
+            value = float(raw_ms) / 1000
+        except (TypeError, ValueError):
+            value = math.nan
+        if math.isfinite(value) and value >= 0:
+            return value
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        try:
+            when = email.utils.parsedate_to_datetime(str(raw))
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        value = max(0.0, when.timestamp() - time.time())
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    if isinstance(exc, TimeoutError):
+        return True
+    return _is_instance_by_name(exc, _TIMEOUT_CLASSES)
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    if isinstance(exc, ConnectionError):
+        return True
+    return _is_instance_by_name(exc, _CONNECTION_CLASSES)
+
+
+# (module prefix, class name) pairs, checked along the MRO: no hard dependency on any SDK.
+_TIMEOUT_CLASSES = frozenset(
+    {
+        ("openai", "APITimeoutError"),
+        ("httpx", "TimeoutException"),
+        ("httpx2", "TimeoutException"),
+        ("langchain_core", "ModelTimeoutError"),
+    }
+)
+_CONNECTION_CLASSES = frozenset(
+    {
+        ("openai", "APIConnectionError"),
+        ("httpx", "TransportError"),
+        ("httpx2", "TransportError"),
+        ("langchain_core", "ModelConnectionError"),
+    }
+)
+
+
+def _is_instance_by_name(exc: BaseException, classes: Iterable[tuple[str, str]]) -> bool:
+    wanted = set(classes)
+    for cls in type(exc).__mro__:
+        root = cls.__module__.split(".", 1)[0]
+        if (root, cls.__name__) in wanted:
+            return True
+    return False
+
+
+def _langchain_kind(exc: BaseException) -> str | None:
+    names = [
+        cls.__name__ for cls in type(exc).__mro__ if cls.__module__.startswith("langchain_core")
+    ]
+    if "ModelError" not in names:
+        return None
+    if "ModelRefusalError" in names:
+        return None  # a successful response the caller asked to parse; not a call failure
+    return "retryable" if getattr(exc, "is_retryable", False) else "request"
+
+
+def _error_body_in_200(exc: BaseException) -> Mapping[str, Any] | None:
+    if type(exc) is not ValueError or len(exc.args) != 1:
+        return None
+    arg = exc.args[0]
+    if isinstance(arg, Mapping) and any(k in arg for k in ("code", "message", "type", "msg")):
+        return arg
+    return None
+
+
+def _cause_text(exc: BaseException) -> str:
+    """The SDK's message, plus the low-level reason it wraps (e.g. connection refused)."""
+    text = str(exc) or type(exc).__name__
+    cause, seen = exc.__cause__ or exc.__context__, 0
+    while cause is not None and seen < 5:
+        if str(cause) and str(cause) not in text:
+            text = f"{text} ({cause})"
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    return text
+
+
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+# --- wording and scrubbing ------------------------------------------------------------
+
+
+def _where(exc: BaseException) -> str:
+    request = getattr(exc, "request", None)
+    try:
+        url = request.url if request is not None else None
+    except Exception:  # httpx raises if the request was never set
+        url = None
+    if url is None:
+        return ""
+    try:
+        return f" at {url.scheme}://{url.host}{f':{url.port}' if url.port else ''}"
+    except Exception:
+        return ""
+
+
+def _with_detail(text: str, status: int | None, message: str | None) -> str:
+    if status is not None:
+        text = f"{text} (HTTP {status})"
+    return text + _detail(message)
+
+
+def _detail(message: str | None) -> str:
+    if not message:
+        return ""
+    return f": {_clip(_scrub(message))}"
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 1] + "…"
+
+
+_KEY_SHAPES = re.compile(
+    r"(?:\bsk-[A-Za-z0-9_\-*.]{6,}|\bBearer\s+\S+|\bapi[_-]?key=[^&\s]+)", re.IGNORECASE
+)
+
+
+def _scrub(value: Any) -> Any:
+    """``value`` with anything that looks like an API key replaced by ``[redacted]``."""
+    if isinstance(value, str):
+        key = os.environ.get("OPENAI_API_KEY", "").strip()
+        if len(key) >= 4:
+            value = value.replace(key, "[redacted]")
+        return _KEY_SHAPES.sub("[redacted]", value)
+    if isinstance(value, Mapping):
+        return {str(k): _scrub(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrub(v) for v in value]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return _scrub(str(value))
