@@ -29,6 +29,8 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
 
 FIX_MARKER = "Please fix your mistakes"
+FIXED_NOTE = "I fixed the arguments and will try again."
+MAX_FIXES = 3
 BRANCH_KINDS = {"feat", "fix", "chore", "docs", "refactor", "test"}
 KIND_WORDS = {"feature": "feat", "bug": "fix", "bugfix": "fix", "doc": "docs", "tests": "test"}
 STATUSES = ("draft", "active", "done", "cancelled")
@@ -76,7 +78,8 @@ class _Turn:
 
     def _for_request(self, text: str) -> AIMessage:
         lowered = text.lower()
-        project = _search(r"\bproject\s+([\w.-]+)", lowered) or "demo"
+        unquoted = re.sub(r'"[^"]*"', "", lowered)
+        project = _search(r"\bproject\s+([\w.-]+)", unquoted) or "demo"
         if re.search(r"\bpush\b", lowered):
             return self._push(text, project)
         if re.search(r"\b(prepare|create|start|open|make)\b.*\b(branch|worktree)\b", lowered):
@@ -101,7 +104,7 @@ class _Turn:
         return AIMessage(content=HELP)
 
     def _prepare(self, text: str, project: str) -> AIMessage:
-        lowered = text.lower()
+        lowered = re.sub(r'"[^"]*"', "", text.lower())  # a quoted slug is no keyword
         kind = next(
             (
                 KIND_WORDS.get(w, w)
@@ -164,16 +167,23 @@ class _Turn:
         corrected = []
         for result in results:
             call = calls.get(result.tool_call_id)
-            if call and FIX_MARKER in str(result.content) and not self._is_correction(ai):
+            if call and FIX_MARKER in str(result.content) and self._corrections() < MAX_FIXES:
                 fixed = _correct(call["name"], call["args"], str(result.content))
                 if fixed is not None and fixed != call["args"]:
                     corrected.append((call["name"], fixed))
         if corrected:
-            return self._calls(corrected, note="I fixed the arguments and will try again.")
+            return self._calls(corrected, note=FIXED_NOTE)
         return AIMessage(content="\n".join(_summary(r) for r in results))
 
-    def _is_correction(self, ai: AIMessage) -> bool:
-        return "fixed the arguments" in str(ai.content)
+    def _corrections(self) -> int:
+        """How many corrections in a row led here: the model gives up after a few."""
+        count = 0
+        for message in reversed(self.messages):
+            if isinstance(message, HumanMessage):
+                break
+            if isinstance(message, AIMessage) and FIXED_NOTE in str(message.content):
+                count += 1
+        return count
 
     # --- building messages ------------------------------------------------------------
 

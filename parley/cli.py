@@ -1,0 +1,267 @@
+"""The ``parley`` command line. Client side: it talks to conversations through
+``parley.client`` and starts servers (``dev``, ``worker``); no workflow logic here.
+
+Every command has ``--help``. Scriptable commands print JSON with ``--json``; a refused
+command exits 1 with one clear line on stderr. ``TEMPORAL_ADDRESS`` and
+``PARLEY_TASK_QUEUE`` pick the cluster and the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from parley.client import ConversationRefused, Conversations, connect
+from parley.contracts import Decision, DecisionAction, TurnResult
+from parley.settings import Settings
+
+app = typer.Typer(
+    help="Parley: LLM-agent conversations as durable Temporal workflows.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+T = TypeVar("T")
+
+Session = Annotated[str, typer.Option("--session", "-s", help="Conversation (session) id.")]
+User = Annotated[str, typer.Option("--user", "-u", help="Your user id (required, not 'default').")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+CallIds = Annotated[
+    list[str] | None,
+    typer.Argument(help="Tool call ids to decide; none means every pending call."),
+]
+
+
+def fail(message: str) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(1)
+
+
+def run_async(work: Callable[[], Awaitable[T]]) -> T:
+    try:
+        return asyncio.run(work())  # type: ignore[arg-type]
+    except ConversationRefused as refused:
+        raise fail(refused.message) from None
+    except (ValueError, FileNotFoundError) as problem:
+        raise fail(str(problem)) from None
+
+
+def settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except ValueError as problem:
+        raise fail(str(problem)) from None
+
+
+async def conversations() -> Conversations:
+    config = settings()
+    return Conversations(await connect(config), config)
+
+
+# --- servers ------------------------------------------------------------------------
+
+
+@app.command()
+def dev(
+    data_dir: Annotated[
+        Path, typer.Option(help="Where the dev server's SQLite file, demo repos and plans live.")
+    ] = Path(".parley"),
+    port: Annotated[int, typer.Option(help="Temporal frontend port.")] = 7233,
+    ui_port: Annotated[int, typer.Option(help="Temporal Web UI port.")] = 8233,
+) -> None:
+    """Run everything locally: Temporal dev server with UI, demo projects, and a worker."""
+    from parley.dev import run_dev
+
+    run_async(lambda: run_dev(data_dir.resolve(), port=port, ui_port=ui_port, console=out))
+
+
+@app.command()
+def worker() -> None:
+    """Run a worker against TEMPORAL_ADDRESS with PARLEY_MODEL and PARLEY_TOOLS."""
+    import logging
+
+    from worker import run_worker
+
+    logging.basicConfig(level=logging.INFO)
+    run_async(lambda: run_worker(settings()))
+
+
+# --- conversations --------------------------------------------------------------------
+
+
+@app.command()
+def send(
+    text: Annotated[str, typer.Argument(help="The message.")],
+    session: Session,
+    user: User,
+    as_json: AsJson = False,
+) -> None:
+    """Send a message (starting the conversation if new) and print the turn's result."""
+
+    async def work() -> TurnResult:
+        return await (await conversations()).send(session, user, text)
+
+    print_turn(run_async(work), as_json)
+
+
+def _decide_command(action: DecisionAction) -> Callable[..., None]:
+    def command(
+        session: Session,
+        user: User,
+        call_ids: CallIds = None,
+        message: Annotated[
+            str | None,
+            typer.Option("--message", "-m", help="Reason (reject) or the answer (respond)."),
+        ] = None,
+        args: Annotated[
+            str | None, typer.Option("--args", help="New arguments as a JSON object (edit).")
+        ] = None,
+        as_json: AsJson = False,
+    ) -> None:
+        new_args = parse_args_option(args) if action == "edit" else None
+        if action == "edit" and new_args is None:
+            raise fail("edit needs --args '{...}' with the new arguments")
+        if action == "respond" and not message:
+            raise fail("respond needs --message with the answer to give the model")
+
+        async def work() -> TurnResult:
+            conv = await conversations()
+            ids = call_ids or [p.tool_call_id for p in (await conv.state(session, user)).pending]
+            if not ids:
+                raise ConversationRefused(f"no tool call waits for a decision in {session}")
+            decisions = [
+                Decision(tool_call_id=i, action=action, args=new_args, message=message) for i in ids
+            ]
+            return await conv.decide(session, user, decisions)
+
+        print_turn(run_async(work), as_json)
+
+    command.__doc__ = {
+        "approve": "Approve pending tool calls: they run now.",
+        "edit": "Run a pending tool call with new arguments (--args JSON).",
+        "reject": "Reject pending tool calls: they never run (optional --message).",
+        "respond": "Answer pending tool calls yourself (--message): the tool does not run.",
+    }[action]
+    return command
+
+
+for _action in ("approve", "edit", "reject", "respond"):
+    app.command(name=_action)(_decide_command(_action))  # type: ignore[arg-type]
+
+
+@app.command()
+def show(session: Session, user: User, as_json: AsJson = False) -> None:
+    """Show a conversation: status, pending calls, transcript, audit log."""
+
+    async def work() -> Any:
+        return await (await conversations()).state(session, user)
+
+    snapshot = run_async(work)
+    if as_json:
+        print(snapshot.model_dump_json(indent=2))
+        return
+    out.print(f"[bold]{snapshot.session_id}[/] ({snapshot.user_id}): {snapshot.status}")
+    for message in snapshot.transcript:
+        out.print(f"[dim]{message.type:>6}[/] {message.text()[:300]}", highlight=False)
+        for tool_call in getattr(message, "tool_calls", []) or []:
+            out.print(f"       → {tool_call['name']} {json.dumps(tool_call['args'])}")
+    print_pending(snapshot.pending)
+
+
+@app.command()
+def events(
+    session: Session,
+    user: User,
+    after: Annotated[int, typer.Option(help="Print events with offset greater than this.")] = -1,
+) -> None:
+    """Print the conversation's AG-UI events as JSON lines (offset, event)."""
+
+    async def work() -> Any:
+        return await (await conversations()).events(session, user, after)
+
+    for item in run_async(work).events:
+        print(item.model_dump_json())
+
+
+@app.command()
+def end(session: Session, user: User) -> None:
+    """End a conversation once its in-flight work is done."""
+
+    async def work() -> Any:
+        return await (await conversations()).end(session, user)
+
+    run_async(work)
+    out.print(f"conversation {session} is ending")
+
+
+@app.command()
+def chat(session: Session, user: User) -> None:
+    """Talk to a conversation; answer approval prompts with approve/edit/reject/respond."""
+    from parley.chat import run_chat
+
+    run_async(lambda: run_chat(session, user, settings(), console=out))
+
+
+# --- output ---------------------------------------------------------------------------
+
+
+def parse_args_option(raw: str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as problem:
+        raise fail(f"--args is not JSON: {problem.msg} at character {problem.pos}") from None
+    if not isinstance(value, dict):
+        raise fail('--args must be a JSON object, e.g. \'{"branch_slug": "my-change"}\'')
+    return value
+
+
+def print_turn(result: TurnResult, as_json: bool) -> None:
+    if as_json:
+        print(result.model_dump_json(indent=2))
+    else:
+        for item in result.results:
+            colour = "green" if item.status == "success" else "yellow"
+            out.print(f"[{colour}]{item.status}[/] {item.name} ({item.tool_call_id})")
+        if result.reply:
+            out.print(result.reply, highlight=False)
+        print_pending(result.pending)
+    if result.status == "failed":
+        err.print(f"[bold red]turn failed:[/] {result.error}", highlight=False)
+        raise typer.Exit(1)
+
+
+def print_pending(pending: list[Any]) -> None:
+    if not pending:
+        return
+    table = Table(title="Waiting for your decision", title_justify="left")
+    for column in ("call id", "tool", "args", "expires"):
+        table.add_column(column)
+    for call in pending:
+        table.add_row(
+            call.tool_call_id,
+            call.name,
+            json.dumps(call.args, ensure_ascii=False),
+            call.expires_at.strftime("%Y-%m-%d %H:%M UTC"),
+        )
+    out.print(table)
+    out.print("Decide with: parley approve|edit|reject|respond --session … --user … [CALL_ID…]")
+
+
+def main() -> None:  # pragma: no cover - console script entry
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())
