@@ -78,11 +78,41 @@ def dev(
     ] = Path(".parley"),
     port: Annotated[int, typer.Option(help="Temporal frontend port.")] = 7233,
     ui_port: Annotated[int, typer.Option(help="Temporal Web UI port.")] = 8233,
+    plans_port: Annotated[int, typer.Option(help="Reference plans service port.")] = 8765,
 ) -> None:
-    """Run everything locally: Temporal dev server with UI, demo projects, and a worker."""
+    """Run everything locally: Temporal dev server with UI, demo git projects, the
+    reference plans service, and a worker with the offline model."""
     from parley.dev import run_dev
 
-    run_async(lambda: run_dev(data_dir.resolve(), port=port, ui_port=ui_port, console=out))
+    try:
+        run_async(
+            lambda: run_dev(
+                data_dir.resolve(),
+                port=port,
+                ui_port=ui_port,
+                plans_port=plans_port,
+                console=out,
+            )
+        )
+    except KeyboardInterrupt:
+        out.print("stopped")
+
+
+@app.command("plans-service")
+def plans_service(
+    db: Annotated[Path, typer.Option(help="SQLite database file.")] = Path("plans.db"),
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8765,
+) -> None:
+    """Run the reference plans REST service (API key from PARLEY_PLANS_API_KEY)."""
+    import os
+
+    from parley.plans_service import serve
+
+    api_key = os.environ.get("PARLEY_PLANS_API_KEY", "").strip()
+    if not api_key:
+        raise fail("set PARLEY_PLANS_API_KEY: clients must send it as a bearer token")
+    serve(host, port, db.resolve(), api_key)
 
 
 @app.command()
@@ -93,7 +123,10 @@ def worker() -> None:
     from worker import run_worker
 
     logging.basicConfig(level=logging.INFO)
-    run_async(lambda: run_worker(settings()))
+    try:
+        run_async(lambda: run_worker(settings()))
+    except KeyboardInterrupt:
+        out.print("stopped")
 
 
 # --- conversations --------------------------------------------------------------------

