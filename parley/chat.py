@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from parley.client import ConversationRefused, Conversations, connect
 from parley.contracts import Decision, PendingCall, TurnResult
@@ -33,7 +34,10 @@ async def _ask(prompt: str) -> str:
 
 async def run_chat(session: str, user: str, settings: Settings, *, console: Console) -> None:
     conversations = Conversations(await connect(settings), settings)
-    console.print(f"Chatting in [bold]{session}[/] as {user}. /quit leaves, /show shows state.")
+    console.print(
+        f"Chatting in [bold]{escape(session)}[/] as {escape(user)}. "
+        "/quit leaves, /show shows the state."
+    )
     pending = await _pending_on_resume(conversations, session, user)
     try:
         while True:
@@ -52,7 +56,7 @@ async def run_chat(session: str, user: str, settings: Settings, *, console: Cons
                 try:
                     result = await conversations.send(session, user, text)
                 except ConversationRefused as refused:
-                    console.print(f"[red]refused:[/] {refused.message}", highlight=False)
+                    console.print(f"[red]refused:[/] {escape(refused.message)}", highlight=False)
                     continue
             _show(result, console)
             pending = result.pending
@@ -77,15 +81,15 @@ async def _decide_all(
         try:
             return await conv.decide(session, user, decisions)
         except ConversationRefused as refused:
-            console.print(f"[red]refused:[/] {refused.message}", highlight=False)
+            console.print(f"[red]refused:[/] {escape(refused.message)}", highlight=False)
             if refused.error_type != "InvalidDecision":
                 raise
 
 
 async def _decision_for(call: PendingCall, console: Console) -> Decision:
     console.print(
-        f"[bold yellow]{call.name}[/] ({call.tool_call_id}) wants to run with "
-        f"{json.dumps(call.args, ensure_ascii=False)}",
+        f"[bold yellow]{call.name}[/] ({escape(call.tool_call_id)}) wants to run with "
+        + escape(json.dumps(call.args, ensure_ascii=False)),
         highlight=False,
     )
     while True:
@@ -114,7 +118,7 @@ async def _ask_json(prompt: str, console: Console) -> dict[str, Any]:
         try:
             value = json.loads(raw)
         except json.JSONDecodeError as problem:
-            console.print(f"not JSON: {problem.msg}; try again")
+            console.print(escape(f"not JSON: {problem.msg}; try again"))
             continue
         if isinstance(value, dict):
             return value
@@ -123,8 +127,10 @@ async def _ask_json(prompt: str, console: Console) -> dict[str, Any]:
 
 def _show(result: TurnResult, console: Console) -> None:
     for item in result.results:
-        console.print(f"  [{item.status}] {item.name}: {item.content[:200]}", highlight=False)
+        console.print(
+            escape(f"  [{item.status}] {item.name}: {item.content[:1000]}"), highlight=False
+        )
     if result.reply:
-        console.print(f"parley> {result.reply}", highlight=False)
+        console.print(escape(f"parley> {result.reply}"), highlight=False)
     if result.status == "failed":
-        console.print(f"[red]turn failed:[/] {result.error}", highlight=False)
+        console.print(f"[red]turn failed:[/] {escape(result.error or '')}", highlight=False)

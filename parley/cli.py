@@ -17,6 +17,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from parley.client import ConversationRefused, Conversations, connect
@@ -43,7 +44,7 @@ CallIds = Annotated[
 
 
 def fail(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(1)
 
 
@@ -203,11 +204,13 @@ def show(session: Session, user: User, as_json: AsJson = False) -> None:
     if as_json:
         print(snapshot.model_dump_json(indent=2))
         return
-    out.print(f"[bold]{snapshot.session_id}[/] ({snapshot.user_id}): {snapshot.status}")
+    out.print(
+        f"[bold]{escape(snapshot.session_id)}[/] ({escape(snapshot.user_id)}): {snapshot.status}"
+    )
     for message in snapshot.transcript:
-        out.print(f"[dim]{message.type:>6}[/] {message.text()[:300]}", highlight=False)
+        out.print(f"[dim]{message.type:>6}[/] {escape(message.text()[:300])}", highlight=False)
         for tool_call in getattr(message, "tool_calls", []) or []:
-            out.print(f"       → {tool_call['name']} {json.dumps(tool_call['args'])}")
+            out.print(escape(f"       → {tool_call['name']} {json.dumps(tool_call['args'])}"))
     print_pending(snapshot.pending)
 
 
@@ -266,12 +269,12 @@ def print_turn(result: TurnResult, as_json: bool) -> None:
     else:
         for item in result.results:
             colour = "green" if item.status == "success" else "yellow"
-            out.print(f"[{colour}]{item.status}[/] {item.name} ({item.tool_call_id})")
+            out.print(f"[{colour}]{item.status}[/] {item.name} ({escape(item.tool_call_id)})")
         if result.reply:
-            out.print(result.reply, highlight=False)
+            out.print(result.reply, highlight=False, markup=False)
         print_pending(result.pending)
     if result.status == "failed":
-        err.print(f"[bold red]turn failed:[/] {result.error}", highlight=False)
+        err.print(f"[bold red]turn failed:[/] {escape(result.error or '')}", highlight=False)
         raise typer.Exit(1)
 
 
@@ -289,7 +292,10 @@ def print_pending(pending: list[Any]) -> None:
             call.expires_at.strftime("%Y-%m-%d %H:%M UTC"),
         )
     out.print(table)
-    out.print("Decide with: parley approve|edit|reject|respond --session … --user … [CALL_ID…]")
+    out.print(
+        "Decide with: parley approve|edit|reject|respond --session … --user … [CALL_ID…]",
+        markup=False,
+    )
 
 
 def main() -> None:  # pragma: no cover - console script entry

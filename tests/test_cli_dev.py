@@ -136,3 +136,35 @@ def test_cli_refuses_bad_input_with_one_line(dev_server) -> None:
         assert result.returncode == 1, result
         assert expected in result.stderr
         assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_chat_answers_approval_prompts(dev_server) -> None:
+    env = {k: v for k, v in dev_server.items() if k not in ("data_dir", "ui")}
+    typed = "\n".join(
+        [
+            "prepare a fix branch chat-change in api",
+            "maybe",  # not an answer: asked again
+            "edit",
+            "{not json",  # refused, asked again
+            '{"project": "demo", "repo_alias": "api", "branch_kind": "fix",'
+            ' "branch_slug": "chat-edited"}',
+            "/show",
+            "/quit",
+        ]
+    )
+    result = subprocess.run(
+        [*PARLEY, "chat", "--session", "cli-chat", "--user", "carol"],
+        input=typed + "\n",
+        capture_output=True,
+        text=True,
+        env={**env, "COLUMNS": "200"},
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "git_prepare_worktree" in result.stdout
+    assert "Please answer approve, edit, reject or respond" in result.stdout
+    assert "not JSON" in result.stdout
+    assert (
+        "fix/chat-edited" in result.stdout and "A reviewer changed the arguments" in result.stdout
+    )
+    assert "status idle" in result.stdout
