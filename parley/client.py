@@ -42,6 +42,7 @@ from parley.contracts import (
     check_user_id,
     workflow_id_for,
 )
+from parley.errors import ErrorType
 from parley.settings import Settings
 from workflows.conversation import ConversationWorkflow
 
@@ -93,6 +94,7 @@ class Conversations:
                 user_id=user_id,
                 pending_expiry_seconds=self._settings.pending_expiry_seconds,
                 max_model_calls_per_turn=self._settings.max_model_calls_per_turn,
+                continue_as_new_after_events=self._settings.continue_as_new_after_events,
             ),
             id=workflow_id,
             task_queue=self._settings.task_queue,
@@ -176,6 +178,12 @@ def _workflow_id(session_id: str) -> str:
 
 def _refusal(err: Exception, session_id: str) -> ConversationRefused:
     if isinstance(err, RPCError):
+        if err.status == RPCStatusCode.NOT_FOUND and "already completed" in err.message:
+            # An update to a closed workflow: the conversation exists, and has ended.
+            return ConversationRefused(
+                f"conversation {session_id} has ended; use a new session id",
+                ErrorType.CONVERSATION_ENDED,
+            )
         if err.status == RPCStatusCode.NOT_FOUND:
             return ConversationRefused(f"no conversation {session_id} exists", "NotFound")
         return ConversationRefused(f"Temporal refused the call: {err.message}", "RPCError")

@@ -149,6 +149,8 @@ class ConversationStart(BaseModel):
     user_id: str
     pending_expiry_seconds: float = 24 * 3600
     max_model_calls_per_turn: int = 8
+    #: Continue-as-new (between turns) once this run's history is this long.
+    continue_as_new_after_events: int = 10_000
     #: Set only by continue-as-new: everything the previous run held.
     carried_state: ConversationState | None = None
 

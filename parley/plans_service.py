@@ -23,7 +23,9 @@ Contract:
 
 Test hooks, off unless ``create_app(..., enable_test_hooks=True)``:
 ``POST /_test/faults`` queues answers for the next requests (``{"faults": [{"status":
-503, "retry_after": "2", "body": {...}}]}``; ``"raw"`` gives a non-JSON body),
+503, "retry_after": "2", "body": {...}}]}``; ``"raw"`` gives a non-JSON body;
+``"lose_response": true`` processes the request first, then answers the fault instead,
+as when a committed write's answer is lost on the way back),
 ``GET /_test/requests`` lists what the service saw (method, path, user, idempotency
 key, status), ``DELETE /_test/requests`` and ``DELETE /_test/faults`` clear them.
 """
@@ -150,6 +152,8 @@ class Fault:
     retry_after: str | None = None
     body: Any = None
     raw: str | None = None
+    #: Process the request (commit the write), then answer this fault: a lost response.
+    lose_response: bool = False
 
 
 @dataclass
@@ -336,9 +340,14 @@ def create_app(db_path: Path, api_key: str, *, enable_test_hooks: bool = False) 
             "idempotency_key": request.headers.get("idempotency-key"),
             "status": None,
         }
-        response = _fault(hooks) if enable_test_hooks else None
-        if response is None:
+        fault = _next_fault(hooks) if enable_test_hooks else None
+        if fault is not None and not fault.lose_response:
+            response = _fault_response(fault)
+        else:
             response = _authorize(request, api_key) or await call_next(request)
+            if fault is not None:
+                await _drain(response)  # the write is done; its answer is lost
+                response = _fault_response(fault)
         if enable_test_hooks:
             entry["status"] = response.status_code
             with hooks.lock:
@@ -454,11 +463,19 @@ def _user(header: str | None) -> str:
     return user
 
 
-def _fault(hooks: TestHooks) -> Response | None:
+def _next_fault(hooks: TestHooks) -> Fault | None:
     with hooks.lock:
-        if not hooks.faults:
-            return None
-        fault = hooks.faults.popleft()
+        return hooks.faults.popleft() if hooks.faults else None
+
+
+async def _drain(response: Response) -> None:
+    body_iterator = getattr(response, "body_iterator", None)
+    if body_iterator is not None:
+        async for _ in body_iterator:
+            pass
+
+
+def _fault_response(fault: Fault) -> Response:
     headers = {"Retry-After": fault.retry_after} if fault.retry_after is not None else None
     if fault.raw is not None:
         return Response(

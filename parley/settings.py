@@ -72,6 +72,7 @@ class Settings:
     tools: str = DEFAULT_TOOLS
     pending_expiry_seconds: float = 24 * 3600
     max_model_calls_per_turn: int = 8
+    continue_as_new_after_events: int = 10_000
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -85,6 +86,9 @@ class Settings:
             pending_expiry_seconds=_positive_float(env, "PARLEY_PENDING_EXPIRY_SECONDS", 24 * 3600),
             max_model_calls_per_turn=int(
                 _positive_float(env, "PARLEY_MAX_MODEL_CALLS_PER_TURN", 8)
+            ),
+            continue_as_new_after_events=int(
+                _positive_float(env, "PARLEY_CONTINUE_AS_NEW_AFTER_EVENTS", 10_000)
             ),
         )
 

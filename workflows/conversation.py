@@ -20,7 +20,7 @@ contracts (passed through the sandbox).
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -110,12 +110,16 @@ class ConversationWorkflow:
         workflow.upsert_search_attributes([PARLEY_USER.value_set(self._state.user_id)])
         self._publish_status()
         while True:
+            # Wake also when the earliest deadline changes (a turn left calls pending, a
+            # decision cleared them), so that the timer below always matches it.
+            deadline = self._next_deadline()
             try:
                 await workflow.wait_condition(
-                    lambda: (
+                    lambda deadline=deadline: (
                         self._ended
                         or (not self._turn_running and self._expired_calls() != [])
                         or self._should_continue_as_new()
+                        or self._next_deadline() != deadline
                     ),
                     timeout=self._time_to_next_deadline(),
                     timeout_summary="pending tool call deadline",
@@ -130,30 +134,38 @@ class ConversationWorkflow:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 if not self._turn_running and not self._ended:
                     workflow.continue_as_new(
-                        ConversationStart(
-                            session_id=start.session_id,
-                            user_id=start.user_id,
-                            pending_expiry_seconds=start.pending_expiry_seconds,
-                            max_model_calls_per_turn=start.max_model_calls_per_turn,
-                            carried_state=self._state,
-                        )
+                        start.model_copy(update={"carried_state": self._state})
                     )
         await workflow.wait_condition(workflow.all_handlers_finished)
+        for call in self._state.pending:
+            self._answer_unrun(call, "the conversation ended before anyone decided on it")
+        self._state.pending = []
         self._state.status = "ended"
         self._publish_status()
         return self._snapshot()
 
     def _should_continue_as_new(self) -> bool:
-        return not self._turn_running and workflow.info().is_continue_as_new_suggested()
+        """Carry the whole state into a fresh run before history gets long; only between
+        turns, so no activity or handler is cut off."""
+        if self._turn_running:
+            return False
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= self._start.continue_as_new_after_events
+        )
 
     def _expired_calls(self) -> list[PendingCall]:
         now = workflow.now()
         return [call for call in self._state.pending if call.expires_at <= now]
 
+    def _next_deadline(self) -> datetime | None:
+        return min((call.expires_at for call in self._state.pending), default=None)
+
     def _time_to_next_deadline(self) -> timedelta | None:
-        if not self._state.pending:
+        earliest = self._next_deadline()
+        if earliest is None:
             return None
-        earliest = min(call.expires_at for call in self._state.pending)
         return max(earliest - workflow.now(), timedelta(seconds=1))
 
     # --- updates ----------------------------------------------------------------------
@@ -303,8 +315,9 @@ class ConversationWorkflow:
                 await self._refresh_tools()
             if decisions is not None:
                 await self._apply_decisions(decisions)
+            hours = self._start.pending_expiry_seconds / 3600
             for call in expired or []:
-                self._answer_expired(call)
+                self._answer_unrun(call, f"nobody decided on it within {hours:g} h")
             if self._state.pending:
                 result = self._turn_result("awaiting_approval")
             else:
@@ -475,13 +488,13 @@ class ConversationWorkflow:
         self._state.pending = [c for c in self._state.pending if c not in due]
         await self._run_turn(expired=due)
 
-    def _answer_expired(self, call: PendingCall) -> None:
-        hours = self._start.pending_expiry_seconds / 3600
+    def _answer_unrun(self, call: PendingCall, why: str) -> None:
+        """Answer a pending call that will never run: ``expired``, and the model is told."""
         result = ToolResult(
             status="expired",
             content=(
-                f"Error: nobody decided on this call to {call.name} within {hours:g} h; "
-                "it expired and did not run. Do not retry it unless the user asks."
+                f"Error: {why}; this call to {call.name} expired and did not run. "
+                "Do not retry it unless the user asks."
             ),
         )
         as_call = {"id": call.tool_call_id, "name": call.name, "args": call.args}

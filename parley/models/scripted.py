@@ -9,11 +9,12 @@ proposes the matching tool calls, so ``parley dev`` works with no LLM at all:
 - "create a plan called Q3 review", "帮我创建一个计划…" → create_plan (the whole sentence
   as title: the toolset normalizes it)
 - "list my plans", "show plan 3", "mark plan 3 as done" → list_plans, get_plan,
-  update_plan_status
+  update_plan_status ("mark plan 3 as finished" sends the user's word as the status)
 
 After tool results it summarizes them. When a result says "Please fix your mistakes"
 it corrects what it can (a slug to kebab-case, an unknown branch kind, an unknown
-project) and calls again, once per error; otherwise it reports the error.
+project, a plan status word such as "finished") and calls again, once per error;
+otherwise it reports the error.
 """
 
 from __future__ import annotations
@@ -34,6 +35,16 @@ MAX_FIXES = 3
 BRANCH_KINDS = {"feat", "fix", "chore", "docs", "refactor", "test"}
 KIND_WORDS = {"feature": "feat", "bug": "fix", "bugfix": "fix", "doc": "docs", "tests": "test"}
 STATUSES = ("draft", "active", "done", "cancelled")
+STATUS_WORDS = {
+    "finished": "done",
+    "complete": "done",
+    "completed": "done",
+    "closed": "done",
+    "started": "active",
+    "open": "active",
+    "canceled": "cancelled",
+    "dropped": "cancelled",
+}
 
 HELP = (
     "I am Parley's offline model. I understand: 'list the repositories of project demo', "
@@ -93,6 +104,16 @@ class _Turn:
             return self._call(
                 "update_plan_status",
                 {"plan_id": int(status_change.group(1)), "status": status_change.group(2)},
+            )
+        # Any other word goes as it is, the way a hasty model would send it; the backend's
+        # 422 lists the valid statuses and the correction below picks one.
+        loose_status = re.search(
+            r"\b(?:mark|set)\b.*?\bplan\s+#?(\d+)\s+(?:as|to)\s+(\w+)", lowered
+        )
+        if loose_status:
+            return self._call(
+                "update_plan_status",
+                {"plan_id": int(loose_status.group(1)), "status": loose_status.group(2)},
             )
         plan_id = _search(r"\bplan\s+#?(\d+)\b", lowered) or _search(r"计划\s*#?(\d+)", text)
         if plan_id and re.search(r"\b(show|get|open|read)\b|查看", lowered):
@@ -226,6 +247,8 @@ def _correct(name: str, args: dict[str, Any], error: str) -> dict[str, Any] | No
     known = _search(r"known projects?(?: are)?:\s*([\w.-]+)", error)
     if "project" in fixed and known:
         fixed["project"] = known
+    if name == "update_plan_status" and "status" in error.lower() and "status" in fixed:
+        fixed["status"] = STATUS_WORDS.get(str(fixed["status"]).lower(), fixed["status"])
     if name == "create_plan" and "title" in error.lower() and "title" in fixed:
         fixed["title"] = str(fixed["title"])[:80]
     return fixed

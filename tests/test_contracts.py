@@ -1,0 +1,147 @@
+"""The boundary contracts: LangChain messages survive pydantic_data_converter (style.md's
+round-trip test), and ConversationStart refuses what must never start a conversation."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from pydantic import BaseModel, ValidationError
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from parley.contracts import (
+    CallModelOutput,
+    ConversationSnapshot,
+    ConversationStart,
+    ConversationState,
+    Counters,
+    Decision,
+    PendingCall,
+    TranscriptPage,
+)
+
+TOOL_CALLS = [
+    {"name": "write_record", "args": {"title": "Q3", "tags": ["a", "b"]}, "id": "c1"},
+    {"name": "read_records", "args": {}, "id": "c2"},
+]
+
+
+def proposal() -> AIMessage:
+    return AIMessage(content="I will write it.", tool_calls=TOOL_CALLS, id="m1")
+
+
+def answer() -> ToolMessage:
+    return ToolMessage(
+        content="Error: count must be at most 10\n Please fix your mistakes.",
+        tool_call_id="c1",
+        name="write_record",
+        status="error",
+        artifact={"status": "error", "content": "...", "payload": {"n": 1}, "error": None},
+        id="result-c1",
+    )
+
+
+def round_trip(value: Any) -> Any:
+    converter = pydantic_data_converter.payload_converter
+    payloads = converter.to_payloads([value])
+    (back,) = converter.from_payloads(payloads, [type(value)])
+    return back
+
+
+def assert_tool_calls_intact(message: BaseMessage) -> None:
+    assert isinstance(message, AIMessage)
+    assert [(c["name"], c["args"], c["id"]) for c in message.tool_calls] == [
+        (c["name"], c["args"], c["id"]) for c in TOOL_CALLS
+    ]
+
+
+def transcript() -> list[BaseMessage]:
+    return [HumanMessage(content="write Q3", id="h1"), proposal(), answer()]
+
+
+def test_transcript_page_keeps_tool_calls_and_tool_results() -> None:
+    back = round_trip(TranscriptPage(messages=transcript()))
+
+    assert [type(m) for m in back.messages] == [HumanMessage, AIMessage, ToolMessage]
+    assert_tool_calls_intact(back.messages[1])
+    result = back.messages[2]
+    assert (result.tool_call_id, result.status, result.name) == ("c1", "error", "write_record")
+    assert result.artifact == answer().artifact
+    assert result.content == answer().content
+
+
+def test_call_model_output_keeps_tool_calls() -> None:
+    back = round_trip(CallModelOutput(message=proposal()))
+
+    assert_tool_calls_intact(back.message)
+    assert back.message.id == "m1"
+
+
+def test_conversation_state_and_snapshot_keep_the_transcript() -> None:
+    state = ConversationState(session_id="s1", user_id="alice", transcript=transcript())
+    snapshot = ConversationSnapshot(
+        session_id="s1",
+        user_id="alice",
+        status="awaiting_approval",
+        pending=[
+            PendingCall(
+                tool_call_id="c1",
+                name="write_record",
+                args={"title": "Q3"},
+                description="Write a record.",
+                expires_at=datetime(2026, 1, 2, tzinfo=UTC),
+            )
+        ],
+        transcript=transcript(),
+        audit=[],
+        counters=Counters(turns=1, model_calls=1),
+        event_count=7,
+    )
+
+    for back in (round_trip(state).transcript, round_trip(snapshot).transcript):
+        assert [type(m) for m in back] == [HumanMessage, AIMessage, ToolMessage]
+        assert_tool_calls_intact(back[1])
+        assert back[2].artifact == answer().artifact
+        assert back[2].status == "error"
+    assert round_trip(snapshot).pending == snapshot.pending
+
+
+def test_a_base_message_list_would_drop_tool_calls() -> None:
+    """Why the contracts say list[AnyMessage]: list[BaseMessage] loses the calls."""
+
+    class Careless(BaseModel):
+        messages: list[BaseMessage]
+
+    back = round_trip(Careless(messages=[proposal()]))
+
+    assert not isinstance(back.messages[0], AIMessage)
+    assert getattr(back.messages[0], "tool_calls", []) == []
+
+
+@pytest.mark.parametrize("user_id", ["", "  ", "default", "DEFAULT"])
+def test_conversation_start_refuses_a_missing_or_default_user(user_id: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        ConversationStart(session_id="s1", user_id=user_id)
+    assert "user" in str(refused.value)
+
+
+@pytest.mark.parametrize("session_id", ["", "a b", "a/b", "x" * 129, "é"])
+def test_conversation_start_refuses_a_malformed_session_id(session_id: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        ConversationStart(session_id=session_id, user_id="alice")
+    assert "session id" in str(refused.value)
+
+
+def test_conversation_start_accepts_a_well_formed_start() -> None:
+    start = ConversationStart(session_id="Sess.1_a-b", user_id=" alice ", pending_expiry_seconds=60)
+    assert (start.user_id, start.pending_expiry_seconds) == ("alice", 60)
+    assert round_trip(start) == start
+
+
+def test_decisions_that_cannot_be_carried_out_are_refused() -> None:
+    with pytest.raises(ValidationError, match="needs new args"):
+        Decision(tool_call_id="c1", action="edit")
+    with pytest.raises(ValidationError, match="needs a message"):
+        Decision(tool_call_id="c1", action="respond", message=" ")

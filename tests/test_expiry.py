@@ -1,0 +1,173 @@
+"""Pending calls expire after a configurable time: recorded `expired`, never run, the model
+told. Runs the real workflow on the time-skipping test server, so 24 h pass in a moment.
+
+The Java test server lacks some of the dev server's API: it has no ListSearchAttributes
+(so ``worker.ensure_search_attributes`` cannot run there), but it implements
+AddSearchAttributes, update-with-start, and queries from activities, which is all a
+conversation needs. While a workflow task or an activity is outstanding the test server
+holds its clock, so ``env.sleep`` returns only after the turn the deadline started has
+come to rest: the assertions after it need no waiting.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from langchain_core.messages import BaseMessage, ToolMessage
+from langchain_core.outputs import ChatResult
+from pydantic import Field
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
+
+from parley.binaries import temporal_test_server
+from parley.client import ConversationRefused, Conversations
+from parley.contracts import SEARCH_ATTRIBUTES, Decision
+from parley.errors import ErrorType
+from parley.models.script_file import ScriptEntry, ScriptFileChatModel
+from parley.settings import Settings
+from tests.checks import envelope_status, new_session, runs_in, tool_messages
+from tests.support import call, registry
+from worker import _indexed_type, build_worker
+from workflows.conversation import ConversationWorkflow
+
+PROPOSE_WRITE = {"content": "Shall I?", "tool_calls": [call("write_record", "c1", title="Q3")]}
+AFTER_EXPIRY = {"content": "The write expired; ask again if you still want it."}
+
+
+class RecordingScript(ScriptFileChatModel):
+    """The script model, remembering what it was given on every call."""
+
+    inputs: list[list[BaseMessage]] = Field(default_factory=list)
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
+        self.inputs.append(list(messages))
+        return super()._generate(messages, *args, **kwargs)
+
+
+def recording_script(*entries: dict[str, Any]) -> RecordingScript:
+    return RecordingScript(entries=[ScriptEntry.model_validate(e) for e in entries], inputs=[])
+
+
+@pytest.fixture(scope="module")
+async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=temporal_test_server(),
+        data_converter=pydantic_data_converter,
+    )
+    try:
+        await env.client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(
+                namespace=env.client.namespace,
+                search_attributes={key.name: _indexed_type(key) for key in SEARCH_ATTRIBUTES},
+            ),
+            timeout=timedelta(seconds=10),
+        )
+        yield env
+    finally:
+        await env.shutdown()
+
+
+def settings(**fields: Any) -> Settings:
+    return Settings(task_queue=f"parley-expiry-{uuid.uuid4().hex[:8]}", **fields)
+
+
+async def test_pending_call_expires_after_24_hours_and_the_model_is_told(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    env = time_skipping_env
+    model = recording_script(PROPOSE_WRITE, AFTER_EXPIRY)
+    config = settings()
+    async with build_worker(env.client, config, registry=registry(), model=model):
+        conversations = Conversations(env.client, config)
+        sid = new_session()
+        sent_at = await env.get_current_time()
+        turn = await conversations.send(sid, "alice", "write Q3")
+        assert [p.tool_call_id for p in turn.pending] == ["c1"]
+        deadline = turn.pending[0].expires_at - sent_at
+        assert timedelta(hours=24) <= deadline < timedelta(hours=24, minutes=1)
+
+        await env.sleep(timedelta(hours=25))
+
+        state = await conversations.state(sid, "alice")
+        assert (state.status, state.pending) == ("idle", [])
+        answer = tool_messages(state.transcript)["c1"]
+        assert (answer.status, envelope_status(answer)) == ("error", "expired")
+        assert "expired and did not run" in answer.content
+        assert "24 h" in answer.content
+        assert runs_in(sid, "write_record") == []
+        assert state.counters.model_calls == 2
+        told = model.inputs[1][-1]
+        assert isinstance(told, ToolMessage) and told.content == answer.content
+        assert state.last_turn is not None
+        assert (state.last_turn.status, state.last_turn.reply) == (
+            "completed",
+            AFTER_EXPIRY["content"],
+        )
+        assert [(r.tool_call_id, r.status) for r in state.last_turn.results] == [("c1", "expired")]
+        assert [a.event for a in state.audit if a.tool_call_id == "c1"] == ["proposed", "expired"]
+
+        # nothing is owed any more: a late decision is refused and runs nothing
+        with pytest.raises(ConversationRefused) as late:
+            await conversations.decide(
+                sid, "alice", [Decision(tool_call_id="c1", action="approve")]
+            )
+        assert late.value.error_type == ErrorType.NO_DECISIONS_OWED
+        assert runs_in(sid, "write_record") == []
+
+        # the deadline's timer and the expiry turn replay deterministically
+        history = await conversations.handle(sid).fetch_history()
+        replayer = Replayer(
+            workflows=[ConversationWorkflow], data_converter=pydantic_data_converter
+        )
+        assert (await replayer.replay_workflow(history)).replay_failure is None
+
+
+async def test_a_decision_before_the_deadline_still_runs(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    env = time_skipping_env
+    config = settings()
+    model = recording_script(PROPOSE_WRITE, {"content": "Written."})
+    async with build_worker(env.client, config, registry=registry(), model=model):
+        conversations = Conversations(env.client, config)
+        sid = new_session()
+        await conversations.send(sid, "alice", "write Q3")
+
+        await env.sleep(timedelta(hours=23))
+
+        state = await conversations.state(sid, "alice")
+        assert [p.tool_call_id for p in state.pending] == ["c1"]
+        turn = await conversations.decide(
+            sid, "alice", [Decision(tool_call_id="c1", action="approve")]
+        )
+        assert (turn.status, turn.reply) == ("completed", "Written.")
+        assert len(runs_in(sid, "write_record")) == 1
+        answer = tool_messages((await conversations.state(sid, "alice")).transcript)["c1"]
+        assert envelope_status(answer) == "success"
+
+
+async def test_expiry_is_configurable(time_skipping_env: WorkflowEnvironment) -> None:
+    env = time_skipping_env
+    config = settings(pending_expiry_seconds=3600)  # becomes ConversationStart's field
+    model = recording_script(PROPOSE_WRITE, AFTER_EXPIRY)
+    async with build_worker(env.client, config, registry=registry(), model=model):
+        conversations = Conversations(env.client, config)
+        sid = new_session()
+        sent_at = await env.get_current_time()
+        turn = await conversations.send(sid, "alice", "write Q3")
+        assert turn.pending[0].expires_at - sent_at < timedelta(hours=1, minutes=1)
+
+        await env.sleep(timedelta(hours=2))
+
+        state = await conversations.state(sid, "alice")
+        assert (state.status, state.pending) == ("idle", [])
+        answer = tool_messages(state.transcript)["c1"]
+        assert envelope_status(answer) == "expired"
+        assert "within 1 h" in answer.content
+        assert runs_in(sid, "write_record") == []

@@ -1,0 +1,172 @@
+"""Issue 3 end to end with ``PARLEY_MODEL=openai:<model>``: whole conversations whose
+model is langchain-openai talking to ``FakeOpenAI``, a real chat-completions server on
+127.0.0.1, through a real worker on the real Temporal dev server.
+
+Retries are Temporal's (the SDK's are off): the tests count the ``call_model`` attempts
+in the workflow history and the HTTP requests the fake received, and expect them equal.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from langchain_core.language_models import BaseChatModel
+from temporalio.client import Client
+
+from parley.contracts import CALL_MODEL, RUN_TOOL, Decision
+from parley.errors import ErrorType
+from parley.models.openai_provider import build_openai_model
+from parley.plans_service import BackgroundServer, create_app
+from parley.tools import ToolRegistry
+from parley.toolsets.plans import build_plans_toolset
+from tests.checks import new_session, runs_in, tool_messages
+from tests.openai_fake import OVERLOAD_2064, FakeOpenAI, error_body
+from tests.support import registry
+from tests.test_plans_workflow import (
+    PLANS_KEY,
+    SECRET_MARKER,
+    activity_attempts,
+    approve,
+    every_history,
+    fetch,
+    rows,
+)
+
+OPENAI_KEY = f"sk-openai-{SECRET_MARKER}-c0ffee51"
+WRONG_OPENAI_KEY = f"sk-revoked-{SECRET_MARKER}-dead99"
+USER = "ola.n"
+
+
+@pytest.fixture
+async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI(api_key=OPENAI_KEY) as running:
+        monkeypatch.setenv("OPENAI_BASE_URL", running.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+        yield running
+
+
+@pytest.fixture
+def plans(tmp_path: Path) -> Iterator[BackgroundServer]:
+    app = create_app(tmp_path / "plans.db", PLANS_KEY, enable_test_hooks=True)
+    with BackgroundServer(app) as running:
+        yield running
+
+
+def openai_model() -> BaseChatModel:
+    return build_openai_model("gpt-test")
+
+
+async def test_a_whole_conversation_through_openai(parley_worker, fake: FakeOpenAI) -> None:
+    write = {"name": "write_record", "args": {"title": "Q3"}, "id": "call_w1"}
+    fake.reply("I will write it.", tool_calls=[write])
+    fake.reply("Written: Q3.")
+    sid = new_session()
+    async with parley_worker(registry(), openai_model()) as conversations:
+        turn = await conversations.send(sid, USER, "write a record Q3")
+        assert turn.status == "awaiting_approval"
+        assert [(p.tool_call_id, p.name, p.args) for p in turn.pending] == [
+            ("call_w1", "write_record", {"title": "Q3"})
+        ]
+        assert fake.attempts == 1
+        offered = {t["function"]["name"]: t["function"] for t in fake.last_request.body["tools"]}
+        assert "write_record" in offered
+        assert "context" not in offered["write_record"]["parameters"]["properties"]
+        assert runs_in(sid, "write_record") == []
+
+        done = await conversations.decide(
+            sid, USER, [Decision(tool_call_id="call_w1", action="approve")]
+        )
+
+        assert done.status == "completed"
+        assert done.reply == "Written: Q3."
+        assert [r["user_id"] for r in runs_in(sid, "write_record")] == [USER]
+        assert fake.attempts == 2
+        sent = fake.last_request.messages
+        assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
+        assert sent[1]["tool_calls"][0]["id"] == "call_w1"
+        assert sent[2]["tool_call_id"] == "call_w1"
+        assert json.loads(sent[2]["content"]) == {"written": "Q3", "by": USER}
+        assert all(r.headers["authorization"] == f"Bearer {OPENAI_KEY}" for r in fake.requests)
+        tool_messages((await conversations.state(sid, USER)).transcript)
+
+
+async def test_rate_limits_and_overloads_are_retried_by_temporal(
+    parley_worker, fake: FakeOpenAI
+) -> None:
+    # Small Retry-After values keep the test fast; the overload in a 200 has no headers
+    # to read, so it goes first, where the policy's initial interval (1 s) applies.
+    fake.error(200, OVERLOAD_2064)
+    fake.error(400, OVERLOAD_2064, retry_after=1)
+    rate_limited = error_body("Rate limit reached", type="requests", code="rate_limit_exceeded")
+    fake.error(429, rate_limited, retry_after=1)
+    fake.error(429, rate_limited, retry_after=1)
+    failures = 4
+    fake.reply("Hello after the storm.")
+    sid = new_session()
+    async with parley_worker(registry(), openai_model()) as conversations:
+        turn = await conversations.send(sid, USER, "hello")
+
+        assert turn.status == "completed"
+        assert turn.reply == "Hello after the storm."
+        history = await fetch(conversations, sid)
+        assert activity_attempts(history, CALL_MODEL) == [failures + 1]
+        assert fake.attempts == failures + 1
+        assert fake.pending == 0
+        last_failure = next(
+            e.activity_task_started_event_attributes.last_failure
+            for e in history.events
+            if e.HasField("activity_task_started_event_attributes")
+            and e.activity_task_started_event_attributes.attempt == failures + 1
+        )
+        assert last_failure.application_failure_info.type == ErrorType.MODEL_TRANSIENT
+        assert "rate limiting" in last_failure.message
+
+
+async def test_a_refused_api_key_fails_the_turn_once_and_clearly(
+    parley_worker, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", WRONG_OPENAI_KEY)  # the fake echoes it in its 401
+    sid = new_session()
+    async with parley_worker(registry(), openai_model()) as conversations:
+        turn = await conversations.send(sid, USER, "hello")
+
+        assert turn.status == "failed"
+        assert turn.error is not None
+        assert "refused the API key" in turn.error
+        assert "HTTP 401" in turn.error
+        assert WRONG_OPENAI_KEY not in turn.error
+        assert fake.attempts == 1
+        history = await fetch(conversations, sid)
+        assert activity_attempts(history, CALL_MODEL) == [1]
+        page = await conversations.events(sid, USER)
+        [error] = [e.event for e in page.events if e.event["type"] == "RUN_ERROR"]
+        assert error["code"] == ErrorType.MODEL_REQUEST
+        assert "refused the API key" in error["message"]
+        state = await conversations.state(sid, USER)
+        assert state.status == "failed"
+        assert state.counters.model_calls == 1  # not called again by itself
+
+
+async def test_no_history_holds_the_openai_or_plans_key(
+    parley_worker, fake: FakeOpenAI, plans: BackgroundServer, client: Client
+) -> None:
+    """Both secrets on one worker, a write that runs, then every history the session has
+    written (the 401 conversations included) is searched for any key."""
+    fake.reply(tool_calls=[{"name": "create_plan", "args": {"title": "Q4 offsite"}, "id": "p1"}])
+    fake.reply("Your plan Q4 offsite is created.")
+    sid = new_session()
+    tools = ToolRegistry(build_plans_toolset(plans.url, PLANS_KEY))
+    async with parley_worker(tools, openai_model()) as conversations:
+        turn = await conversations.send(sid, USER, "plan the Q4 offsite")
+        done = await conversations.decide(sid, USER, approve(turn))
+        assert done.status == "completed"
+        assert [r["title"] for r in rows(plans, USER)] == ["Q4 offsite"]
+        assert activity_attempts(await fetch(conversations, sid), RUN_TOOL) == [1]
+
+    histories = await every_history(client, known=[conversations.handle(sid).id])
+    assert f"conversation-{sid}" in histories
+    leaked = sorted(wid for wid, text in histories.items() if SECRET_MARKER in text)
+    assert leaked == []
