@@ -1,0 +1,176 @@
+"""Loading what the worker is configured with: toolsets (PARLEY_TOOLS), policies, and
+chat models (PARLEY_MODEL). Bad configuration is a clear ValueError, never a traceback
+from deep inside."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+from parley.errors import ModelRequestError
+from parley.models import build_chat_model
+from parley.models.script_file import ScriptFileChatModel
+from parley.models.scripted import ScriptedChatModel
+from parley.tools import ParleyTool, ToolRegistry, load_registry
+from tests.support import drop_tables, read_records, write_record
+
+TOOLS_SPEC = "tests.test_loading:sample_toolset,tests.test_loading:sample_factory"
+
+
+def sample_toolset() -> list:
+    return [write_record, ParleyTool(read_records, "auto")]
+
+
+sample_factory = [ParleyTool(drop_tables, "deny")]
+
+
+def fake_model() -> FakeListChatModel:
+    return FakeListChatModel(responses=["hi"])
+
+
+def test_toolsets_load_with_policies_and_bare_tools_need_confirmation() -> None:
+    registry = load_registry(TOOLS_SPEC)
+    policies = {spec.name: spec.policy for spec in registry.catalogue().tools}
+    assert policies == {"write_record": "confirm", "read_records": "auto", "drop_tables": "deny"}
+    schema = registry.catalogue().get("write_record").args_schema
+    assert set(schema["properties"]) == {"title"}  # the injected context is not the model's
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("no-colon", "not of the form module:attr"),
+        ("nosuchmodule_xyz:tools", "cannot import nosuchmodule_xyz"),
+        ("tests.test_loading:missing", "has no 'missing'"),
+        ("tests.test_loading:sample_toolset,tests.test_loading:sample_toolset", "two tools"),
+    ],
+)
+def test_bad_toolset_specs_are_clear_errors(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        load_registry(spec)
+
+
+def test_unknown_policy_is_refused() -> None:
+    with pytest.raises(ValueError, match="policy 'sometimes'"):
+        ParleyTool(write_record, "sometimes")  # type: ignore[arg-type]
+
+
+def test_model_specs(tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"content": "one"}, {"content": "two"}]))
+    assert isinstance(build_chat_model("scripted"), ScriptedChatModel)
+    assert isinstance(build_chat_model(f"script:{script}"), ScriptFileChatModel)
+    assert isinstance(build_chat_model("tests.test_loading:fake_model"), FakeListChatModel)
+    for bad, message in [
+        ("gpt-4", "not understood"),
+        ("tests.test_loading:nothing", "cannot load"),
+        ("tests.test_loading:sample_toolset", "not a chat model"),
+        (f"script:{tmp_path / 'absent.json'}", "cannot read"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            build_chat_model(bad)
+
+
+def test_script_file_returns_entry_n_for_n_assistant_messages(tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            [
+                {"content": "", "tool_calls": [{"name": "t", "args": {"a": 1}, "id": "x"}]},
+                {"content": "done"},
+            ]
+        )
+    )
+    model = build_chat_model(f"script:{script}")
+    first = model.invoke([HumanMessage("go")])
+    assert first.tool_calls == [{"name": "t", "args": {"a": 1}, "id": "x", "type": "tool_call"}]
+    history = [HumanMessage("go"), first, ToolMessage("ok", tool_call_id="x")]
+    assert model.invoke(history).content == "done"
+    assert model.invoke(history).content == "done"  # a retried call gets the same entry
+    with pytest.raises(ModelRequestError, match="has 2 messages"):
+        model.invoke([*history, AIMessage("done"), HumanMessage("more")])
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("not json", "is not JSON"),
+        ('{"a": 1}', "JSON list"),
+        ('[{"tool_calls": [{}]}]', "malformed"),
+    ],
+)
+def test_malformed_scripts_are_clear_errors(tmp_path: Path, text: str, message: str) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        build_chat_model(f"script:{script}")
+
+
+def test_scripted_model_answers_only_with_tools_it_has() -> None:
+    model = ScriptedChatModel().bind_tools(ToolRegistry(sample_toolset()).langchain_tools())
+    reply = model.invoke([HumanMessage("list the repositories of project demo")])
+    assert reply.tool_calls == []
+    assert "no git_list_project_repositories tool" in reply.content
+    assert "I understand" in model.invoke([HumanMessage("what's up?")]).content
+
+
+@pytest.mark.parametrize(
+    ("request_text", "name", "args"),
+    [
+        (
+            "list the repositories of project demo",
+            "git_list_project_repositories",
+            {"project": "demo"},
+        ),
+        (
+            "prepare a fix branch Login-Bug in api",
+            "git_prepare_worktree",
+            {
+                "project": "demo",
+                "repo_alias": "api",
+                "branch_kind": "fix",
+                "branch_slug": "Login-Bug",
+            },
+        ),
+        (
+            'please prepare a feature worktree "my change" for project demo',
+            "git_prepare_worktree",
+            {
+                "project": "demo",
+                "repo_alias": "web",
+                "branch_kind": "feat",
+                "branch_slug": "my change",
+            },
+        ),
+        (
+            "push feat/x to web",
+            "git_push_branch",
+            {"project": "demo", "repo_alias": "web", "branch": "feat/x"},
+        ),
+        (
+            "帮我创建一个计划，标题是季度复盘",
+            "create_plan",
+            {"title": "帮我创建一个计划，标题是季度复盘"},
+        ),
+        ("list my plans", "list_plans", {}),
+        ("show plan 3", "get_plan", {"plan_id": 3}),
+        ("mark plan 3 as done", "update_plan_status", {"plan_id": 3, "status": "done"}),
+    ],
+)
+def test_scripted_model_reads_requests(
+    tmp_path: Path, request_text: str, name: str, args: dict
+) -> None:
+    from parley.toolsets.git import build_git_toolset, create_demo_projects
+    from parley.toolsets.plans import build_plans_toolset
+
+    tools = [
+        *build_git_toolset(create_demo_projects(tmp_path)),
+        *build_plans_toolset("http://127.0.0.1:9", "unused-key"),
+    ]
+    model = ScriptedChatModel().bind_tools([t.tool for t in tools])
+    (proposed,) = model.invoke([HumanMessage(request_text)]).tool_calls
+    assert (proposed["name"], proposed["args"]) == (name, args)
