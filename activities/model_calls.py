@@ -48,17 +48,28 @@ class ModelActivities:
                 type=ErrorType.MODEL_FAILED,
                 non_retryable=True,
             )
-        return CallModelOutput(message=_with_ids(reply, request))
+        used = {
+            call["id"]
+            for message in page.messages
+            if isinstance(message, AIMessage)
+            for call in message.tool_calls
+        }
+        return CallModelOutput(message=_with_unique_ids(reply, request, used))
 
 
-def _with_ids(reply: AIMessage, request: CallModelInput) -> AIMessage:
-    """Give the message and every tool call an id: some providers omit them, and the
-    confirmation gate addresses calls by id."""
+def _with_unique_ids(reply: AIMessage, request: CallModelInput, used: set[str]) -> AIMessage:
+    """Give the message and every tool call an id unique in the conversation. Some
+    providers omit ids, some (Ollama, vLLM) restart at ``call_0`` every turn; the
+    confirmation gate and the idempotency key ``<workflow_id>:<tool_call_id>`` address
+    calls by id, so a reused id would mix up two calls."""
     base = f"m{request.transcript_length}"
-    calls = [
-        {**call, "id": call.get("id") or f"call_{base}_{i}"}
-        for i, call in enumerate(reply.tool_calls)
-    ]
+    calls = []
+    for i, call in enumerate(reply.tool_calls):
+        call_id = call.get("id")
+        if not call_id or call_id in used:
+            call_id = f"call_{base}_{i}"
+        used.add(call_id)
+        calls.append({**call, "id": call_id})
     return reply.model_copy(update={"id": reply.id or base, "tool_calls": calls})
 
 

@@ -170,3 +170,33 @@ async def test_no_history_holds_the_openai_or_plans_key(
     assert f"conversation-{sid}" in histories
     leaked = sorted(wid for wid, text in histories.items() if SECRET_MARKER in text)
     assert leaked == []
+
+
+async def test_tool_call_ids_a_provider_reuses_are_made_unique(
+    parley_worker, fake: FakeOpenAI
+) -> None:
+    """Ollama and vLLM number tool calls from call_0 again every turn."""
+    for title in ("first", "second"):
+        fake.reply(
+            "", tool_calls=[{"name": "write_record", "args": {"title": title}, "id": "call_0"}]
+        )
+        fake.reply(f"wrote {title}")
+    sid = new_session()
+    async with parley_worker(registry(), openai_model()) as conversations:
+        ids = []
+        for title in ("first", "second"):
+            turn = await conversations.send(sid, USER, f"write {title}")
+            (pending,) = turn.pending
+            ids.append(pending.tool_call_id)
+            await conversations.decide(
+                sid, USER, [Decision(tool_call_id=pending.tool_call_id, action="approve")]
+            )
+        assert ids[0] == "call_0" and ids[1] != "call_0"
+        runs = runs_in(sid, "write_record")
+        assert [r["title"] for r in runs] == ["first", "second"]
+        assert len({r["key"] for r in runs}) == 2  # distinct idempotency keys
+        # the provider sees the ids Parley uses, consistently
+        tool_ids = [m["tool_call_id"] for m in fake.last_request.messages if m["role"] == "tool"]
+        assert tool_ids == ids
+        state = await conversations.state(sid, USER)
+        tool_messages(state.transcript)
