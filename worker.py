@@ -17,6 +17,7 @@ from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
 )
 from temporalio.client import Client
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities.model_calls import ModelActivities
@@ -56,21 +57,34 @@ def build_worker(
 
 async def ensure_search_attributes(client: Client, namespace: str) -> None:
     """Register Parley's search attributes if the namespace lacks them (idempotent):
-    the workflow upserts them, and an unregistered one would stall it."""
+    the workflow upserts them, and an unregistered one would stall it. Where the
+    operator API is not allowed (Temporal Cloud), say how to register them instead."""
     service = client.operator_service
-    existing = await service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=namespace)
-    )
-    missing = {
-        key.name: _indexed_type(key)
-        for key in SEARCH_ATTRIBUTES
-        if key.name not in existing.custom_attributes
-    }
-    if missing:
-        await service.add_search_attributes(
-            AddSearchAttributesRequest(namespace=namespace, search_attributes=missing)
+    try:
+        existing = await service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=namespace)
         )
-        log.info("registered search attributes %s", ", ".join(missing))
+        missing = {
+            key.name: _indexed_type(key)
+            for key in SEARCH_ATTRIBUTES
+            if key.name not in existing.custom_attributes
+        }
+        if missing:
+            await service.add_search_attributes(
+                AddSearchAttributesRequest(namespace=namespace, search_attributes=missing)
+            )
+            log.info("registered search attributes %s", ", ".join(missing))
+    except RPCError as err:
+        wanted = " ".join(
+            f"--name {key.name} --type {key._metadata_type}"  # type: ignore[attr-defined]
+            for key in SEARCH_ATTRIBUTES
+        )
+        log.warning(
+            "could not check Parley's search attributes (%s); if they are missing, "
+            "register them: temporal operator search-attribute create %s",
+            err.message,
+            wanted,
+        )
 
 
 def _indexed_type(key: object) -> IndexedValueType.ValueType:

@@ -69,3 +69,16 @@ async def test_confirm_tool_waits_and_chat_text_never_approves(parley_worker) ->
         )
         assert again == result
         assert len(runs_of("write_record")) == 1
+
+
+async def test_a_resent_message_id_runs_its_turn_once(parley_worker) -> None:
+    """A client that retries a send (lost connection) gets the first turn's result."""
+    RUNS.clear()
+    async with parley_worker(registry(), script({"content": "hi once"})) as conversations:
+        sid = session()
+        first = await conversations.send(sid, "alice", "hello", message_id="m-1")
+        again = await conversations.send(sid, "alice", "hello", message_id="m-1")
+        assert again == first
+        state = await conversations.state(sid, "alice")
+        assert state.counters.turns == 1 and state.counters.model_calls == 1
+        assert len(state.transcript) == 2
