@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-PARLEY = [sys.executable, "-m", "parley.cli"]
+# The console script the README's quick start runs (installed next to this Python).
+PARLEY = [str(Path(sys.executable).parent / "parley")]
 
 
 def free_port() -> int:
