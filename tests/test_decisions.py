@@ -170,23 +170,6 @@ async def test_one_decision_for_every_pending_call(parley_worker, decided: list[
         assert [r["count"] for r in runs_in(sid, "strict_write")] == [3]
 
 
-async def test_another_user_cannot_decide(parley_worker) -> None:
-    async with parley_worker(registry(), script(PROPOSE_WRITE, DONE)) as conversations:
-        sid = new_session()
-        await conversations.send(sid, "alice", "write Q3")
-
-        with pytest.raises(ConversationRefused) as refused:
-            await conversations.decide(
-                sid, "mallory", [Decision(tool_call_id="c1", action="approve")]
-            )
-
-        assert refused.value.error_type == ErrorType.NOT_OWNER
-        assert runs_in(sid, "write_record") == []
-        state = await conversations.state(sid, "alice")
-        assert [p.tool_call_id for p in state.pending] == ["c1"]
-        assert tool_messages(state.transcript, pending=("c1",)) == {}
-
-
 async def test_decide_with_nothing_pending_is_refused(parley_worker) -> None:
     async with parley_worker(registry(), script(DONE)) as conversations:
         sid = new_session()
