@@ -95,9 +95,13 @@ def _indexed_type(key: object) -> IndexedValueType.ValueType:
 
 
 async def run_worker(settings: Settings) -> None:
+    # Load the tools and the model first: a bad configuration is reported before the
+    # cluster is even contacted.
+    registry = load_registry(settings.tools)
+    model = build_chat_model(settings.model)
     client = await connect(settings)
     await ensure_search_attributes(client, settings.namespace)
-    worker = build_worker(client, settings)
+    worker = build_worker(client, settings, registry=registry, model=model)
     log.info("worker on task queue %r, model %r", settings.task_queue, settings.model)
     await worker.run()
 

@@ -9,17 +9,17 @@ are retried by Temporal (``Retry-After`` honoured), refusals fail the turn.
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from parley.contracts import CALL_MODEL, CallModelInput, CallModelOutput
-from parley.errors import ErrorType, ModelRequestError, ParleyError, TransientError
+from parley.contracts import CALL_MODEL, CallModelInput, CallModelOutput, TranscriptQuery
+from parley.errors import ErrorType, TransientError
 from parley.models.failures import classify_model_error
+from parley.redaction import redact
+from parley.settings import MODEL_ACTIVITY, retry_delay
 from parley.tools import ToolRegistry
 from workflows.conversation import ConversationWorkflow
 
@@ -34,7 +34,8 @@ class ModelActivities:
     async def call_model(self, request: CallModelInput) -> CallModelOutput:
         handle = self._client.get_workflow_handle(request.workflow_id)
         page = await handle.query(
-            ConversationWorkflow.transcript_for_model, request.transcript_length
+            ConversationWorkflow.transcript_for_model,
+            TranscriptQuery(user_id=request.user_id, upto=request.transcript_length),
         )
         try:
             reply = await self._model.ainvoke(page.messages)
@@ -74,20 +75,20 @@ def _with_unique_ids(reply: AIMessage, request: CallModelInput, used: set[str]) 
 
 
 def _model_failure(exc: Exception) -> ApplicationError:
-    classified = exc if isinstance(exc, ParleyError) else classify_model_error(exc)
+    """The one mapping from a failed model call to the retry contract, redacted."""
+    classified = classify_model_error(exc)  # a ParleyError comes back as it is
     if isinstance(classified, TransientError):
-        delay = timedelta(seconds=classified.retry_after) if classified.retry_after else None
         return ApplicationError(
-            classified.message,
+            redact(classified.message),
             type=ErrorType.MODEL_TRANSIENT,
-            next_retry_delay=delay,
+            next_retry_delay=retry_delay(classified.retry_after, MODEL_ACTIVITY),
         )
-    if isinstance(classified, ModelRequestError | ParleyError):
+    if classified is not None:
         return ApplicationError(
-            classified.message, type=ErrorType.MODEL_REQUEST, non_retryable=True
+            redact(classified.message), type=ErrorType.MODEL_REQUEST, non_retryable=True
         )
     return ApplicationError(
-        f"the model call failed: {type(exc).__name__}: {exc}",
+        redact(f"the model call failed: {type(exc).__name__}: {exc}"),
         type=ErrorType.MODEL_FAILED,
         non_retryable=True,
     )

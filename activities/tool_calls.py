@@ -9,7 +9,6 @@ status comes from what the tool returned (F4); what it raised is mapped, in
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -34,6 +33,8 @@ from parley.errors import (
     ToolPermissionError,
     TransientError,
 )
+from parley.redaction import redact
+from parley.settings import TOOL_ACTIVITY, retry_delay
 from parley.tools import CONTEXT_ARG, ToolRegistry
 
 
@@ -51,6 +52,16 @@ class ToolActivities:
         if registered is None:
             raise ApplicationError(
                 f"tool {request.name!r} is not registered on this worker",
+                type=ErrorType.TOOL_FAILED,
+                non_retryable=True,
+            )
+        if registered.policy == "deny" or (
+            registered.policy == "confirm" and not request.approved_by
+        ):
+            # The workflow's catalogue came from some worker; this one's policy wins.
+            raise ApplicationError(
+                f"refused to run {request.name}: its policy on this worker is "
+                f"{registered.policy!r} and no user decided on this call",
                 type=ErrorType.TOOL_FAILED,
                 non_retryable=True,
             )
@@ -102,9 +113,10 @@ def envelope_of(output: Any) -> ToolResult:
 def tool_failure(exc: BaseException) -> ApplicationError:
     """The one mapping from what a tool raised to the retry contract and the model."""
     http_status = getattr(exc, "http_status", None)
-    body = getattr(exc, "body", None)
+    body = redact(getattr(exc, "body", None))
 
     def failure(error_type: str, message: str, **kwargs: Any) -> ApplicationError:
+        message = redact(message)
         info = ToolErrorInfo(type=error_type, message=message, http_status=http_status, body=body)
         return ApplicationError(message, info.model_dump(mode="json"), type=error_type, **kwargs)
 
@@ -113,7 +125,7 @@ def tool_failure(exc: BaseException) -> ApplicationError:
     if isinstance(exc, ToolPermissionError | PermissionError):
         return failure(ErrorType.TOOL_PERMISSION, _message(exc), non_retryable=True)
     if isinstance(exc, TransientError):
-        delay = timedelta(seconds=exc.retry_after) if exc.retry_after else None
+        delay = retry_delay(exc.retry_after, TOOL_ACTIVITY)
         return failure(ErrorType.TOOL_TRANSIENT, exc.message, next_retry_delay=delay)
     if isinstance(exc, TimeoutError | ConnectionError | httpx.TransportError):
         return failure(ErrorType.TOOL_TRANSIENT, f"{type(exc).__name__}: {exc}")

@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from parley.client import ConversationRefused, Conversations, connect
+from parley.client import ConversationRefused, Conversations, check_identity, connect
 from parley.contracts import Decision, PendingCall, TurnResult
 from parley.settings import Settings
 
@@ -33,6 +33,7 @@ async def _ask(prompt: str) -> str:
 
 
 async def run_chat(session: str, user: str, settings: Settings, *, console: Console) -> None:
+    check_identity(session, user)
     conversations = Conversations(await connect(settings), settings)
     console.print(
         f"Chatting in [bold]{escape(session)}[/] as {escape(user)}. "

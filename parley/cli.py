@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -20,11 +21,31 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from parley.client import ConversationRefused, Conversations, connect
+from parley.client import ConversationRefused, Conversations, check_identity, connect
 from parley.contracts import Decision, DecisionAction, TurnResult
 from parley.settings import Settings
 
-app = typer.Typer(
+
+class _Cli(typer.Typer):
+    """The console script. It ends the process with ``os._exit`` once the command is
+    done and its output flushed: the Temporal client's Rust threads can otherwise crash
+    interpreter teardown ("Fatal Python error: PyGILState_Release", exit -6) after the
+    command has already succeeded (temporalio/sdk-python#300)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except SystemExit as done:
+            code = done.code
+        if code is not None and not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code or 0)
+
+
+app = _Cli(
     help="Parley: LLM-agent conversations as durable Temporal workflows.",
     no_args_is_help=True,
     add_completion=False,
@@ -64,7 +85,10 @@ def settings() -> Settings:
         raise fail(str(problem)) from None
 
 
-async def conversations() -> Conversations:
+async def conversations(session: str, user: str) -> Conversations:
+    """A client for ``session``, once its ids are known to be well formed (so a bad id
+    is reported as such, even when Temporal is unreachable)."""
+    check_identity(session, user)
     config = settings()
     return Conversations(await connect(config), config)
 
@@ -77,9 +101,11 @@ def dev(
     data_dir: Annotated[
         Path, typer.Option(help="Where the dev server's SQLite file, demo repos and plans live.")
     ] = Path(".parley"),
-    port: Annotated[int, typer.Option(help="Temporal frontend port.")] = 7233,
-    ui_port: Annotated[int, typer.Option(help="Temporal Web UI port.")] = 8233,
-    plans_port: Annotated[int, typer.Option(help="Reference plans service port.")] = 8765,
+    port: Annotated[int, typer.Option(help="Temporal frontend port.", min=1, max=65535)] = 7233,
+    ui_port: Annotated[int, typer.Option(help="Temporal Web UI port.", min=1, max=65535)] = 8233,
+    plans_port: Annotated[
+        int, typer.Option(help="Reference plans service port (0: any free one).", min=0, max=65535)
+    ] = 8765,
 ) -> None:
     """Run everything locally: Temporal dev server with UI, demo git projects, the
     reference plans service, and a worker with the offline model."""
@@ -94,9 +120,10 @@ def dev(
                 plans_port=plans_port,
                 console=out,
             )
-        )
+        )  # returns once a SIGTERM has stopped everything
     except KeyboardInterrupt:
-        out.print("stopped")
+        pass
+    out.print("stopped")
 
 
 @app.command("plans-service")
@@ -106,8 +133,6 @@ def plans_service(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8765,
 ) -> None:
     """Run the reference plans REST service (API key from PARLEY_PLANS_API_KEY)."""
-    import os
-
     from parley.plans_service import serve
 
     api_key = os.environ.get("PARLEY_PLANS_API_KEY", "").strip()
@@ -143,54 +168,91 @@ def send(
     """Send a message (starting the conversation if new) and print the turn's result."""
 
     async def work() -> TurnResult:
-        return await (await conversations()).send(session, user, text)
+        return await (await conversations(session, user)).send(session, user, text)
 
     print_turn(run_async(work), as_json)
 
 
-def _decide_command(action: DecisionAction) -> Callable[..., None]:
-    def command(
-        session: Session,
-        user: User,
-        call_ids: CallIds = None,
-        message: Annotated[
-            str | None,
-            typer.Option("--message", "-m", help="Reason (reject) or the answer (respond)."),
-        ] = None,
-        args: Annotated[
-            str | None, typer.Option("--args", help="New arguments as a JSON object (edit).")
-        ] = None,
-        as_json: AsJson = False,
-    ) -> None:
-        new_args = parse_args_option(args) if action == "edit" else None
-        if action == "edit" and new_args is None:
-            raise fail("edit needs --args '{...}' with the new arguments")
-        if action == "respond" and not message:
-            raise fail("respond needs --message with the answer to give the model")
-
-        async def work() -> TurnResult:
-            conv = await conversations()
-            ids = call_ids or [p.tool_call_id for p in (await conv.state(session, user)).pending]
-            if not ids:
-                raise ConversationRefused(f"no tool call waits for a decision in {session}")
-            decisions = [
-                Decision(tool_call_id=i, action=action, args=new_args, message=message) for i in ids
-            ]
-            return await conv.decide(session, user, decisions)
-
-        print_turn(run_async(work), as_json)
-
-    command.__doc__ = {
-        "approve": "Approve pending tool calls: they run now.",
-        "edit": "Run a pending tool call with new arguments (--args JSON).",
-        "reject": "Reject pending tool calls: they never run (optional --message).",
-        "respond": "Answer pending tool calls yourself (--message): the tool does not run.",
-    }[action]
-    return command
+Message = Annotated[
+    str | None, typer.Option("--message", "-m", help="Why you reject them (the model is told).")
+]
 
 
-for _action in ("approve", "edit", "reject", "respond"):
-    app.command(name=_action)(_decide_command(_action))  # type: ignore[arg-type]
+@app.command()
+def approve(
+    session: Session, user: User, call_ids: CallIds = None, as_json: AsJson = False
+) -> None:
+    """Approve pending tool calls: they run now."""
+    decide(session, user, "approve", call_ids, as_json=as_json)
+
+
+@app.command()
+def reject(
+    session: Session,
+    user: User,
+    call_ids: CallIds = None,
+    message: Message = None,
+    as_json: AsJson = False,
+) -> None:
+    """Reject pending tool calls: they never run (optional --message with the reason)."""
+    decide(session, user, "reject", call_ids, message=message, as_json=as_json)
+
+
+@app.command()
+def respond(
+    session: Session,
+    user: User,
+    message: Annotated[str, typer.Option("--message", "-m", help="The answer to give the model.")],
+    call_ids: CallIds = None,
+    as_json: AsJson = False,
+) -> None:
+    """Answer pending tool calls yourself (--message): the tool does not run."""
+    if not message.strip():
+        raise fail("respond needs --message with the answer to give the model")
+    decide(session, user, "respond", call_ids, message=message, as_json=as_json)
+
+
+@app.command()
+def edit(
+    session: Session,
+    user: User,
+    args: Annotated[str, typer.Option("--args", help="The new arguments, a JSON object.")],
+    call_id: Annotated[
+        str | None,
+        typer.Argument(help="The tool call to edit; optional when only one is pending."),
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Run a pending tool call with new arguments (--args JSON)."""
+    new_args = parse_args_option(args)
+    decide(session, user, "edit", [call_id] if call_id else None, args=new_args, as_json=as_json)
+
+
+def decide(
+    session: str,
+    user: str,
+    action: DecisionAction,
+    call_ids: list[str] | None,
+    *,
+    message: str | None = None,
+    args: dict[str, Any] | None = None,
+    as_json: bool,
+) -> None:
+    async def work() -> TurnResult:
+        conv = await conversations(session, user)
+        ids = call_ids or [p.tool_call_id for p in (await conv.state(session, user)).pending]
+        if not ids:
+            raise ConversationRefused(f"no tool call waits for a decision in {session}")
+        if action == "edit" and len(ids) > 1:
+            raise ConversationRefused(
+                f"edit needs one CALL_ID when {len(ids)} calls are pending: {', '.join(ids)}"
+            )
+        decisions = [
+            Decision(tool_call_id=i, action=action, args=args, message=message) for i in ids
+        ]
+        return await conv.decide(session, user, decisions)
+
+    print_turn(run_async(work), as_json)
 
 
 @app.command()
@@ -198,7 +260,7 @@ def show(session: Session, user: User, as_json: AsJson = False) -> None:
     """Show a conversation: status, pending calls, transcript, audit log."""
 
     async def work() -> Any:
-        return await (await conversations()).state(session, user)
+        return await (await conversations(session, user)).state(session, user)
 
     snapshot = run_async(work)
     if as_json:
@@ -208,7 +270,7 @@ def show(session: Session, user: User, as_json: AsJson = False) -> None:
         f"[bold]{escape(snapshot.session_id)}[/] ({escape(snapshot.user_id)}): {snapshot.status}"
     )
     for message in snapshot.transcript:
-        out.print(f"[dim]{message.type:>6}[/] {escape(message.text()[:300])}", highlight=False)
+        out.print(f"[dim]{message.type:>6}[/] {escape(message.text[:300])}", highlight=False)
         for tool_call in getattr(message, "tool_calls", []) or []:
             out.print(escape(f"       → {tool_call['name']} {json.dumps(tool_call['args'])}"))
     print_pending(snapshot.pending)
@@ -223,7 +285,7 @@ def events(
     """Print the conversation's AG-UI events as JSON lines (offset, event)."""
 
     async def work() -> Any:
-        return await (await conversations()).events(session, user, after)
+        return await (await conversations(session, user)).events(session, user, after)
 
     for item in run_async(work).events:
         print(item.model_dump_json())
@@ -234,7 +296,7 @@ def end(session: Session, user: User) -> None:
     """End a conversation once its in-flight work is done."""
 
     async def work() -> Any:
-        return await (await conversations()).end(session, user)
+        return await (await conversations(session, user)).end(session, user)
 
     run_async(work)
     out.print(f"conversation {session} is ending")

@@ -8,6 +8,8 @@ the workflow (not the owner, decisions owed, bad decision...) surfaces as
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 from collections.abc import Sequence
 
@@ -114,11 +116,13 @@ class Conversations:
                 id=f"message-{message_id}",
             )
         except WorkflowAlreadyStartedError as err:
+            await _settle(start)
             raise ConversationRefused(
                 f"conversation {session_id} has ended; use a new session id",
-                "ConversationEnded",
+                ErrorType.CONVERSATION_ENDED,
             ) from err
         except (WorkflowUpdateFailedError, RPCError) as err:
+            await _settle(start)
             raise _refusal(err, session_id) from err
 
     async def decide(
@@ -158,8 +162,21 @@ class Conversations:
     async def end(self, session_id: str, user_id: str) -> ConversationSnapshot:
         """Ask the conversation to finish once in-flight handlers are done."""
         snapshot = await self.state(session_id, user_id)  # refuses another user
-        await self.handle(session_id).signal(ConversationWorkflow.end)
+        if snapshot.status == "ended":
+            raise ConversationRefused(
+                f"conversation {session_id} has ended", ErrorType.CONVERSATION_ENDED
+            )
+        try:
+            await self.handle(session_id).signal(ConversationWorkflow.end)
+        except RPCError as err:  # it ended between the query and the signal
+            raise _refusal(err, session_id, ended=f"conversation {session_id} has ended") from err
         return snapshot
+
+
+def check_identity(session_id: str, user_id: str) -> None:
+    """Refuse a malformed session or user id locally, before contacting Temporal."""
+    _workflow_id(session_id)
+    _user(user_id)
 
 
 def _user(user_id: str) -> str:
@@ -176,12 +193,20 @@ def _workflow_id(session_id: str) -> str:
         raise ConversationRefused(str(err), "InvalidSession") from None
 
 
-def _refusal(err: Exception, session_id: str) -> ConversationRefused:
+async def _settle(start: WithStartWorkflowOperation[object, object]) -> None:
+    """Read the outcome of a refused update-with-start's start operation: the SDK keeps
+    it in a future, and an unread failure is logged later as "Future exception was never
+    retrieved". Bounded, in case the SDK never settled it."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(start.workflow_handle(), timeout=1)
+
+
+def _refusal(err: Exception, session_id: str, *, ended: str | None = None) -> ConversationRefused:
     if isinstance(err, RPCError):
         if err.status == RPCStatusCode.NOT_FOUND and "already completed" in err.message:
-            # An update to a closed workflow: the conversation exists, and has ended.
+            # A call to a closed workflow: the conversation exists, and has ended.
             return ConversationRefused(
-                f"conversation {session_id} has ended; use a new session id",
+                ended or f"conversation {session_id} has ended; use a new session id",
                 ErrorType.CONVERSATION_ENDED,
             )
         if err.status == RPCStatusCode.NOT_FOUND:

@@ -113,6 +113,9 @@ class RunToolInput(BaseModel):
     name: str
     args: dict[str, Any]
     context: ToolContext
+    #: Who approved (or edited) this call; set only by a ``decide``. The worker refuses
+    #: a ``confirm`` tool without it, whatever the workflow's catalogue said.
+    approved_by: str | None = None
 
 
 class RunToolOutput(BaseModel):
@@ -137,6 +140,11 @@ class CallModelOutput(BaseModel):
     message: AIMessage
 
 
+class TranscriptQuery(BaseModel):
+    user_id: str
+    upto: int
+
+
 class TranscriptPage(BaseModel):
     messages: list[AnyMessage]
 
@@ -147,10 +155,10 @@ class TranscriptPage(BaseModel):
 class ConversationStart(BaseModel):
     session_id: str
     user_id: str
-    pending_expiry_seconds: float = 24 * 3600
-    max_model_calls_per_turn: int = 8
+    pending_expiry_seconds: float = Field(default=24 * 3600, gt=0, le=10 * 365 * 24 * 3600)
+    max_model_calls_per_turn: int = Field(default=8, ge=1)
     #: Continue-as-new (between turns) once this run's history is this long.
-    continue_as_new_after_events: int = 10_000
+    continue_as_new_after_events: int = Field(default=10_000, ge=1)
     #: Set only by continue-as-new: everything the previous run held.
     carried_state: ConversationState | None = None
 
@@ -250,6 +258,9 @@ class ConversationState(BaseModel):
     last_turn: TurnResult | None = None
     #: The worker's tools as of this conversation's latest turn (policies, schemas).
     tools: ToolCatalogue | None = None
+    #: Results of the latest updates by update id, so a client's retry of a ``send`` or
+    #: ``decide`` gets the first result even after continue-as-new (bounded).
+    recent_results: dict[str, TurnResult] = Field(default_factory=dict)
 
 
 class ConversationSnapshot(BaseModel):

@@ -7,6 +7,7 @@ the CLI, never for workflow code.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -55,6 +56,16 @@ TOOL_ACTIVITY = ActivityOptions(
     ),
 )
 
+
+def retry_delay(retry_after: float | None, options: ActivityOptions) -> timedelta | None:
+    """The server's ``Retry-After`` as Temporal's next retry delay, capped at the policy's
+    maximum interval: a header asking for a day must not hold a turn for a day."""
+    if not retry_after or retry_after <= 0:
+        return None
+    cap = options.retry.maximum_interval or timedelta(seconds=60)
+    return min(timedelta(seconds=retry_after), cap)
+
+
 DESCRIBE_TOOLS_ACTIVITY = ActivityOptions(
     start_to_close=timedelta(seconds=30),
     retry=RetryPolicy(maximum_attempts=3),
@@ -83,24 +94,61 @@ class Settings:
             task_queue=env.get("PARLEY_TASK_QUEUE", DEFAULT_TASK_QUEUE),
             model=env.get("PARLEY_MODEL", DEFAULT_MODEL),
             tools=env.get("PARLEY_TOOLS", DEFAULT_TOOLS),
-            pending_expiry_seconds=_positive_float(env, "PARLEY_PENDING_EXPIRY_SECONDS", 24 * 3600),
-            max_model_calls_per_turn=int(
-                _positive_float(env, "PARLEY_MAX_MODEL_CALLS_PER_TURN", 8)
+            pending_expiry_seconds=_positive_number(
+                env,
+                "PARLEY_PENDING_EXPIRY_SECONDS",
+                24 * 3600,
+                example="3600",
+                most=MAX_PENDING_EXPIRY_SECONDS,
             ),
-            continue_as_new_after_events=int(
-                _positive_float(env, "PARLEY_CONTINUE_AS_NEW_AFTER_EVENTS", 10_000)
+            max_model_calls_per_turn=_positive_int(env, "PARLEY_MAX_MODEL_CALLS_PER_TURN", 8),
+            continue_as_new_after_events=_positive_int(
+                env, "PARLEY_CONTINUE_AS_NEW_AFTER_EVENTS", 10_000
             ),
         )
 
 
-def _positive_float(env: os._Environ[str] | dict[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
+Env = os._Environ[str] | dict[str, str]
+
+MAX_PENDING_EXPIRY_SECONDS = 10 * 365 * 24 * 3600
+"""Ten years: far beyond any real wait, and well inside what ``timedelta`` and a
+Temporal timer can represent."""
+
+
+def _positive_number(env: Env, name: str, default: float, *, example: str, most: float) -> float:
+    """A finite number in (0, most]: ``inf`` and ``nan`` would not survive JSON into the
+    workflow, and a huge one would overflow its timer."""
+    raw = env.get(name, "").strip()
+    if not raw:
         return default
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number") from None
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {raw!r}")
+        raise ValueError(f"{name}={raw!r} is not a number; set e.g. {name}={example}") from None
+    if not math.isfinite(value) or not 0 < value <= most:
+        raise ValueError(
+            f"{name}={raw!r} must be a number greater than 0 and at most {most:.0f}; "
+            f"set e.g. {name}={example}"
+        )
+    return value
+
+
+def _positive_int(env: Env, name: str, default: int) -> int:
+    """A whole number >= 1, written ``8`` or ``8.0``; ``0.5`` is refused, not truncated."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    wrong = f"{name}={raw!r} must be a whole number of at least 1; set e.g. {name}={default}"
+    try:
+        value = int(raw)
+    except ValueError:
+        try:
+            number = float(raw)
+        except ValueError:
+            raise ValueError(wrong) from None
+        if not math.isfinite(number) or not number.is_integer():
+            raise ValueError(wrong) from None
+        value = int(number)
+    if value < 1:
+        raise ValueError(wrong)
     return value

@@ -17,7 +17,8 @@ A tool that needs to know whom it acts for declares an injected argument
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable, Sequence
+import inspect
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,10 +118,38 @@ def load_toolset(reference: str) -> list[ParleyTool | BaseTool]:
     except AttributeError:
         raise ValueError(f"toolset {reference!r}: {module_name} has no {attr!r}") from None
     if callable(value) and not isinstance(value, BaseTool):
+        if not _takes_no_arguments(value):
+            raise ValueError(f"toolset {reference!r}: {attr} needs arguments; {TOOLSET_SHAPE}")
         value = value()
     if isinstance(value, ParleyTool | BaseTool):
         return [value]
-    return list(value)
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence | Iterator):
+        raise ValueError(
+            f"toolset {reference!r} is a {type(value).__name__}, not a toolset; {TOOLSET_SHAPE}"
+        )
+    tools = list(value)
+    for item in tools:
+        if not isinstance(item, ParleyTool | BaseTool):
+            raise ValueError(
+                f"toolset {reference!r} holds a {type(item).__name__}, not a tool; {TOOLSET_SHAPE}"
+            )
+    return tools
+
+
+TOOLSET_SHAPE = (
+    "a toolset is a list of tools (ParleyTool or langchain-core BaseTool) "
+    "or a zero-argument callable returning one"
+)
+
+
+def _takes_no_arguments(function: Callable[..., Any]) -> bool:
+    try:
+        inspect.signature(function).bind()
+    except TypeError:
+        return False
+    except ValueError:  # no signature to inspect (some builtins): let the call decide
+        return True
+    return True
 
 
 def load_registry(spec: str, extra: Iterable[ParleyTool | BaseTool] = ()) -> ToolRegistry:

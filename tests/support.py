@@ -3,6 +3,7 @@ error table. The model is the only fake (a script); tools and Temporal are real.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 from langchain_core.tools import InjectedToolArg, tool
@@ -95,6 +96,7 @@ def registry(*extra: ParleyTool) -> ToolRegistry:
             auto(buggy_tool),
             auto(flaky_read),
             deny(drop_tables),
+            auto(slow_read),
             *extra,
         ]
     )
@@ -107,3 +109,16 @@ def script(*entries: dict[str, Any]) -> ScriptFileChatModel:
 
 def call(name: str, call_id: str, **args: Any) -> dict[str, Any]:
     return {"name": name, "id": call_id, "args": args}
+
+
+GATE = asyncio.Event()
+SLOW_STARTED = asyncio.Event()
+
+
+@tool
+async def slow_read(context: Annotated[ToolContext, InjectedToolArg]) -> str:
+    """A read that waits until the test opens GATE."""
+    _record("slow_read", context)
+    SLOW_STARTED.set()
+    await GATE.wait()
+    return "slow data"

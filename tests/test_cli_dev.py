@@ -25,6 +25,30 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def children_of(pid: int) -> dict[int, str]:
+    """Live child processes of ``pid`` (pid → command name), from /proc."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces, so split after the last ")"
+        comm, rest = text[text.index("(") + 1 :].rsplit(")", 1)
+        state, ppid = rest.split()[:2]
+        if int(ppid) == pid and state != "Z":
+            found[int(stat.parent.name)] = comm
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 @pytest.fixture(scope="module")
 def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     data_dir = tmp_path_factory.mktemp("parley-dev")
@@ -62,8 +86,15 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
     try:
         yield {"data_dir": str(data_dir), "ui": f"http://127.0.0.1:{ui_port}", **client_env}
     finally:
-        process.terminate()
+        children = children_of(process.pid)
+        process.terminate()  # SIGTERM, as a service manager stops it
         process.wait(timeout=30)
+    # The Temporal dev server it started is stopped with it, not left running.
+    assert "temporal" in children.values(), children
+    deadline = time.monotonic() + 5
+    while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in children if alive(pid)], f"left running: {children}"
 
 
 def parley(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -169,3 +200,157 @@ def test_chat_answers_approval_prompts(dev_server) -> None:
         "fix/chat-edited" in result.stdout and "A reviewer changed the arguments" in result.stdout
     )
     assert "status idle" in result.stdout
+
+
+def without_paths(dev_server: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in dev_server.items() if k not in ("data_dir", "ui")}
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], expected: str) -> None:
+    assert result.returncode == 1, result
+    assert expected in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
+@pytest.mark.parametrize("option", ["--port", "--ui-port"])
+def test_dev_refuses_a_port_something_else_listens_on(tmp_path: Path, option: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ports = {"--port": str(free_port()), "--ui-port": str(free_port())}
+        ports[option] = str(port)
+        flags = [x for pair in ports.items() for x in pair]
+        result = subprocess.run(
+            [*PARLEY, "dev", "--data-dir", str(tmp_path), *flags, "--plans-port", "0"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert_one_line_error(result, f"port {port} ({option}) on 127.0.0.1 is not free")
+    assert "--port/--ui-port" in result.stderr
+    assert "Parley dev is running" not in result.stdout
+
+
+def test_dev_names_a_bad_data_dir(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    result = parley(dict(os.environ), "dev", "--data-dir", str(not_a_dir / "sub"))
+    assert_one_line_error(result, f"cannot use {not_a_dir / 'sub'} as the data directory")
+
+
+def test_plans_key_file_is_created_private(tmp_path: Path) -> None:
+    from parley.dev import _plans_api_key
+
+    key = _plans_api_key(tmp_path)
+    assert len(key) > 20 and (tmp_path / "plans-api-key").stat().st_mode & 0o777 == 0o600
+    assert _plans_api_key(tmp_path) == key  # kept, not remade
+
+
+def test_bad_ids_and_configuration_are_reported_before_connecting() -> None:
+    nowhere = {**os.environ, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+    for args, expected in [
+        (["show", "--session", "a b", "--user", "bob"], "session id 'a b' is not valid"),
+        (["end", "--session", "ok", "--user", "default"], "'default' is not a user id"),
+        (["approve", "--session", "a/b", "--user", "bob"], "session id 'a/b' is not valid"),
+    ]:
+        assert_one_line_error(parley(nowhere, *args), expected)
+    for name, value, expected in [
+        ("PARLEY_TOOLS", "os:sep", "toolset 'os:sep' is a str, not a toolset"),
+        ("PARLEY_MODEL", "json:loads", "json:loads is not a zero-argument callable"),
+        ("PARLEY_MAX_MODEL_CALLS_PER_TURN", "0.5", "must be a whole number of at least 1"),
+    ]:
+        env = {**nowhere, "PARLEY_GIT_PROJECTS": "/nonexistent.json", name: value}
+        if name == "PARLEY_MODEL":
+            env["PARLEY_TOOLS"] = ""
+        assert_one_line_error(parley(env, "worker"), expected)
+
+
+def test_ending_twice_and_sending_after_the_end_are_one_line_refusals(dev_server) -> None:
+    env = without_paths(dev_server)
+    who = ["--session", "cli-ended", "--user", "dana"]
+    assert parley(env, "send", *who, "list my plans").returncode == 0
+    ended = parley(env, "end", *who)
+    assert ended.returncode == 0 and "is ending" in ended.stdout, ended.stderr
+    deadline = time.monotonic() + 30
+    while json.loads(parley(env, "show", *who, "--json").stdout)["status"] != "ended":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert_one_line_error(parley(env, "end", *who), "conversation cli-ended has ended")
+    # the SDK's start future must be read too: no "Future exception was never retrieved"
+    assert_one_line_error(parley(env, "send", *who, "hello?"), "has ended; use a new session")
+
+
+def test_show_prints_no_warnings(dev_server) -> None:
+    env = without_paths(dev_server)
+    who = ["--session", "cli-show", "--user", "erin"]
+    assert parley(env, "send", *who, "list the repositories of project demo").returncode == 0
+    shown = parley(env, "show", *who)
+    assert shown.returncode == 0 and shown.stderr == ""
+    assert "git_list_project_repositories" in shown.stdout
+
+
+def test_decision_commands_offer_only_their_options() -> None:
+    for command, present, absent in [
+        ("approve", [], ["--args", "--message"]),
+        ("reject", ["--message"], ["--args"]),
+        ("respond", ["--message"], ["--args"]),
+        ("edit", ["--args"], ["--message"]),
+    ]:
+        shown = parley({**os.environ, "COLUMNS": "200"}, command, "--help").stdout
+        for option in present:
+            assert option in shown, (command, option)
+        for option in absent:
+            assert option not in shown, (command, option)
+
+
+@pytest.fixture
+def two_call_worker(dev_server, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A second worker on its own task queue whose model proposes two calls at once."""
+    projects = Path(dev_server["data_dir"]) / "projects.json"
+    calls = [
+        {
+            "name": "git_prepare_worktree",
+            "args": {
+                "project": "demo",
+                "repo_alias": alias,
+                "branch_kind": "feat",
+                "branch_slug": f"two-{alias}",
+            },
+            "id": f"call-{alias}",
+        }
+        for alias in ("web", "api")
+    ]
+    script = tmp_path / "two-calls.json"
+    script.write_text(json.dumps([{"content": "", "tool_calls": calls}, {"content": "both done"}]))
+    env = {
+        **without_paths(dev_server),
+        "PARLEY_TASK_QUEUE": "parley-dev-two-calls",
+        "PARLEY_MODEL": f"script:{script}",
+        "PARLEY_TOOLS": "parley.toolsets.git:toolset",
+        "PARLEY_GIT_PROJECTS": str(projects),
+    }
+    process = subprocess.Popen(
+        [*PARLEY, "worker"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        yield env
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_decisions_with_several_pending_calls_are_clear(two_call_worker) -> None:
+    env = two_call_worker
+    who = ["--session", "cli-two", "--user", "fay"]
+    proposed = json.loads(parley(env, "send", *who, "--json", "branch both").stdout)
+    assert [p["tool_call_id"] for p in proposed["pending"]] == ["call-web", "call-api"]
+
+    edit = parley(env, "edit", *who, "--args", "{}")
+    assert_one_line_error(edit, "edit needs one CALL_ID when 2 calls are pending")
+    one = parley(env, "approve", *who, "call-web")
+    assert_one_line_error(one, "missing a decision for")
+
+    both = json.loads(parley(env, "approve", *who, "--json").stdout)
+    assert [r["status"] for r in both["results"]] == ["success", "success"]
+    assert both["reply"] == "both done"

@@ -28,6 +28,9 @@ def sample_toolset() -> list:
 sample_factory = [ParleyTool(drop_tables, "deny")]
 
 
+not_tools = ["write_record"]
+
+
 def fake_model() -> FakeListChatModel:
     return FakeListChatModel(responses=["hi"])
 
@@ -47,6 +50,12 @@ def test_toolsets_load_with_policies_and_bare_tools_need_confirmation() -> None:
         ("nosuchmodule_xyz:tools", "cannot import nosuchmodule_xyz"),
         ("tests.test_loading:missing", "has no 'missing'"),
         ("tests.test_loading:sample_toolset,tests.test_loading:sample_toolset", "two tools"),
+        # attributes that are not toolsets: refused at load time, never a TypeError
+        ("os:sep", "'os:sep' is a str, not a toolset; a toolset is a list of tools"),
+        ("json:loads", "loads needs arguments; a toolset is a list of tools"),
+        ("os:environ", "is a _Environ, not a toolset"),
+        ("tests.test_loading:fake_model", "is a FakeListChatModel, not a toolset"),
+        ("tests.test_loading:not_tools", "holds a str, not a tool"),
     ],
 )
 def test_bad_toolset_specs_are_clear_errors(spec: str, message: str) -> None:
@@ -70,6 +79,9 @@ def test_model_specs(tmp_path: Path) -> None:
         ("tests.test_loading:nothing", "cannot load"),
         ("tests.test_loading:sample_toolset", "not a chat model"),
         (f"script:{tmp_path / 'absent.json'}", "cannot read"),
+        ("os:sep", "os:sep is not a zero-argument callable; a model factory is"),
+        ("json:loads", "json:loads is not a zero-argument callable; a model factory is"),
+        ("os:getcwd", "returned a str, not a chat model; a model factory is"),
     ]:
         with pytest.raises(ValueError, match=message):
             build_chat_model(bad)

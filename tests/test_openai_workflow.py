@@ -24,8 +24,7 @@ from parley.tools import ToolRegistry
 from parley.toolsets.plans import build_plans_toolset
 from tests.checks import new_session, runs_in, tool_messages
 from tests.openai_fake import OVERLOAD_2064, FakeOpenAI, error_body
-from tests.support import registry
-from tests.test_plans_workflow import (
+from tests.plans_support import (
     PLANS_KEY,
     SECRET_MARKER,
     activity_attempts,
@@ -34,6 +33,7 @@ from tests.test_plans_workflow import (
     fetch,
     rows,
 )
+from tests.support import registry
 
 OPENAI_KEY = f"sk-openai-{SECRET_MARKER}-c0ffee51"
 WRONG_OPENAI_KEY = f"sk-revoked-{SECRET_MARKER}-dead99"

@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         ToolErrorInfo,
         ToolResult,
         TranscriptPage,
+        TranscriptQuery,
         TurnResult,
         TurnToolResult,
         call_summary,
@@ -66,6 +67,10 @@ with workflow.unsafe.imports_passed_through():
     from parley.errors import MODEL_VISIBLE_TOOL_ERRORS, ErrorType, model_visible_text
     from parley.settings import DESCRIBE_TOOLS_ACTIVITY, MODEL_ACTIVITY, TOOL_ACTIVITY
     from workflows.events import EventLog
+
+
+#: How many update results to keep for deduplicating client retries.
+RECENT_RESULTS_KEPT = 64
 
 
 class _TurnFailed(Exception):
@@ -172,26 +177,50 @@ class ConversationWorkflow:
 
     @workflow.update
     async def send_message(self, message: SendMessageInput) -> TurnResult:
+        self._check_owner(message.user_id)
+        if replayed := self._earlier_result():
+            return replayed
         self._check_can_send(message)  # again: two updates may pass validation together
         self._turn_running = True
         self._state.transcript.append(HumanMessage(content=message.text, id=message.message_id))
         self._audit("message", message.user_id, detail={"message_id": message.message_id})
         self._state.counters.turns += 1
-        return await self._run_turn(fetch_tools=True)
+        return self._remember(await self._run_turn(fetch_tools=True))
 
     @send_message.validator
     def _validate_send_message(self, message: SendMessageInput) -> None:
-        self._check_can_send(message)
+        self._check_owner(message.user_id)
+        if not self._earlier_result():
+            self._check_can_send(message)
 
     @workflow.update
     async def decide(self, decision: DecideInput) -> TurnResult:
-        self._check_can_decide(decision)
+        self._check_owner(decision.decided_by)
+        if replayed := self._earlier_result():
+            return replayed
+        self._check_can_decide(decision)  # again: two updates may pass validation together
         self._turn_running = True
-        return await self._run_turn(decisions=decision)
+        return self._remember(await self._run_turn(decisions=decision))
 
     @decide.validator
     def _validate_decide(self, decision: DecideInput) -> None:
-        self._check_can_decide(decision)
+        self._check_owner(decision.decided_by)
+        if not self._earlier_result():
+            self._check_can_decide(decision)
+
+    def _earlier_result(self) -> TurnResult | None:
+        """The result this update id already had. Temporal deduplicates update ids within
+        a run; this keeps a client's retry safe across continue-as-new too."""
+        info = workflow.current_update_info()
+        return self._state.recent_results.get(info.id) if info else None
+
+    def _remember(self, result: TurnResult) -> TurnResult:
+        info = workflow.current_update_info()
+        if info:
+            self._state.recent_results[info.id] = result
+            while len(self._state.recent_results) > RECENT_RESULTS_KEPT:
+                del self._state.recent_results[next(iter(self._state.recent_results))]
+        return result
 
     # --- queries and signal -------------------------------------------------------------
 
@@ -211,9 +240,10 @@ class ConversationWorkflow:
         return EventPage(events=page, next_after=len(self._state.events) - 1)
 
     @workflow.query
-    def transcript_for_model(self, upto: int) -> TranscriptPage:
+    def transcript_for_model(self, query: TranscriptQuery) -> TranscriptPage:
         """What ``call_model`` reads, so that the transcript never enters its input."""
-        return TranscriptPage(messages=self._state.transcript[:upto])
+        self._check_owner(query.user_id)
+        return TranscriptPage(messages=self._state.transcript[: query.upto])
 
     @workflow.signal
     def end(self) -> None:
@@ -251,14 +281,27 @@ class ConversationWorkflow:
     def _check_can_decide(self, decision: DecideInput) -> None:
         self._check_owner(decision.decided_by)
         self._check_open()
-        pending = {call.tool_call_id: call for call in self._state.pending}
+        # A call past its deadline is expired even if the timer has not fired yet (the
+        # decision and the timer may arrive in the same workflow task): never run it.
+        expired = {call.tool_call_id for call in self._expired_calls()}
+        pending = {
+            call.tool_call_id: call
+            for call in self._state.pending
+            if call.tool_call_id not in expired
+        }
         if not pending:
-            raise _refuse("no tool call waits for a decision", ErrorType.NO_DECISIONS_OWED)
+            message = "no tool call waits for a decision"
+            if expired:
+                message += f"; {', '.join(sorted(expired))} expired and will not run"
+            raise _refuse(message, ErrorType.NO_DECISIONS_OWED)
         given = [d.tool_call_id for d in decision.decisions]
         problems: list[str] = []
         if len(given) != len(set(given)):
             problems.append("a tool call is decided more than once")
-        unknown = [i for i in given if i not in pending]
+        late = [i for i in given if i in expired]
+        if late:
+            problems.append(f"expired, will not run: {', '.join(late)}")
+        unknown = [i for i in given if i not in pending and i not in expired]
         if unknown:
             problems.append(f"unknown or no longer pending: {', '.join(unknown)}")
         missing = [i for i in pending if i not in given]
@@ -449,18 +492,18 @@ class ConversationWorkflow:
                     call.name,
                     decision.model_dump(exclude_none=True),
                 )
-                await self._apply_decision(call, decision)
+                await self._apply_decision(call, decision, decide.decided_by)
         except _TurnFailed:
             if owner_ai is not None:
                 self._abandon_unanswered(owner_ai)
             raise
 
-    async def _apply_decision(self, call: PendingCall, decision: Decision) -> None:
+    async def _apply_decision(self, call: PendingCall, decision: Decision, decided_by: str) -> None:
         as_call = {"id": call.tool_call_id, "name": call.name, "args": call.args}
         if decision.action == "approve":
-            await self._execute(as_call, call.args)
+            await self._execute(as_call, call.args, approved_by=decided_by)
         elif decision.action == "edit":
-            await self._execute(as_call, decision.args or {}, edited=True)
+            await self._execute(as_call, decision.args or {}, approved_by=decided_by, edited=True)
         elif decision.action == "reject":
             reason = f" Their reason: {decision.message}" if decision.message else ""
             content = (
@@ -501,7 +544,12 @@ class ConversationWorkflow:
         self._answer(as_call, result, "expired")
 
     async def _execute(
-        self, call: dict[str, Any], args: dict[str, Any], *, edited: bool = False
+        self,
+        call: dict[str, Any],
+        args: dict[str, Any],
+        *,
+        approved_by: str | None = None,
+        edited: bool = False,
     ) -> None:
         """The one path that runs a tool, before and after a decision."""
         call_id = call["id"]
@@ -515,7 +563,9 @@ class ConversationWorkflow:
         try:
             output: RunToolOutput = await workflow.execute_activity(
                 RUN_TOOL,
-                RunToolInput(name=call["name"], args=args, context=context),
+                RunToolInput(
+                    name=call["name"], args=args, context=context, approved_by=approved_by
+                ),
                 start_to_close_timeout=TOOL_ACTIVITY.start_to_close,
                 retry_policy=TOOL_ACTIVITY.retry,
                 result_type=RunToolOutput,

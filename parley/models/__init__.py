@@ -10,6 +10,9 @@
 from __future__ import annotations
 
 import importlib
+import inspect
+from collections.abc import Callable
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
@@ -38,7 +41,29 @@ def build_chat_model(spec: str) -> BaseChatModel:
         factory = getattr(importlib.import_module(kind), rest)
     except (ImportError, AttributeError) as err:
         raise ValueError(f"PARLEY_MODEL={spec!r}: cannot load {kind}:{rest}: {err}") from err
+    if not callable(factory) or not _takes_no_arguments(factory):
+        raise ValueError(
+            f"PARLEY_MODEL={spec!r}: {kind}:{rest} is not a zero-argument callable; {FACTORY_SHAPE}"
+        )
     model = factory()
     if not isinstance(model, BaseChatModel):
-        raise ValueError(f"PARLEY_MODEL={spec!r} returned {type(model).__name__}, not a chat model")
+        raise ValueError(
+            f"PARLEY_MODEL={spec!r} returned a {type(model).__name__}, not a chat model; "
+            f"{FACTORY_SHAPE}"
+        )
     return model
+
+
+FACTORY_SHAPE = (
+    "a model factory is a zero-argument callable returning a langchain-core BaseChatModel"
+)
+
+
+def _takes_no_arguments(function: Callable[..., Any]) -> bool:
+    try:
+        inspect.signature(function).bind()
+    except TypeError:
+        return False
+    except ValueError:  # no signature to inspect (some builtins): let the call decide
+        return True
+    return True

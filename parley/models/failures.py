@@ -30,15 +30,15 @@ langchain-openai's subclasses of it), ``httpx`` / ``httpx2``, langchain-core's
 
 from __future__ import annotations
 
-import email.utils
 import math
 import os
 import re
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from parley.errors import ModelRequestError, ParleyError, TransientError
+from parley.http import parse_retry_after
+from parley.redaction import redact
 
 DEFAULT_OVERLOAD_CODES = frozenset(
     {"2064", "overloaded", "overloaded_error", "server_overloaded", "engine_overloaded"}
@@ -88,7 +88,7 @@ def classify_model_error(
     if error_body_in_200 is not None:
         body = error_body_in_200
     provider_code, provider_message = _code_and_message(body, exc)
-    safe_body = _scrub(body)
+    safe_body = redact(body)
     retry_after = _retry_after(getattr(response, "headers", None))
 
     overload = _overload_match(body, provider_message, codes)
@@ -272,7 +272,7 @@ def _overload_match(body: Any, message: str | None, codes: frozenset[str]) -> st
     for key, value in fields.items():
         if value.strip().lower() in codes:
             text = f"{key} {value}"
-            return f"{text}: {_clip(_scrub(message))}" if message else text
+            return f"{text}: {_clip(redact(message))}" if message else text
     texts = [message] if message else []
     if isinstance(body, str):
         texts.append(body)
@@ -280,7 +280,7 @@ def _overload_match(body: Any, message: str | None, codes: frozenset[str]) -> st
         lowered = text.lower()
         for code in codes:
             if re.search(rf"(?<![a-z0-9_]){re.escape(code)}(?![a-z0-9_])", lowered):
-                return _clip(_scrub(text))
+                return _clip(redact(text))
     return None
 
 
@@ -309,19 +309,7 @@ def _retry_after(headers: Any) -> float | None:
             value = math.nan
         if math.isfinite(value) and value >= 0:
             return value
-    if raw is None:
-        return None
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        try:
-            when = email.utils.parsedate_to_datetime(str(raw))
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when is None:
-            return None
-        value = max(0.0, when.timestamp() - time.time())
-    return value if math.isfinite(value) and value >= 0 else None
+    return parse_retry_after(None if raw is None else str(raw))
 
 
 def _is_timeout(exc: BaseException) -> bool:
@@ -428,30 +416,9 @@ def _with_detail(text: str, status: int | None, message: str | None) -> str:
 def _detail(message: str | None) -> str:
     if not message:
         return ""
-    return f": {_clip(_scrub(message))}"
+    return f": {_clip(redact(message))}"
 
 
 def _clip(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 1] + "…"
-
-
-_KEY_SHAPES = re.compile(
-    r"(?:\bsk-[A-Za-z0-9_\-*.]{6,}|\bBearer\s+\S+|\bapi[_-]?key=[^&\s]+)", re.IGNORECASE
-)
-
-
-def _scrub(value: Any) -> Any:
-    """``value`` with anything that looks like an API key replaced by ``[redacted]``."""
-    if isinstance(value, str):
-        key = os.environ.get("OPENAI_API_KEY", "").strip()
-        if len(key) >= 4:
-            value = value.replace(key, "[redacted]")
-        return _KEY_SHAPES.sub("[redacted]", value)
-    if isinstance(value, Mapping):
-        return {str(k): _scrub(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_scrub(v) for v in value]
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    return _scrub(str(value))
