@@ -24,6 +24,7 @@ from activities.model_calls import ModelActivities
 from activities.tool_calls import ToolActivities
 from parley.client import connect
 from parley.contracts import SEARCH_ATTRIBUTES
+from parley.http import aclose_shared_client
 from parley.models import build_chat_model
 from parley.settings import Settings
 from parley.tools import ToolRegistry, load_registry
@@ -103,7 +104,10 @@ async def run_worker(settings: Settings) -> None:
     await ensure_search_attributes(client, settings.namespace)
     worker = build_worker(client, settings, registry=registry, model=model)
     log.info("worker on task queue %r, model %r", settings.task_queue, settings.model)
-    await worker.run()
+    try:
+        await worker.run()
+    finally:
+        await aclose_shared_client()
 
 
 def main() -> None:

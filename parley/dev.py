@@ -22,6 +22,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from parley.binaries import temporal_cli
+from parley.http import aclose_shared_client
 from parley.models import build_chat_model
 from parley.plans_service import BackgroundServer, create_app
 from parley.settings import Settings
@@ -173,4 +174,5 @@ async def _run_temporal_and_worker(
         )
         await worker.run()
     finally:
+        await aclose_shared_client()
         await env.shutdown()

@@ -159,6 +159,3 @@ def load_registry(spec: str, extra: Iterable[ParleyTool | BaseTool] = ()) -> Too
         tools.extend(load_toolset(reference))
     tools.extend(extra)
     return ToolRegistry(tools)
-
-
-ToolsetFactory = Callable[[], Toolset]

@@ -29,10 +29,11 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
 
+from parley.toolsets.git import BRANCH_KINDS
+
 FIX_MARKER = "Please fix your mistakes"
 FIXED_NOTE = "I fixed the arguments and will try again."
 MAX_FIXES = 3
-BRANCH_KINDS = {"feat", "fix", "chore", "docs", "refactor", "test"}
 KIND_WORDS = {"feature": "feat", "bug": "fix", "bugfix": "fix", "doc": "docs", "tests": "test"}
 STATUSES = ("draft", "active", "done", "cancelled")
 STATUS_WORDS = {
