@@ -27,6 +27,7 @@ from workflows.conversation import ConversationWorkflow
 class ModelActivities:
     def __init__(self, client: Client, model: BaseChatModel, registry: ToolRegistry) -> None:
         self._client = client
+        self._registry = registry
         tools = registry.langchain_tools()
         self._model = model.bind_tools(tools) if tools else model
 
@@ -55,7 +56,22 @@ class ModelActivities:
             if isinstance(message, AIMessage)
             for call in message.tool_calls
         }
-        return CallModelOutput(message=_with_unique_ids(reply, request, used))
+        reply = _with_unique_ids(reply, request, used)
+        return CallModelOutput(message=self._prepared(reply))
+
+    def _prepared(self, reply: AIMessage) -> AIMessage:
+        """Apply each tool's ``prepare`` to the proposed args. One that cannot be prepared
+        stays as the model wrote it: validation or the tool itself will say why."""
+        calls = []
+        for call in reply.tool_calls:
+            tool = self._registry.get(call["name"])
+            if tool is not None and tool.prepare is not None:
+                try:
+                    call = {**call, "args": tool.prepare(dict(call["args"]))}
+                except Exception:
+                    activity.logger.info("could not prepare args of %s", call["name"])
+            calls.append(call)
+        return reply.model_copy(update={"tool_calls": calls})
 
 
 def _with_unique_ids(reply: AIMessage, request: CallModelInput, used: set[str]) -> AIMessage:

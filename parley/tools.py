@@ -30,10 +30,18 @@ CONTEXT_ARG = "context"
 POLICIES: tuple[ToolPolicy, ...] = ("auto", "confirm", "deny")
 
 
+ArgsPreparer = Callable[[dict[str, Any]], dict[str, Any]]
+
+
 @dataclass(frozen=True)
 class ParleyTool:
+    """A tool, its policy, and optionally ``prepare``: a pure function the worker applies
+    to the model's proposed args before anyone sees them (e.g. a whole sentence given as
+    a title becomes the title it names), so the user approves exactly what will run."""
+
     tool: BaseTool
     policy: ToolPolicy = "confirm"
+    prepare: ArgsPreparer | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:

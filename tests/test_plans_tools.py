@@ -199,3 +199,30 @@ def test_toolset_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(built) == 4
     assert DEFAULT_PLANS_URL == "http://127.0.0.1:8765"
     assert plans_toolset.SERVICE_NAME == "the plans service"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            {"title": "帮我创建一个计划，标题是季度复盘"},
+            {
+                "title": "季度复盘",
+                "description": "Original request: 帮我创建一个计划，标题是季度复盘",
+            },
+        ),
+        ({"title": "Q3 review"}, {"title": "Q3 review"}),  # already a title: untouched
+        (
+            {"title": "please create a plan called Launch", "description": "notes"},
+            {
+                "title": "Launch",
+                "description": "notes\n\nOriginal request: please create a plan called Launch",
+            },
+        ),
+        ({"title": ""}, {"title": ""}),  # left for the tool to refuse
+    ],
+)
+def test_create_plan_args_are_prepared_before_approval(args: dict, expected: dict) -> None:
+    from parley.toolsets.plans import prepare_create_plan_args
+
+    assert prepare_create_plan_args(args) == expected

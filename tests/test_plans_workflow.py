@@ -55,7 +55,12 @@ async def test_create_plan_waits_for_approval_then_creates_the_normalized_plan(
         turn = await conversations.send(sid, USER, SENTENCE)
         assert turn.status == "awaiting_approval"
         [pending] = turn.pending
-        assert (pending.name, pending.args) == ("create_plan", {"title": SENTENCE})
+        # the user approves what will run: the normalized title, the sentence kept
+        assert pending.name == "create_plan"
+        assert pending.args == {
+            "title": "Q3 review",
+            "description": f"Original request: {SENTENCE}",
+        }
         assert rows(plans) == []  # nothing is written before the decision
 
         done = await conversations.decide(sid, USER, approve(turn))

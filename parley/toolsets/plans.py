@@ -50,6 +50,19 @@ def plan_description(description: str | None, original: str, changed: bool) -> s
     return text or None
 
 
+def prepare_create_plan_args(args: dict[str, Any]) -> dict[str, Any]:
+    """F10 at proposal time: the title the user is asked to approve is the normalized
+    one, and the sentence it came from moves into the description."""
+    title = args.get("title")
+    if not isinstance(title, str) or not title.strip():
+        return args
+    normalized = normalize_plan_title(title, max_length=TITLE_MAX)
+    if not normalized.changed:
+        return args
+    description = plan_description(args.get("description"), title, changed=True)
+    return {**args, "title": normalized.title, "description": description}
+
+
 def build_plans_toolset(
     base_url: str, api_key: str, client: httpx.AsyncClient | None = None
 ) -> list[ParleyTool]:
@@ -125,7 +138,12 @@ def build_plans_toolset(
             json={"status": status.strip().lower()}, idempotency_key=ctx.idempotency_key,
         )  # fmt: skip
 
-    return [confirm(create_plan), auto(list_plans), auto(get_plan), confirm(update_plan_status)]
+    return [
+        ParleyTool(create_plan, "confirm", prepare=prepare_create_plan_args),
+        auto(list_plans),
+        auto(get_plan),
+        confirm(update_plan_status),
+    ]
 
 
 def toolset() -> list[ParleyTool]:
