@@ -19,6 +19,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import (
     SearchAttributePair,
@@ -121,7 +122,11 @@ class Conversations:
                 f"conversation {session_id} has ended; use a new session id",
                 ErrorType.CONVERSATION_ENDED,
             ) from err
-        except (WorkflowUpdateFailedError, RPCError) as err:
+        except (
+            WorkflowUpdateFailedError,
+            WorkflowUpdateRPCTimeoutOrCancelledError,
+            RPCError,
+        ) as err:
             await _settle(start)
             raise _refusal(err, session_id) from err
 
@@ -140,7 +145,11 @@ class Conversations:
                 DecideInput(decisions=list(decisions), decided_by=_user(user_id)),
                 id=update_id or f"decide-{uuid.uuid4().hex}",
             )
-        except (WorkflowUpdateFailedError, RPCError) as err:
+        except (
+            WorkflowUpdateFailedError,
+            WorkflowUpdateRPCTimeoutOrCancelledError,
+            RPCError,
+        ) as err:
             raise _refusal(err, session_id) from err
 
     async def state(self, session_id: str, user_id: str) -> ConversationSnapshot:
@@ -214,6 +223,12 @@ def _refusal(err: Exception, session_id: str, *, ended: str | None = None) -> Co
         return ConversationRefused(f"Temporal refused the call: {err.message}", "RPCError")
     if isinstance(err, WorkflowQueryFailedError):
         return ConversationRefused(str(err), "QueryFailed")
+    if isinstance(err, WorkflowUpdateRPCTimeoutOrCancelledError):
+        return ConversationRefused(
+            f"gave up waiting for conversation {session_id}; the turn goes on in Temporal: "
+            "see its result with `parley show`",
+            "StillRunning",
+        )
     cause = err.cause if isinstance(err, WorkflowUpdateFailedError) else None
     if isinstance(cause, ApplicationError):
         return ConversationRefused(cause.message, cause.type)
