@@ -505,7 +505,10 @@ class ConversationWorkflow:
         elif decision.action == "edit":
             await self._execute(as_call, decision.args or {}, approved_by=decided_by, edited=True)
         elif decision.action == "reject":
-            reason = f" Their reason: {decision.message}" if decision.message else ""
+            reason = ""
+            said = (decision.message or "").strip()
+            if said:
+                reason = f" Their reason: {said}" + ("" if said[-1:] in ".!?。！？" else ".")
             content = (
                 f"The user rejected this call to {call.name}; it did not run.{reason} "
                 "Do not retry it unless the user asks you to."
