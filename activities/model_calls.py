@@ -9,6 +9,8 @@ are retried by Temporal (``Retry-After`` honoured), refusals fail the turn.
 
 from __future__ import annotations
 
+from typing import Any
+
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage
 from temporalio import activity
@@ -75,19 +77,29 @@ class ModelActivities:
 
 
 def _with_unique_ids(reply: AIMessage, request: CallModelInput, used: set[str]) -> AIMessage:
-    """Give the message and every tool call an id unique in the conversation. Some
-    providers omit ids, some (Ollama, vLLM) restart at ``call_0`` every turn; the
-    confirmation gate and the idempotency key ``<workflow_id>:<tool_call_id>`` address
-    calls by id, so a reused id would mix up two calls."""
+    """Give the message and every tool call (valid or not) an id unique in the
+    conversation. Some providers omit ids, some (Ollama, vLLM) restart at ``call_0``
+    every turn; the confirmation gate and the idempotency key
+    ``<workflow_id>:<tool_call_id>`` address calls by id, so a reused id would mix up
+    two calls."""
     base = f"m{request.transcript_length}"
-    calls = []
-    for i, call in enumerate(reply.tool_calls):
+    counter = iter(range(len(reply.tool_calls) + len(reply.invalid_tool_calls)))
+
+    def unique(call: Any) -> Any:
         call_id = call.get("id")
+        index = next(counter)
         if not call_id or call_id in used:
-            call_id = f"call_{base}_{i}"
+            call_id = f"call_{base}_{index}"
         used.add(call_id)
-        calls.append({**call, "id": call_id})
-    return reply.model_copy(update={"id": reply.id or base, "tool_calls": calls})
+        return {**call, "id": call_id}
+
+    return reply.model_copy(
+        update={
+            "id": reply.id or base,
+            "tool_calls": [unique(c) for c in reply.tool_calls],
+            "invalid_tool_calls": [unique(c) for c in reply.invalid_tool_calls],
+        }
+    )
 
 
 def _model_failure(exc: Exception) -> ApplicationError:

@@ -200,3 +200,23 @@ async def test_tool_call_ids_a_provider_reuses_are_made_unique(
         assert tool_ids == ids
         state = await conversations.state(sid, USER)
         tool_messages(state.transcript)
+
+
+async def test_tool_calls_with_unparseable_arguments_go_back_to_the_model(
+    parley_worker, fake: FakeOpenAI
+) -> None:
+    """A provider that emits broken JSON arguments: the model is told, and can retry."""
+    fake.reply("", tool_calls=[{"name": "write_record", "args": '{"title": "Q3"', "id": "bad"}])
+    fake.reply("", tool_calls=[{"name": "write_record", "args": {"title": "Q3"}, "id": "good"}])
+    sid = new_session()
+    async with parley_worker(registry(), openai_model()) as conversations:
+        turn = await conversations.send(sid, USER, "write Q3")
+        assert [p.tool_call_id for p in turn.pending] == ["good"]
+        (refused,) = turn.results
+        assert refused.tool_call_id == "bad" and refused.status == "error"
+        assert refused.content.startswith("Error: the arguments of write_record could not be")
+        assert refused.content.endswith("Please fix your mistakes.")
+        # the provider got a valid transcript: the broken call and its answer
+        tool_ids = [m["tool_call_id"] for m in fake.last_request.messages if m["role"] == "tool"]
+        assert tool_ids == ["bad"]
+        assert runs_in(sid, "write_record") == []

@@ -395,8 +395,7 @@ class ConversationWorkflow:
     async def _model_loop(self) -> TurnResult:
         for _ in range(self._start.max_model_calls_per_turn):
             ai = await self._call_model()
-            calls = ai.tool_calls
-            if not calls:
+            if not ai.tool_calls and not ai.invalid_tool_calls:
                 return self._turn_result("completed", reply=_text_of(ai))
             await self._handle_proposals(ai)
             if self._state.pending:
@@ -441,6 +440,11 @@ class ConversationWorkflow:
         to_run: list[dict[str, Any]] = []
         now = workflow.now()
         expiry = timedelta(seconds=self._start.pending_expiry_seconds)
+        for broken in ai.invalid_tool_calls:  # e.g. arguments that are not JSON
+            call = {"id": broken["id"] or "", "name": broken["name"] or "unknown", "args": {}}
+            self._audit("proposed", "model", call["id"], call["name"], {"raw": broken["args"]})
+            text = f"the arguments of {call['name']} could not be parsed: {broken['error']}"
+            self._answer(call, self._error_result(ErrorType.TOOL_INPUT, text), "refused")
         for call in ai.tool_calls:
             call_id = call["id"] or ""
             self._events.tool_call(call_id, call["name"], call["args"], ai.id)
