@@ -17,7 +17,6 @@ A tool that needs to know whom it acts for declares an injected argument
 from __future__ import annotations
 
 import importlib
-import inspect
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from parley.contracts import ToolCatalogue, ToolPolicy, ToolSpec
+from parley.loading import takes_no_arguments
 
 CONTEXT_ARG = "context"
 POLICIES: tuple[ToolPolicy, ...] = ("auto", "confirm", "deny")
@@ -126,7 +126,7 @@ def load_toolset(reference: str) -> list[ParleyTool | BaseTool]:
     except AttributeError:
         raise ValueError(f"toolset {reference!r}: {module_name} has no {attr!r}") from None
     if callable(value) and not isinstance(value, BaseTool):
-        if not _takes_no_arguments(value):
+        if not takes_no_arguments(value):
             raise ValueError(f"toolset {reference!r}: {attr} needs arguments; {TOOLSET_SHAPE}")
         value = value()
     if isinstance(value, ParleyTool | BaseTool):
@@ -148,16 +148,6 @@ TOOLSET_SHAPE = (
     "a toolset is a list of tools (ParleyTool or langchain-core BaseTool) "
     "or a zero-argument callable returning one"
 )
-
-
-def _takes_no_arguments(function: Callable[..., Any]) -> bool:
-    try:
-        inspect.signature(function).bind()
-    except TypeError:
-        return False
-    except ValueError:  # no signature to inspect (some builtins): let the call decide
-        return True
-    return True
 
 
 def load_registry(spec: str, extra: Iterable[ParleyTool | BaseTool] = ()) -> ToolRegistry:

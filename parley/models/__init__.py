@@ -10,11 +10,10 @@
 from __future__ import annotations
 
 import importlib
-import inspect
-from collections.abc import Callable
-from typing import Any
 
 from langchain_core.language_models import BaseChatModel
+
+from parley.loading import takes_no_arguments
 
 
 def build_chat_model(spec: str) -> BaseChatModel:
@@ -41,7 +40,7 @@ def build_chat_model(spec: str) -> BaseChatModel:
         factory = getattr(importlib.import_module(kind), rest)
     except (ImportError, AttributeError) as err:
         raise ValueError(f"PARLEY_MODEL={spec!r}: cannot load {kind}:{rest}: {err}") from err
-    if not callable(factory) or not _takes_no_arguments(factory):
+    if not callable(factory) or not takes_no_arguments(factory):
         raise ValueError(
             f"PARLEY_MODEL={spec!r}: {kind}:{rest} is not a zero-argument callable; {FACTORY_SHAPE}"
         )
@@ -57,13 +56,3 @@ def build_chat_model(spec: str) -> BaseChatModel:
 FACTORY_SHAPE = (
     "a model factory is a zero-argument callable returning a langchain-core BaseChatModel"
 )
-
-
-def _takes_no_arguments(function: Callable[..., Any]) -> bool:
-    try:
-        inspect.signature(function).bind()
-    except TypeError:
-        return False
-    except ValueError:  # no signature to inspect (some builtins): let the call decide
-        return True
-    return True
