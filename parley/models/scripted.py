@@ -35,7 +35,6 @@ FIX_MARKER = "Please fix your mistakes"
 FIXED_NOTE = "I fixed the arguments and will try again."
 MAX_FIXES = 3
 KIND_WORDS = {"feature": "feat", "bug": "fix", "bugfix": "fix", "doc": "docs", "tests": "test"}
-STATUSES = ("draft", "active", "done", "cancelled")
 STATUS_WORDS = {
     "finished": "done",
     "complete": "done",
@@ -98,23 +97,16 @@ class _Turn:
             return self._prepare(text, project)
         if re.search(r"\b(list|show|which)\b.*\brepo", lowered):
             return self._call("git_list_project_repositories", {"project": project})
+        # The user's word goes as it is, valid status or not, the way a hasty model
+        # would send it; the backend's 422 lists the valid ones and the correction
+        # below picks one.
         status_change = re.search(
-            rf"\b(?:mark|set)\b.*?\bplan\s+#?(\d+)\b.*?\b({'|'.join(STATUSES)})\b", lowered
+            r"\b(?:mark|set)\b.*?\bplan\s+#?(\d+)\s+(?:(?:as|to)\s+)?(\w+)", lowered
         )
         if status_change:
             return self._call(
                 "update_plan_status",
                 {"plan_id": int(status_change.group(1)), "status": status_change.group(2)},
-            )
-        # Any other word goes as it is, the way a hasty model would send it; the backend's
-        # 422 lists the valid statuses and the correction below picks one.
-        loose_status = re.search(
-            r"\b(?:mark|set)\b.*?\bplan\s+#?(\d+)\s+(?:as|to)\s+(\w+)", lowered
-        )
-        if loose_status:
-            return self._call(
-                "update_plan_status",
-                {"plan_id": int(loose_status.group(1)), "status": loose_status.group(2)},
             )
         plan_id = _search(r"\bplan\s+#?(\d+)\b", lowered) or _search(r"计划\s*#?(\d+)", text)
         if plan_id and re.search(r"\b(show|get|open|read)\b|查看", lowered):
