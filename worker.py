@@ -2,13 +2,16 @@
 
 The worker hosts ``ConversationWorkflow`` and the activities, with the tools of
 ``PARLEY_TOOLS`` and the model of ``PARLEY_MODEL``. Secrets (API keys) are read here,
-on the worker, and never enter workflow input or history.
+on the worker, and never enter workflow input or history. The client's data converter
+(``parley.storage.data_converter``) decides where large payloads and transcript segments
+go; ``call_model`` writes its transcript chain to the same store.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import timedelta
 
 from langchain_core.language_models import BaseChatModel
 from temporalio.api.enums.v1 import IndexedValueType
@@ -27,6 +30,7 @@ from parley.contracts import SEARCH_ATTRIBUTES
 from parley.http import aclose_shared_client
 from parley.models import build_chat_model
 from parley.settings import Settings
+from parley.storage import TranscriptStore, driver_of
 from parley.tools import ToolRegistry, load_registry
 from workflows.conversation import ConversationWorkflow
 
@@ -42,17 +46,16 @@ def build_worker(
 ) -> Worker:
     registry = registry if registry is not None else load_registry(settings.tools)
     model = model if model is not None else build_chat_model(settings.model)
-    model_activities = ModelActivities(client, model, registry)
-    tool_activities = ToolActivities(registry)
+    transcripts = TranscriptStore(driver_of(client.data_converter))
+    model_activities = ModelActivities(model, registry, transcripts)
+    tool_activities = ToolActivities(registry, max_result_bytes=settings.max_tool_result_bytes)
     return Worker(
         client,
         task_queue=settings.task_queue,
         workflows=[ConversationWorkflow],
-        activities=[
-            model_activities.call_model,
-            tool_activities.run_tool,
-            tool_activities.describe_tools,
-        ],
+        activities=[model_activities.call_model, tool_activities.run_tool],
+        # Let running activities finish (or heartbeat out) on SIGTERM.
+        graceful_shutdown_timeout=timedelta(seconds=30),
     )
 
 

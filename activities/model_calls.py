@@ -1,8 +1,11 @@
 """The ``call_model`` activity: one chat-model call for a conversation. Activity side.
 
-The transcript is not part of the activity input (it would grow history with the square
-of the turns): the activity reads it from the workflow with the ``transcript_for_model``
-query, up to the length the workflow asked for. Provider SDK retries are off; failures
+Input → output, bounded whatever the conversation's length: the workflow sends the
+messages added since its previous model call and a reference to the stored transcript
+(``parley.storage.TranscriptStore``); the activity rebuilds the whole transcript from the
+chain (cached in memory), calls the model, stores the new messages and the reply as one
+more segment and returns the reply with the new reference. The tool catalogue comes
+back only when the workflow's copy is out of date. Provider SDK retries are off; failures
 are classified once (``parley.models.failures``) into the retry contract: transient ones
 are retried by Temporal (``Retry-After`` honoured), refusals fail the turn.
 """
@@ -14,52 +17,62 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage
 from temporalio import activity
-from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from parley.contracts import CALL_MODEL, CallModelInput, CallModelOutput, TranscriptQuery
+from activities.heartbeat import heartbeating
+from parley.contracts import CALL_MODEL, CallModelInput, CallModelOutput
 from parley.errors import ErrorType, TransientError
 from parley.models.failures import classify_model_error
 from parley.redaction import redact
 from parley.settings import MODEL_ACTIVITY, retry_delay
+from parley.storage import TranscriptStore
 from parley.tools import ToolRegistry
-from workflows.conversation import ConversationWorkflow
 
 
 class ModelActivities:
-    def __init__(self, client: Client, model: BaseChatModel, registry: ToolRegistry) -> None:
-        self._client = client
+    def __init__(
+        self, model: BaseChatModel, registry: ToolRegistry, transcripts: TranscriptStore
+    ) -> None:
         self._registry = registry
+        self._catalogue = registry.catalogue()
+        self._transcripts = transcripts
         tools = registry.langchain_tools()
         self._model = model.bind_tools(tools) if tools else model
 
     @activity.defn(name=CALL_MODEL)
     async def call_model(self, request: CallModelInput) -> CallModelOutput:
-        handle = self._client.get_workflow_handle(request.workflow_id)
-        page = await handle.query(
-            ConversationWorkflow.transcript_for_model,
-            TranscriptQuery(user_id=request.user_id, upto=request.transcript_length),
-        )
-        try:
-            reply = await self._model.ainvoke(page.messages)
-        except Exception as exc:
-            # Not chained: the SDK exception text may echo the request and its key,
-            # and a chained cause would be stored in workflow history.
-            raise _model_failure(exc) from None
-        if not isinstance(reply, AIMessage):
-            raise ApplicationError(
-                f"the model returned {type(reply).__name__}, not an AIMessage",
-                type=ErrorType.MODEL_FAILED,
-                non_retryable=True,
+        async with heartbeating():
+            history = await self._transcripts.load(request.context)
+            messages = history + list(request.new_messages)
+            try:
+                reply = await self._model.ainvoke(messages)
+            except Exception as exc:
+                # Not chained: the SDK exception text may echo the request and its key,
+                # and a chained cause would be stored in workflow history.
+                raise _model_failure(exc) from None
+            if not isinstance(reply, AIMessage):
+                raise ApplicationError(
+                    f"the model returned {type(reply).__name__}, not an AIMessage",
+                    type=ErrorType.MODEL_FAILED,
+                    non_retryable=True,
+                )
+            used = {
+                call["id"]
+                for message in messages
+                if isinstance(message, AIMessage)
+                for call in message.tool_calls
+            }
+            reply = self._prepared(_with_unique_ids(reply, len(messages), used))
+            context = await self._transcripts.append(
+                request.context,
+                [*request.new_messages, reply],
+                workflow_id=request.workflow_id,
+                namespace=activity.info().namespace,
             )
-        used = {
-            call["id"]
-            for message in page.messages
-            if isinstance(message, AIMessage)
-            for call in message.tool_calls
-        }
-        reply = _with_unique_ids(reply, request, used)
-        return CallModelOutput(message=self._prepared(reply))
+        fresh = self._catalogue.version != request.catalogue_version
+        return CallModelOutput(
+            message=reply, context=context, catalogue=self._catalogue if fresh else None
+        )
 
     def _prepared(self, reply: AIMessage) -> AIMessage:
         """Apply each tool's ``prepare`` to the proposed args. One that cannot be prepared
@@ -76,13 +89,13 @@ class ModelActivities:
         return reply.model_copy(update={"tool_calls": calls})
 
 
-def _with_unique_ids(reply: AIMessage, request: CallModelInput, used: set[str]) -> AIMessage:
+def _with_unique_ids(reply: AIMessage, transcript_length: int, used: set[str]) -> AIMessage:
     """Give the message and every tool call (valid or not) an id unique in the
     conversation. Some providers omit ids, some (Ollama, vLLM) restart at ``call_0``
     every turn; the confirmation gate and the idempotency key
     ``<workflow_id>:<tool_call_id>`` address calls by id, so a reused id would mix up
     two calls."""
-    base = f"m{request.transcript_length}"
+    base = f"m{transcript_length}"
     counter = iter(range(len(reply.tool_calls) + len(reply.invalid_tool_calls)))
 
     def unique(call: Any) -> Any:

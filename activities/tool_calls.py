@@ -1,9 +1,17 @@
-"""The ``run_tool`` and ``describe_tools`` activities. Activity side.
+"""The ``run_tool`` activity. Activity side.
 
 ``run_tool`` looks the tool up in the worker's registry, gives it the conversation's
 ``ToolContext`` when it asks for one, and returns the result envelope. The envelope's
 status comes from what the tool returned (F4); what it raised is mapped, in
 ``tool_failure`` and nowhere else, onto the error table of design.md.
+
+Once a tool has run, nothing may make Temporal run it again: ``storable`` checks the
+envelope before it is returned. Text Python holds but UTF-8 cannot carry (a lone
+surrogate, as ``os.listdir`` returns for an undecodable file name) is escaped; an
+envelope over ``max_tool_result_bytes`` is replaced by an error envelope with the
+beginning of the content. Anything that still cannot be encoded becomes an error
+envelope too. A large envelope below the limit leaves history by reference (Temporal's
+external storage, ``parley.storage``).
 """
 
 from __future__ import annotations
@@ -18,12 +26,12 @@ from langchain_core.tools import ToolException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import heartbeating
 from parley.contracts import (
-    DESCRIBE_TOOLS,
+    MODEL_RESULT_MAX_CHARS,
     RUN_TOOL,
     RunToolInput,
     RunToolOutput,
-    ToolCatalogue,
     ToolErrorInfo,
     ToolResult,
 )
@@ -34,17 +42,16 @@ from parley.errors import (
     TransientError,
 )
 from parley.redaction import redact
-from parley.settings import TOOL_ACTIVITY, retry_delay
+from parley.settings import DEFAULT_MAX_TOOL_RESULT_BYTES, TOOL_ACTIVITY, retry_delay
 from parley.tools import CONTEXT_ARG, ToolRegistry
 
 
 class ToolActivities:
-    def __init__(self, registry: ToolRegistry) -> None:
+    def __init__(
+        self, registry: ToolRegistry, *, max_result_bytes: int = DEFAULT_MAX_TOOL_RESULT_BYTES
+    ) -> None:
         self._registry = registry
-
-    @activity.defn(name=DESCRIBE_TOOLS)
-    async def describe_tools(self) -> ToolCatalogue:
-        return self._registry.catalogue()
+        self._max_result_bytes = max_result_bytes
 
     @activity.defn(name=RUN_TOOL)
     async def run_tool(self, request: RunToolInput) -> RunToolOutput:
@@ -69,21 +76,78 @@ class ToolActivities:
         if registered.wants_context:
             args[CONTEXT_ARG] = request.context
         tool = registered.tool
+        async with heartbeating():
+            try:
+                if tool.response_format == "content_and_artifact":
+                    output: Any = await tool.ainvoke(
+                        {
+                            "type": "tool_call",
+                            "id": request.context.tool_call_id,
+                            "name": tool.name,
+                            "args": args,
+                        }
+                    )
+                else:
+                    output = await tool.ainvoke(args)
+            except Exception as exc:
+                raise tool_failure(exc) from exc
+            # From here on the tool has run: no failure may be left to Temporal's retry.
+            try:
+                envelope = envelope_of(output)
+            except Exception as exc:
+                envelope = _unstorable(f"{type(exc).__name__}: {exc}")
+            return storable(RunToolOutput(result=envelope), self._max_result_bytes)
+
+
+def storable(output: RunToolOutput, max_bytes: int) -> RunToolOutput:
+    """``output`` made safe to hand back to Temporal (see the module docstring)."""
+    converter = activity.payload_converter()
+    try:
+        size = converter.to_payloads([output])[0].ByteSize()
+    except Exception:
+        output = RunToolOutput(
+            result=ToolResult.model_validate(
+                _escape_surrogates(output.result.model_dump(mode="python"))
+            )
+        )
         try:
-            if tool.response_format == "content_and_artifact":
-                output: Any = await tool.ainvoke(
-                    {
-                        "type": "tool_call",
-                        "id": request.context.tool_call_id,
-                        "name": tool.name,
-                        "args": args,
-                    }
-                )
-            else:
-                output = await tool.ainvoke(args)
+            size = converter.to_payloads([output])[0].ByteSize()
         except Exception as exc:
-            raise tool_failure(exc) from exc
-        return RunToolOutput(result=envelope_of(output))
+            return RunToolOutput(result=_unstorable(f"{type(exc).__name__}: {exc}"))
+    if size <= max_bytes:
+        return output
+    content = output.result.content
+    message = (
+        f"the tool ran, but its result is {size:,} bytes, over this worker's limit of "
+        f"{max_bytes:,} (PARLEY_MAX_TOOL_RESULT_BYTES); it was not run again"
+    )
+    return RunToolOutput(
+        result=ToolResult(
+            status="error",
+            content=f"Error: {message}. The result begins:\n" + content[:MODEL_RESULT_MAX_CHARS],
+            error=ToolErrorInfo(type=ErrorType.RESULT_TOO_LARGE, message=message),
+        )
+    )
+
+
+def _unstorable(reason: str) -> ToolResult:
+    message = f"the tool ran, but its result could not be stored ({reason}); it was not run again"
+    return ToolResult(
+        status="error",
+        content=f"Error: {message}.",
+        error=ToolErrorInfo(type=ErrorType.RESULT_UNSTORABLE, message=message),
+    )
+
+
+def _escape_surrogates(value: Any) -> Any:
+    """Every string in ``value`` with lone surrogates written as ``\\udcXX``."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_escape_surrogates(k): _escape_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_escape_surrogates(v) for v in value]
+    return value
 
 
 def envelope_of(output: Any) -> ToolResult:
@@ -105,7 +169,7 @@ def envelope_of(output: Any) -> ToolResult:
             status="error",
             content=f"Error: {message}",
             payload=output,
-            error=ToolErrorInfo(type="ToolReportedFailure", message=message),
+            error=ToolErrorInfo(type=ErrorType.TOOL_REPORTED_FAILURE, message=message),
         )
     return ToolResult(status="success", content=content, payload=output)
 

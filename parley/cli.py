@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from parley.client import ConversationRefused, Conversations, check_identity, connect
-from parley.contracts import Decision, DecisionAction, TurnResult
+from parley.contracts import Decision, DecisionAction, StateQuery, TurnResult
 from parley.settings import Settings
 
 
@@ -163,12 +163,21 @@ def send(
     text: Annotated[str, typer.Argument(help="The message.")],
     session: Session,
     user: User,
+    message_id: Annotated[
+        str | None,
+        typer.Option(
+            "--message-id",
+            help="An id for this message: sending the same id again never applies it twice.",
+        ),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Send a message (starting the conversation if new) and print the turn's result."""
 
     async def work() -> TurnResult:
-        return await (await conversations(session, user)).send(session, user, text)
+        return await (await conversations(session, user)).send(
+            session, user, text, message_id=message_id
+        )
 
     print_turn(run_async(work), as_json)
 
@@ -256,11 +265,31 @@ def decide(
 
 
 @app.command()
-def show(session: Session, user: User, as_json: AsJson = False) -> None:
-    """Show a conversation: status, pending calls, transcript, audit log."""
+def show(
+    session: Session,
+    user: User,
+    offset: Annotated[
+        int | None,
+        typer.Option(help="First message to show (0 is the first); default: the latest.", min=0),
+    ] = None,
+    limit: Annotated[int, typer.Option(help="How many messages to show.", min=1, max=1000)] = 50,
+    as_json: AsJson = False,
+) -> None:
+    """Show a conversation: status, pending calls, a page of the transcript, audit log."""
 
     async def work() -> Any:
-        return await (await conversations(session, user)).state(session, user)
+        conv = await conversations(session, user)
+        snapshot = await conv.state(
+            session,
+            user,
+            StateQuery(user_id=user, transcript_offset=offset, transcript_limit=limit),
+        )
+        if offset is not None and offset < snapshot.transcript_offset:
+            older = await conv.transcript(session, user, offset, limit)
+            snapshot = snapshot.model_copy(
+                update={"transcript": older, "transcript_offset": offset}
+            )
+        return snapshot
 
     snapshot = run_async(work)
     if as_json:
@@ -269,6 +298,12 @@ def show(session: Session, user: User, as_json: AsJson = False) -> None:
     out.print(
         f"[bold]{escape(snapshot.session_id)}[/] ({escape(snapshot.user_id)}): {snapshot.status}"
     )
+    first, total = snapshot.transcript_offset, snapshot.transcript_total
+    if first > 0 or first + len(snapshot.transcript) < total:
+        out.print(
+            f"[dim]messages {first}-{first + len(snapshot.transcript) - 1} of {total}; "
+            "page with --offset/--limit[/]"
+        )
     for message in snapshot.transcript:
         out.print(f"[dim]{message.type:>6}[/] {escape(message.text[:300])}", highlight=False)
         for tool_call in getattr(message, "tool_calls", []) or []:
@@ -292,14 +327,28 @@ def events(
 
 
 @app.command()
-def end(session: Session, user: User) -> None:
-    """End a conversation once its in-flight work is done."""
+def end(
+    session: Session,
+    user: User,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Terminate it now, in any state and with no worker running; pending calls "
+            "never run.",
+        ),
+    ] = False,
+) -> None:
+    """End a conversation once its in-flight work is done (pending calls never run)."""
 
     async def work() -> Any:
-        return await (await conversations(session, user)).end(session, user)
+        conv = await conversations(session, user)
+        if force:
+            return await conv.force_end(session, user)
+        return await conv.end(session, user)
 
     run_async(work)
-    out.print(f"conversation {session} is ending")
+    out.print(f"conversation {session} {'was terminated' if force else 'is ending'}")
 
 
 @app.command()

@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar
 
+from langchain_core.messages import AnyMessage
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
@@ -27,7 +34,6 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -37,6 +43,7 @@ from parley.contracts import (
     ConversationStart,
     DecideInput,
     Decision,
+    EndInput,
     EventPage,
     EventsQuery,
     SendMessageInput,
@@ -47,7 +54,13 @@ from parley.contracts import (
 )
 from parley.errors import ErrorType
 from parley.settings import Settings
+from parley.storage import TranscriptStore, data_converter, driver_of
 from workflows.conversation import ConversationWorkflow
+
+T = TypeVar("T")
+
+#: A worker long-polls its task queue continuously; one not seen for this long is gone.
+POLLER_FRESH_SECONDS = 90
 
 
 class ConversationRefused(Exception):
@@ -64,7 +77,7 @@ async def connect(settings: Settings) -> Client:
         return await Client.connect(
             settings.temporal_address,
             namespace=settings.namespace,
-            data_converter=pydantic_data_converter,
+            data_converter=data_converter(settings),
         )
     except RuntimeError as err:
         raise ConversationRefused(
@@ -98,6 +111,7 @@ class Conversations:
                 pending_expiry_seconds=self._settings.pending_expiry_seconds,
                 max_model_calls_per_turn=self._settings.max_model_calls_per_turn,
                 continue_as_new_after_events=self._settings.continue_as_new_after_events,
+                max_message_bytes=self._settings.max_message_bytes,
             ),
             id=workflow_id,
             task_queue=self._settings.task_queue,
@@ -109,12 +123,21 @@ class Conversations:
             static_summary=f"Parley conversation {session_id}",
             static_details=f"Conversation `{session_id}`, started by update-with-start.",
         )
+        _check_text(text, self._settings.max_message_bytes)
+        retry_hint = (
+            f"Your message (id {message_id}) waits in Temporal and applies if a worker "
+            f"takes it soon; to be sure, send it again with --message-id {message_id} once "
+            "a worker runs: the same id is never applied twice."
+        )
         try:
-            return await self._client.execute_update_with_start_workflow(
-                ConversationWorkflow.send_message,
-                SendMessageInput(text=text, message_id=message_id, user_id=user_id),
-                start_workflow_operation=start,
-                id=f"message-{message_id}",
+            return await self._watch_worker(
+                self._client.execute_update_with_start_workflow(
+                    ConversationWorkflow.send_message,
+                    SendMessageInput(text=text, message_id=message_id, user_id=user_id),
+                    start_workflow_operation=start,
+                    id=f"message-{message_id}",
+                ),
+                retry_hint,
             )
         except WorkflowAlreadyStartedError as err:
             await _settle(start)
@@ -139,11 +162,20 @@ class Conversations:
     ) -> TurnResult:
         """Answer every pending call. The same ``update_id`` again returns the first
         result and runs nothing twice."""
+        update_id = update_id or f"decide-{uuid.uuid4().hex}"
+        retry_hint = (
+            "Your decision applies if a worker takes it shortly; run the same command "
+            "again once one is running (a decided call is never run twice)."
+        )
+        decided_by = _user(user_id)
         try:
-            return await self.handle(session_id).execute_update(
-                ConversationWorkflow.decide,
-                DecideInput(decisions=list(decisions), decided_by=_user(user_id)),
-                id=update_id or f"decide-{uuid.uuid4().hex}",
+            return await self._watch_worker(
+                self.handle(session_id).execute_update(
+                    ConversationWorkflow.decide,
+                    DecideInput(decisions=list(decisions), decided_by=decided_by),
+                    id=update_id,
+                ),
+                retry_hint,
             )
         except (
             WorkflowUpdateFailedError,
@@ -152,13 +184,41 @@ class Conversations:
         ) as err:
             raise _refusal(err, session_id) from err
 
-    async def state(self, session_id: str, user_id: str) -> ConversationSnapshot:
+    async def state(
+        self, session_id: str, user_id: str, query: StateQuery | None = None
+    ) -> ConversationSnapshot:
+        """One page of the conversation (by default: the latest messages and audit
+        entries). The workflow keeps the latest messages; ``transcript`` reads older ones."""
+        query = (query or StateQuery(user_id=user_id)).model_copy(
+            update={"user_id": _user(user_id)}
+        )
         try:
-            return await self.handle(session_id).query(
-                ConversationWorkflow.state, StateQuery(user_id=_user(user_id))
-            )
+            return await self.handle(session_id).query(ConversationWorkflow.state, query)
         except (WorkflowQueryFailedError, RPCError) as err:
             raise _refusal(err, session_id) from err
+
+    async def transcript(
+        self, session_id: str, user_id: str, offset: int = 0, limit: int = 200
+    ) -> list[AnyMessage]:
+        """Messages ``offset`` to ``offset + limit`` of the conversation, however old:
+        those the workflow no longer keeps are read from the stored transcript chain."""
+        snapshot = await self.state(
+            session_id,
+            user_id,
+            StateQuery(
+                user_id=user_id,
+                transcript_offset=offset,
+                transcript_limit=min(limit, 1_000),
+                audit_limit=0,
+            ),
+        )
+        if snapshot.transcript_offset <= offset or snapshot.model_context is None:
+            return snapshot.transcript[:limit]
+        stored = await TranscriptStore(driver_of(self._client.data_converter)).load(
+            snapshot.model_context
+        )
+        older = stored[offset : min(offset + limit, snapshot.transcript_offset)]
+        return (older + snapshot.transcript)[:limit]
 
     async def events(self, session_id: str, user_id: str, after: int = -1) -> EventPage:
         try:
@@ -169,17 +229,109 @@ class Conversations:
             raise _refusal(err, session_id) from err
 
     async def end(self, session_id: str, user_id: str) -> ConversationSnapshot:
-        """Ask the conversation to finish once in-flight handlers are done."""
-        snapshot = await self.state(session_id, user_id)  # refuses another user
-        if snapshot.status == "ended":
+        """End the conversation once in-flight handlers are done (an owner-checked
+        update); pending calls are answered ``expired`` and never run."""
+        request = EndInput(user_id=_user(user_id))
+        try:
+            return await self._watch_worker(
+                self.handle(session_id).execute_update(
+                    ConversationWorkflow.end, request, id=f"end-{uuid.uuid4().hex}"
+                ),
+                "Run it again once a worker is running, or end it now with `parley end --force`.",
+            )
+        except (
+            WorkflowUpdateFailedError,
+            WorkflowUpdateRPCTimeoutOrCancelledError,
+            RPCError,
+        ) as err:
+            raise _refusal(err, session_id, ended=f"conversation {session_id} has ended") from err
+
+    async def force_end(self, session_id: str, user_id: str, reason: str | None = None) -> None:
+        """Terminate the conversation's workflow, whatever its state and with no worker.
+        Only its owner may: the owner is read from the ``ParleyUser`` search attribute,
+        which Temporal serves without a worker. Pending calls never run."""
+        user_id = _user(user_id)
+        handle = self.handle(session_id)
+        try:
+            description = await handle.describe()
+        except RPCError as err:
+            raise _refusal(err, session_id) from err
+        owner = description.typed_search_attributes.get(PARLEY_USER)
+        if owner != user_id:
+            # Same words as the workflow's own refusal: it names no one.
+            raise ConversationRefused(
+                "this conversation belongs to another user", ErrorType.NOT_OWNER
+            )
+        if description.status != WorkflowExecutionStatus.RUNNING:
             raise ConversationRefused(
                 f"conversation {session_id} has ended", ErrorType.CONVERSATION_ENDED
             )
         try:
-            await self.handle(session_id).signal(ConversationWorkflow.end)
-        except RPCError as err:  # it ended between the query and the signal
+            await handle.terminate(reason=reason or f"ended with --force by {user_id}")
+        except RPCError as err:
             raise _refusal(err, session_id, ended=f"conversation {session_id} has ended") from err
-        return snapshot
+
+    # --- liveness: never wait on a task queue no worker serves --------------------
+
+    async def workers_polling(self) -> bool:
+        """Whether a worker has polled this task queue lately (Temporal's
+        DescribeTaskQueue, which answers without a worker)."""
+        response = await self._client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=self._client.namespace,
+                task_queue=TaskQueue(name=self._settings.task_queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            )
+        )
+        now = time.time()
+        return any(
+            now - poller.last_access_time.ToSeconds() < POLLER_FRESH_SECONDS
+            for poller in response.pollers
+        )
+
+    def _no_worker(self, what_happens: str) -> ConversationRefused:
+        return ConversationRefused(
+            f"no worker is serving task queue {self._settings.task_queue!r} (none has "
+            f"polled it in the last {POLLER_FRESH_SECONDS} s): start one with `parley "
+            f"worker` or `parley dev`, or check PARLEY_TASK_QUEUE. {what_happens}",
+            ErrorType.NO_WORKER,
+        )
+
+    async def _watch_worker(self, call: Awaitable[T], what_happens: str) -> T:
+        """Await ``call``; every ``worker_wait_seconds``, give up with a clear answer if
+        no worker serves the task queue any more (a worker died meanwhile)."""
+        task = asyncio.ensure_future(call)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self._settings.worker_wait_seconds)
+                if done:
+                    return task.result()
+                if not await self.workers_polling():
+                    raise self._no_worker(what_happens)
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+
+
+def _check_text(text: str, max_bytes: int) -> None:
+    """Refuse, before anything is sent, a message the conversation would refuse."""
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as err:
+        raise ConversationRefused(
+            f"the message holds text that is not valid Unicode ({err.reason} at "
+            f"character {err.start}); send it as UTF-8",
+            ErrorType.INVALID_MESSAGE,
+        ) from None
+    if size > max_bytes:
+        raise ConversationRefused(
+            f"the message is {size:,} bytes; a message may be at most {max_bytes:,} bytes "
+            "(PARLEY_MAX_MESSAGE_BYTES). Send a shorter message, or share a large text as "
+            "a file a tool can read.",
+            ErrorType.MESSAGE_TOO_LARGE,
+        )
 
 
 def check_identity(session_id: str, user_id: str) -> None:

@@ -9,6 +9,7 @@ these. LangChain messages travel inside models typed ``list[AnyMessage]`` so tha
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from typing import Any, Literal
@@ -22,7 +23,10 @@ CALL_MODEL = "parley.call_model"
 RUN_TOOL = "parley.run_tool"
 DESCRIBE_TOOLS = "parley.describe_tools"
 
-SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+#: Matched against the whole string (``\A``/``\Z``): ``$`` would accept "abc\n".
+SESSION_ID_PATTERN = re.compile(r"\A[A-Za-z0-9._-]{1,128}\Z")
+#: A user id: 1-128 characters, none of them whitespace or control characters.
+USER_ID_PATTERN = re.compile(r"\A[^\s\x00-\x1f\x7f-\x9f]{1,128}\Z")
 WORKFLOW_ID_PREFIX = "conversation-"
 
 ToolPolicy = Literal["auto", "confirm", "deny"]
@@ -34,7 +38,7 @@ DecisionAction = Literal["approve", "edit", "reject", "respond"]
 
 def workflow_id_for(session_id: str) -> str:
     """The workflow id of a conversation; refuses a malformed session id."""
-    if not SESSION_ID_PATTERN.match(session_id):
+    if not isinstance(session_id, str) or not SESSION_ID_PATTERN.fullmatch(session_id):
         raise ValueError(
             f"session id {session_id!r} is not valid: use 1-128 characters from A-Z a-z 0-9 . _ -"
         )
@@ -45,9 +49,14 @@ def check_user_id(user_id: str | None) -> str:
     """The user id every conversation needs; empty or ``default`` is refused (F8)."""
     if user_id is None or not user_id.strip():
         raise ValueError("a user id is required (pass --user or user_id)")
-    if user_id.strip().lower() == "default":
+    if not USER_ID_PATTERN.fullmatch(user_id):
+        raise ValueError(
+            f"user id {user_id[:40]!r} is not valid: use 1-128 characters with no spaces "
+            "or control characters"
+        )
+    if user_id.lower() == "default":
         raise ValueError("'default' is not a user id: pass the real user's id")
-    return user_id.strip()
+    return user_id
 
 
 def call_summary(name: str, args: dict[str, Any], limit: int = 120) -> str:
@@ -70,10 +79,16 @@ class ToolSpec(BaseModel):
     description: str
     policy: ToolPolicy
     args_schema: dict[str, Any]
+    #: Whether arguments the schema does not name are accepted. Off unless the tool's
+    #: schema says ``additionalProperties``: an edit cannot smuggle in ``"force": true``.
+    extra_args_allowed: bool = False
 
 
 class ToolCatalogue(BaseModel):
     tools: list[ToolSpec]
+    #: A digest of ``tools``, set by the worker: the workflow asks for the catalogue
+    #: again only when the worker's version differs.
+    version: str = ""
 
     def get(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -127,29 +142,58 @@ class RunToolOutput(BaseModel):
 # --- model ------------------------------------------------------------------------
 
 
-class CallModelInput(BaseModel):
-    """Small on purpose: the activity reads the transcript with a query, not from history."""
+class ContextRef(BaseModel):
+    """Where the model's transcript so far is stored (``parley.storage``'s chain): a
+    driver name, the driver's small claim, and how many messages it covers."""
 
-    workflow_id: str
-    transcript_length: int
+    driver: str
+    claim: dict[str, str]
+    length: int
+    #: Segments since the last checkpoint; bounds how far a cold reader walks.
+    depth: int = 0
+
+
+class CallModelInput(BaseModel):
+    """Bounded whatever the conversation's length: the transcript so far travels as a
+    reference, only the messages added since the previous model call as values."""
+
     session_id: str
     user_id: str
+    workflow_id: str
+    context: ContextRef | None = None
+    new_messages: list[AnyMessage] = Field(default_factory=list)
+    #: The version of the tool catalogue the workflow holds; the reply carries the
+    #: worker's catalogue only when it differs.
+    catalogue_version: str | None = None
 
 
 class CallModelOutput(BaseModel):
     message: AIMessage
-
-
-class TranscriptQuery(BaseModel):
-    user_id: str
-    upto: int
-
-
-class TranscriptPage(BaseModel):
-    messages: list[AnyMessage]
+    #: The transcript including ``message``.
+    context: ContextRef
+    catalogue: ToolCatalogue | None = None
 
 
 # --- conversation -----------------------------------------------------------------
+
+#: Limits on what a conversation keeps in memory and in one payload. They bound the
+#: workflow's state (so the continue-as-new input), every query page and update result.
+MESSAGE_MAX_BYTES_DEFAULT = 1024 * 1024
+#: A tool result longer than this reaches the model truncated, with a note saying so.
+MODEL_RESULT_MAX_CHARS = 32_000
+#: Content and payload previews in a ``TurnResult``, an event or an audit entry.
+PREVIEW_CHARS = 4_000
+PAYLOAD_PREVIEW_BYTES = 16 * 1024
+#: Tool arguments shown in the Temporal UI's current details and in audit entries.
+PREVIEW_ARGS_CHARS = 2_000
+#: What the workflow keeps in memory: older messages are in the transcript chain,
+#: older audit entries and events in the histories of earlier runs.
+KEPT_TRANSCRIPT_MESSAGES = 200
+KEPT_TRANSCRIPT_CHARS = 512 * 1024
+KEPT_AUDIT_ENTRIES = 1_000
+KEPT_EVENTS = 2_000
+#: A query page's budget of characters (its messages or entries).
+PAGE_CHARS = 512 * 1024
 
 
 class ConversationStart(BaseModel):
@@ -157,8 +201,11 @@ class ConversationStart(BaseModel):
     user_id: str
     pending_expiry_seconds: float = Field(default=24 * 3600, gt=0, le=10 * 365 * 24 * 3600)
     max_model_calls_per_turn: int = Field(default=8, ge=1)
-    #: Continue-as-new (between turns) once this run's history is this long.
+    #: Continue-as-new (between turns, after at least one turn in the run) once this
+    #: run's history is this long.
     continue_as_new_after_events: int = Field(default=10_000, ge=1)
+    #: A message longer than this (UTF-8 bytes) is refused before it enters history.
+    max_message_bytes: int = Field(default=MESSAGE_MAX_BYTES_DEFAULT, ge=1, le=64 * 1024 * 1024)
     #: Set only by continue-as-new: everything the previous run held.
     carried_state: ConversationState | None = None
 
@@ -200,6 +247,10 @@ class DecideInput(BaseModel):
     decided_by: str
 
 
+class EndInput(BaseModel):
+    user_id: str
+
+
 class PendingCall(BaseModel):
     tool_call_id: str
     name: str
@@ -209,12 +260,20 @@ class PendingCall(BaseModel):
 
 
 class TurnToolResult(BaseModel):
+    """A tool result as a turn reports it: the envelope, with content cut to
+    ``PREVIEW_CHARS`` and a payload over ``PAYLOAD_PREVIEW_BYTES`` left out (both say
+    so), so that an update result stays small whatever the tool returned."""
+
     tool_call_id: str
     name: str
     status: ResultStatus
     content: str
     payload: Any = None
     error: ToolErrorInfo | None = None
+    #: The length of the whole content, when ``content`` is a preview.
+    content_chars: int | None = None
+    #: The size of the payload (JSON bytes), when it was left out.
+    payload_omitted_bytes: int | None = None
 
 
 class TurnResult(BaseModel):
@@ -229,7 +288,15 @@ class TurnResult(BaseModel):
 class AuditEntry(BaseModel):
     at: datetime
     event: Literal[
-        "message", "proposed", "refused", "decided", "ran", "failed", "expired", "turn_failed"
+        "message",
+        "proposed",
+        "refused",
+        "decided",
+        "ran",
+        "failed",
+        "expired",
+        "turn_failed",
+        "ended",
     ]
     actor: str
     tool_call_id: str | None = None
@@ -242,36 +309,62 @@ class Counters(BaseModel):
     model_calls: int = 0
     tool_runs: int = 0
     decisions: int = 0
+    continued_as_new: int = 0
 
 
 class ConversationState(BaseModel):
-    """The workflow's whole state: what continue-as-new carries and ``state()`` shows."""
+    """The workflow's whole state: what continue-as-new carries and ``state()`` pages.
+
+    Bounded whatever the conversation's length: the transcript, the audit log and the
+    event log keep their latest entries (``KEPT_*``), each with the absolute offset of
+    its first kept entry. Older messages are in the transcript chain (``model_context``).
+    """
 
     session_id: str
     user_id: str
     status: ConversationStatus = "idle"
+    ended: bool = False
+    #: The latest messages; ``transcript[0]`` is message number ``transcript_offset``.
     transcript: list[AnyMessage] = Field(default_factory=list)
+    transcript_offset: int = 0
+    #: The stored transcript as of the latest model call: messages before
+    #: ``model_context.length`` are in the store, the rest go with the next call.
+    model_context: ContextRef | None = None
     pending: list[PendingCall] = Field(default_factory=list)
     audit: list[AuditEntry] = Field(default_factory=list)
+    audit_offset: int = 0
     events: list[dict[str, Any]] = Field(default_factory=list)
+    events_offset: int = 0
+    runs: int = 0
     counters: Counters = Field(default_factory=Counters)
     last_turn: TurnResult | None = None
-    #: The worker's tools as of this conversation's latest turn (policies, schemas).
+    #: The worker's tools as of this conversation's latest model call (policies, schemas).
     tools: ToolCatalogue | None = None
     #: Results of the latest updates by update id, so a client's retry of a ``send`` or
     #: ``decide`` gets the first result even after continue-as-new (bounded).
     recent_results: dict[str, TurnResult] = Field(default_factory=dict)
 
+    @property
+    def transcript_length(self) -> int:
+        return self.transcript_offset + len(self.transcript)
+
 
 class ConversationSnapshot(BaseModel):
-    """What the ``state`` query returns: the state without the event log."""
+    """What the ``state`` query returns: one page of the transcript and of the audit log
+    (offsets are absolute), and everything else whole."""
 
     session_id: str
     user_id: str
     status: ConversationStatus
     pending: list[PendingCall]
     transcript: list[AnyMessage]
+    transcript_offset: int = 0
+    transcript_total: int = 0
+    #: Where messages before the ones this process keeps can be read (``parley.storage``).
+    model_context: ContextRef | None = None
     audit: list[AuditEntry]
+    audit_offset: int = 0
+    audit_total: int = 0
     counters: Counters
     event_count: int
     last_turn: TurnResult | None = None
@@ -279,11 +372,17 @@ class ConversationSnapshot(BaseModel):
 
 class StateQuery(BaseModel):
     user_id: str
+    #: The first message of the page (absolute); None: the page that ends with the latest.
+    transcript_offset: int | None = None
+    transcript_limit: int = Field(default=200, ge=0, le=1_000)
+    audit_offset: int | None = None
+    audit_limit: int = Field(default=200, ge=0, le=1_000)
 
 
 class EventsQuery(BaseModel):
     user_id: str
     after: int = -1
+    limit: int = Field(default=500, ge=1, le=5_000)
 
 
 class OffsetEvent(BaseModel):
@@ -294,13 +393,67 @@ class OffsetEvent(BaseModel):
 
 
 class EventPage(BaseModel):
-    """Events with offset > ``after``; pass ``next_after`` as ``after`` to read on."""
+    """Events with offset > ``after``; pass ``next_after`` as ``after`` to read on.
+    ``first_kept`` is the oldest offset still held: a reader behind it missed events."""
 
     events: list[OffsetEvent]
     next_after: int
+    first_kept: int = 0
 
 
 ConversationStart.model_rebuild()
+
+
+# --- bounding large values (pure helpers, used inside the workflow) --------------
+
+
+def message_chars(message: AnyMessage) -> int:
+    """About how much room a message takes: its text plus its tool calls' arguments."""
+    content = message.content
+    size = len(content) if isinstance(content, str) else len(json.dumps(content, default=str))
+    if isinstance(message, AIMessage):
+        size += sum(len(json.dumps(c["args"], default=str)) for c in message.tool_calls)
+    return size
+
+
+def model_view(content: str, limit: int = MODEL_RESULT_MAX_CHARS) -> str:
+    """A tool result as the model reads it: whole up to ``limit`` characters, else its
+    beginning and a note that says how much was left out and where the rest is."""
+    if len(content) <= limit:
+        return content
+    return (
+        content[:limit]
+        + f"\n\n[Parley: this result is {len(content):,} characters long; you see the first "
+        f"{limit:,}. The whole result is kept in the conversation's history. Ask the user, "
+        "or call the tool with narrower arguments, if you need the rest.]"
+    )
+
+
+def turn_tool_result(tool_call_id: str, name: str, result: ToolResult) -> TurnToolResult:
+    """The result as a turn reports it: content cut to ``PREVIEW_CHARS``, a payload
+    over ``PAYLOAD_PREVIEW_BYTES`` left out; both say so."""
+    content = result.content
+    preview = TurnToolResult(
+        tool_call_id=tool_call_id,
+        name=name,
+        status=result.status,
+        content=content,
+        payload=result.payload,
+        error=result.error,
+    )
+    if len(content) > PREVIEW_CHARS:
+        preview.content = content[:PREVIEW_CHARS] + f" [… {len(content):,} characters in all]"
+        preview.content_chars = len(content)
+    if result.payload is not None:
+        size = len(json.dumps(result.payload, default=str, ensure_ascii=False).encode())
+        if size > PAYLOAD_PREVIEW_BYTES:
+            preview.payload = None
+            preview.payload_omitted_bytes = size
+    if result.error is not None and result.error.body is not None:
+        size = len(json.dumps(result.error.body, default=str, ensure_ascii=False).encode())
+        if size > PAYLOAD_PREVIEW_BYTES:
+            preview.error = result.error.model_copy(update={"body": f"[{size:,} bytes left out]"})
+    return preview
 
 
 # --- Temporal UI ------------------------------------------------------------------

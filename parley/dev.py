@@ -18,7 +18,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from parley.binaries import temporal_cli
@@ -26,6 +25,7 @@ from parley.http import aclose_shared_client
 from parley.models import build_chat_model
 from parley.plans_service import BackgroundServer, create_app
 from parley.settings import Settings
+from parley.storage import data_converter, describe_store
 from parley.tools import load_registry
 from parley.toolsets.git import create_demo_projects
 
@@ -148,7 +148,7 @@ async def _run_temporal_and_worker(
             ui_port=ui_port,
             dev_server_existing_path=temporal_cli(),
             dev_server_database_filename=str(data_dir / "temporal.db"),
-            data_converter=pydantic_data_converter,
+            data_converter=data_converter(settings),
         )
     except RuntimeError as problem:
         raise ValueError(
@@ -163,6 +163,7 @@ async def _run_temporal_and_worker(
             f"  Temporal      127.0.0.1:{port} (namespace {settings.namespace})\n"
             f"  Temporal UI   http://127.0.0.1:{ui_port}\n"
             f"  data          {data_dir} (temporal.db, demo repos, projects.json)\n"
+            f"  payload store {describe_store(settings.payload_store)}\n"
             f"  worker        task queue {settings.task_queue!r}, model {settings.model!r}\n"
             f"  tools         {settings.tools}\n"
             f"  plans service {os.environ.get('PARLEY_PLANS_URL')}\n"

@@ -46,9 +46,16 @@ class ErrorType:
     NO_DECISIONS_OWED = "NoDecisionsOwed"
     INVALID_DECISION = "InvalidDecision"
     INVALID_MESSAGE = "InvalidMessage"
+    MESSAGE_TOO_LARGE = "MessageTooLarge"
     CONVERSATION_ENDED = "ConversationEnded"
+    NO_WORKER = "NoWorker"
     # A turn that could not come to rest.
     MODEL_CALL_LIMIT = "ModelCallLimitReached"
+    # Tool results that are not a tool's own answer.
+    NOT_RUN = "NotRun"
+    TOOL_REPORTED_FAILURE = "ToolReportedFailure"
+    RESULT_TOO_LARGE = "ToolResultTooLarge"
+    RESULT_UNSTORABLE = "ToolResultUnstorable"
 
 
 #: Activity failures the workflow answers with a model-visible ToolMessage.

@@ -14,6 +14,7 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
+from parley.contracts import MESSAGE_MAX_BYTES_DEFAULT
 from parley.errors import NON_RETRYABLE_TYPES
 
 DEFAULT_TASK_QUEUE = "parley"
@@ -21,16 +22,24 @@ DEFAULT_TEMPORAL_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
 DEFAULT_MODEL = "scripted"
 DEFAULT_TOOLS = "parley.toolsets.git:toolset"
+DEFAULT_MAX_TOOL_RESULT_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class ActivityOptions:
     start_to_close: timedelta
     retry: RetryPolicy
+    #: The activity heartbeats every ``HEARTBEAT_INTERVAL``; a worker that dies is
+    #: noticed after this long, and the call is retried on another worker.
+    heartbeat: timedelta | None = None
 
+
+HEARTBEAT_INTERVAL = timedelta(seconds=3)
+HEARTBEAT_TIMEOUT = timedelta(seconds=15)
 
 MODEL_ACTIVITY = ActivityOptions(
     start_to_close=timedelta(minutes=3),
+    heartbeat=HEARTBEAT_TIMEOUT,
     # Provider SDK retries are off (max_retries=0): this policy is the only retry loop.
     # Rate limits and overloads clear in tens of seconds, hence the long maximum interval;
     # a Retry-After from the provider overrides the interval through next_retry_delay.
@@ -45,6 +54,7 @@ MODEL_ACTIVITY = ActivityOptions(
 
 TOOL_ACTIVITY = ActivityOptions(
     start_to_close=timedelta(minutes=5),
+    heartbeat=HEARTBEAT_TIMEOUT,
     # Bounded so that a backend that stays down fails the turn instead of hanging it;
     # business errors are non-retryable and go back to the model at once.
     retry=RetryPolicy(
@@ -66,12 +76,6 @@ def retry_delay(retry_after: float | None, options: ActivityOptions) -> timedelt
     return min(timedelta(seconds=retry_after), cap)
 
 
-DESCRIBE_TOOLS_ACTIVITY = ActivityOptions(
-    start_to_close=timedelta(seconds=30),
-    retry=RetryPolicy(maximum_attempts=3),
-)
-
-
 @dataclass(frozen=True)
 class Settings:
     """What the worker and the CLI read from the environment."""
@@ -84,6 +88,15 @@ class Settings:
     pending_expiry_seconds: float = 24 * 3600
     max_model_calls_per_turn: int = 8
     continue_as_new_after_events: int = 10_000
+    #: Where large payloads and transcript segments go (``parley.storage``): a
+    #: directory, or ``module:factory`` returning a Temporal ``StorageDriver``.
+    payload_store: str | None = None
+    max_message_bytes: int = MESSAGE_MAX_BYTES_DEFAULT
+    #: A tool result whose encoded envelope is larger is cut (the tool is not run again).
+    max_tool_result_bytes: int = DEFAULT_MAX_TOOL_RESULT_BYTES
+    #: How long a client waits for a worker to take an update before it says none is
+    #: serving the task queue.
+    worker_wait_seconds: float = 10.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -104,6 +117,16 @@ class Settings:
             max_model_calls_per_turn=_positive_int(env, "PARLEY_MAX_MODEL_CALLS_PER_TURN", 8),
             continue_as_new_after_events=_positive_int(
                 env, "PARLEY_CONTINUE_AS_NEW_AFTER_EVENTS", 10_000
+            ),
+            payload_store=env.get("PARLEY_PAYLOAD_STORE") or None,
+            max_message_bytes=_positive_int(
+                env, "PARLEY_MAX_MESSAGE_BYTES", MESSAGE_MAX_BYTES_DEFAULT
+            ),
+            max_tool_result_bytes=_positive_int(
+                env, "PARLEY_MAX_TOOL_RESULT_BYTES", DEFAULT_MAX_TOOL_RESULT_BYTES
+            ),
+            worker_wait_seconds=_positive_number(
+                env, "PARLEY_WORKER_WAIT_SECONDS", 10.0, example="10", most=3600
             ),
         )
 

@@ -16,7 +16,9 @@ A tool that needs to know whom it acts for declares an injected argument
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,11 +63,15 @@ class ParleyTool:
         return CONTEXT_ARG in injected
 
     def spec(self) -> ToolSpec:
+        schema = self.tool.tool_call_schema.model_json_schema()
         return ToolSpec(
             name=self.tool.name,
             description=self.tool.description,
             policy=self.policy,
-            args_schema=self.tool.tool_call_schema.model_json_schema(),
+            args_schema=schema,
+            # A tool opts into extra arguments through its schema (pydantic
+            # ``extra="allow"`` gives ``additionalProperties: true``).
+            extra_args_allowed=schema.get("additionalProperties") not in (None, False),
         )
 
 
@@ -106,7 +112,12 @@ class ToolRegistry:
         return [t.tool for t in self._tools.values()]
 
     def catalogue(self) -> ToolCatalogue:
-        return ToolCatalogue(tools=[t.spec() for t in self._tools.values()])
+        """The tools as the workflow sees them, with a version digest of their specs."""
+        specs = [t.spec() for t in self._tools.values()]
+        digest = hashlib.sha256(
+            json.dumps([s.model_dump(mode="json") for s in specs], sort_keys=True).encode()
+        ).hexdigest()[:16]
+        return ToolCatalogue(tools=specs, version=digest)
 
     def __len__(self) -> int:
         return len(self._tools)

@@ -10,13 +10,13 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 import pytest
 from langchain_core.language_models import BaseChatModel
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from parley.binaries import temporal_cli
 from parley.client import Conversations
 from parley.contracts import SEARCH_ATTRIBUTES
 from parley.settings import Settings
+from parley.storage import LocalFileStorageDriver, data_converter
 from parley.tools import ToolRegistry
 from worker import build_worker
 
@@ -24,11 +24,17 @@ WorkerFactory = Callable[..., AbstractAsyncContextManager[Conversations]]
 
 
 @pytest.fixture(scope="session")
-async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+def payload_store(tmp_path_factory: pytest.TempPathFactory) -> LocalFileStorageDriver:
+    """The tests' claim-check store: real files in a temporary directory."""
+    return LocalFileStorageDriver(tmp_path_factory.mktemp("payloads"))
+
+
+@pytest.fixture(scope="session")
+async def temporal_env(payload_store: LocalFileStorageDriver) -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
         search_attributes=SEARCH_ATTRIBUTES,
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(driver=payload_store),
     )
     try:
         yield env

@@ -13,14 +13,16 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from parley.contracts import (
     CallModelOutput,
+    ContextRef,
     ConversationSnapshot,
     ConversationStart,
     ConversationState,
     Counters,
     Decision,
     PendingCall,
-    TranscriptPage,
+    workflow_id_for,
 )
+from parley.storage import TranscriptSegment
 
 TOOL_CALLS = [
     {"name": "write_record", "args": {"title": "Q3", "tags": ["a", "b"]}, "id": "c1"},
@@ -61,8 +63,8 @@ def transcript() -> list[BaseMessage]:
     return [HumanMessage(content="write Q3", id="h1"), proposal(), answer()]
 
 
-def test_transcript_page_keeps_tool_calls_and_tool_results() -> None:
-    back = round_trip(TranscriptPage(messages=transcript()))
+def test_transcript_segment_keeps_tool_calls_and_tool_results() -> None:
+    back = round_trip(TranscriptSegment(messages=transcript()))
 
     assert [type(m) for m in back.messages] == [HumanMessage, AIMessage, ToolMessage]
     assert_tool_calls_intact(back.messages[1])
@@ -73,7 +75,9 @@ def test_transcript_page_keeps_tool_calls_and_tool_results() -> None:
 
 
 def test_call_model_output_keeps_tool_calls() -> None:
-    back = round_trip(CallModelOutput(message=proposal()))
+    ref = ContextRef(driver="parley-local-file", claim={"sha256": "0" * 64}, length=2)
+    back = round_trip(CallModelOutput(message=proposal(), context=ref))
+    assert back.context == ref
 
     assert_tool_calls_intact(back.message)
     assert back.message.id == "m1"
@@ -127,17 +131,37 @@ def test_conversation_start_refuses_a_missing_or_default_user(user_id: str) -> N
     assert "user" in str(refused.value)
 
 
-@pytest.mark.parametrize("session_id", ["", "a b", "a/b", "x" * 129, "é"])
+@pytest.mark.parametrize(
+    "session_id", ["", "a b", "a/b", "x" * 129, "é", "abc\n", "abc\r\n", "\nabc", "abc\x00"]
+)
 def test_conversation_start_refuses_a_malformed_session_id(session_id: str) -> None:
     with pytest.raises(ValidationError) as refused:
         ConversationStart(session_id=session_id, user_id="alice")
     assert "session id" in str(refused.value)
 
 
+def test_a_session_id_with_a_trailing_newline_names_no_workflow() -> None:
+    """``$`` matches before a final newline: ``conversation-abc\n`` must not exist."""
+    with pytest.raises(ValueError, match="session id"):
+        workflow_id_for("abc\n")
+    assert workflow_id_for("abc") == "conversation-abc"
+
+
+@pytest.mark.parametrize(
+    "user_id", [" alice ", "al ice", "alice\n", "alice\t", "a\x00b", "bob\x85", "u" * 129]
+)
+def test_conversation_start_refuses_a_malformed_user_id(user_id: str) -> None:
+    with pytest.raises(ValidationError, match="no spaces or control characters"):
+        ConversationStart(session_id="s1", user_id=user_id)
+
+
 def test_conversation_start_accepts_a_well_formed_start() -> None:
-    start = ConversationStart(session_id="Sess.1_a-b", user_id=" alice ", pending_expiry_seconds=60)
-    assert (start.user_id, start.pending_expiry_seconds) == ("alice", 60)
+    start = ConversationStart(
+        session_id="Sess.1_a-b", user_id="alice@example.com", pending_expiry_seconds=60
+    )
+    assert (start.user_id, start.pending_expiry_seconds) == ("alice@example.com", 60)
     assert round_trip(start) == start
+    assert ConversationStart(session_id="s", user_id="張三").user_id == "張三"
 
 
 def test_decisions_that_cannot_be_carried_out_are_refused() -> None:

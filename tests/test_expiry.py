@@ -21,7 +21,6 @@ from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.outputs import ChatResult
 from pydantic import Field
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
@@ -31,6 +30,7 @@ from parley.contracts import SEARCH_ATTRIBUTES, Decision
 from parley.errors import ErrorType
 from parley.models.script_file import ScriptEntry, ScriptFileChatModel
 from parley.settings import Settings
+from parley.storage import LocalFileStorageDriver, data_converter
 from tests.checks import envelope_status, new_session, runs_in, tool_messages
 from tests.support import call, registry
 from worker import _indexed_type, build_worker
@@ -55,10 +55,12 @@ def recording_script(*entries: dict[str, Any]) -> RecordingScript:
 
 
 @pytest.fixture(scope="module")
-async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+async def time_skipping_env(
+    payload_store: LocalFileStorageDriver,
+) -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=temporal_test_server(),
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(driver=payload_store),
     )
     try:
         await env.client.operator_service.add_search_attributes(
@@ -123,7 +125,7 @@ async def test_pending_call_expires_after_24_hours_and_the_model_is_told(
         # the deadline's timer and the expiry turn replay deterministically
         history = await conversations.handle(sid).fetch_history()
         replayer = Replayer(
-            workflows=[ConversationWorkflow], data_converter=pydantic_data_converter
+            workflows=[ConversationWorkflow], data_converter=env.client.data_converter
         )
         assert (await replayer.replay_workflow(history)).replay_failure is None
 

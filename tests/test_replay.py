@@ -15,11 +15,11 @@ import os
 from pathlib import Path
 
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from parley.client import Conversations
 from parley.contracts import ConversationSnapshot, Decision
+from parley.storage import LocalFileStorageDriver, data_converter
 from tests.checks import new_session, tool_messages
 from tests.support import call, registry, script
 from workflows.conversation import ConversationWorkflow
@@ -60,7 +60,10 @@ async def hold_a_conversation(conversations: Conversations, sid: str) -> Convers
 
 
 def replayer() -> Replayer:
-    return Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter)
+    return Replayer(
+        workflows=[ConversationWorkflow],
+        data_converter=data_converter(driver=LocalFileStorageDriver(FIXTURE.parent / "payloads")),
+    )
 
 
 async def test_a_recorded_conversation_replays(parley_worker) -> None:
@@ -106,7 +109,7 @@ async def test_a_changed_workflow_fails_replay_of_the_committed_history() -> Non
         for e in body["events"]
         if "activityTaskScheduledEventAttributes" in e
     }
-    assert activity_types == {"parley.call_model", "parley.run_tool", "parley.describe_tools"}
+    assert activity_types == {"parley.call_model", "parley.run_tool"}
     tampered = json.loads(FIXTURE.read_text(encoding="utf-8"))
     for event in tampered["events"]:
         attributes = event.get("activityTaskScheduledEventAttributes")

@@ -20,8 +20,9 @@ contracts (passed through the sandbox).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -32,10 +33,15 @@ with workflow.unsafe.imports_passed_through():
 
     from parley.contracts import (
         CALL_MODEL,
-        DESCRIBE_TOOLS,
+        KEPT_AUDIT_ENTRIES,
+        KEPT_EVENTS,
+        KEPT_TRANSCRIPT_CHARS,
+        KEPT_TRANSCRIPT_MESSAGES,
+        PAGE_CHARS,
         PARLEY_PENDING_TOOLS,
         PARLEY_STATUS,
         PARLEY_USER,
+        PREVIEW_ARGS_CHARS,
         RUN_TOOL,
         AuditEntry,
         CallModelInput,
@@ -46,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         ConversationStatus,
         DecideInput,
         Decision,
+        EndInput,
         EventPage,
         EventsQuery,
         OffsetEvent,
@@ -58,19 +65,20 @@ with workflow.unsafe.imports_passed_through():
         ToolContext,
         ToolErrorInfo,
         ToolResult,
-        TranscriptPage,
-        TranscriptQuery,
         TurnResult,
         TurnToolResult,
         call_summary,
+        message_chars,
+        model_view,
+        turn_tool_result,
     )
     from parley.errors import MODEL_VISIBLE_TOOL_ERRORS, ErrorType, model_visible_text
-    from parley.settings import DESCRIBE_TOOLS_ACTIVITY, MODEL_ACTIVITY, TOOL_ACTIVITY
+    from parley.settings import MODEL_ACTIVITY, TOOL_ACTIVITY
     from workflows.events import EventLog
 
 
 #: How many update results to keep for deduplicating client retries.
-RECENT_RESULTS_KEPT = 64
+RECENT_RESULTS_KEPT = 32
 
 
 class _TurnFailed(Exception):
@@ -102,10 +110,9 @@ class ConversationWorkflow:
         self._state = start.carried_state or ConversationState(
             session_id=start.session_id, user_id=start.user_id
         )
-        self._events = EventLog(self._state.events, thread_id=start.session_id)
+        self._events = EventLog(self._state, thread_id=start.session_id)
         self._turn_running = False
-        self._ended = False
-        self._run_counter = len([e for e in self._state.events if e.get("type") == "RUN_STARTED"])
+        self._turns_this_run = 0
         self._turn_results: list[TurnToolResult] = []
 
     # --- run: the conversation's lifetime -------------------------------------------
@@ -121,7 +128,7 @@ class ConversationWorkflow:
             try:
                 await workflow.wait_condition(
                     lambda deadline=deadline: (
-                        self._ended
+                        self._state.ended
                         or (not self._turn_running and self._expired_calls() != [])
                         or self._should_continue_as_new()
                         or self._next_deadline() != deadline
@@ -131,13 +138,14 @@ class ConversationWorkflow:
                 )
             except TimeoutError:
                 pass
-            if self._ended:
+            if self._state.ended:
                 break
             if not self._turn_running and self._expired_calls():
                 await self._expire_due_calls()
             elif self._should_continue_as_new():
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                if not self._turn_running and not self._ended:
+                if not self._turn_running and not self._state.ended:
+                    self._state.counters.continued_as_new += 1
                     workflow.continue_as_new(
                         start.model_copy(update={"carried_state": self._state})
                     )
@@ -147,12 +155,13 @@ class ConversationWorkflow:
         self._state.pending = []
         self._state.status = "ended"
         self._publish_status()
-        return self._snapshot()
+        return self._snapshot(StateQuery(user_id=self._state.user_id))
 
     def _should_continue_as_new(self) -> bool:
-        """Carry the whole state into a fresh run before history gets long; only between
-        turns, so no activity or handler is cut off."""
-        if self._turn_running:
+        """Carry the state into a fresh run before history gets long: only between turns,
+        so no activity or handler is cut off, and only after a turn in this run, so an
+        idle conversation with a small threshold does not continue-as-new in a loop."""
+        if self._turn_running or self._turns_this_run == 0:
             return False
         info = workflow.info()
         return (
@@ -185,7 +194,7 @@ class ConversationWorkflow:
         self._state.transcript.append(HumanMessage(content=message.text, id=message.message_id))
         self._audit("message", message.user_id, detail={"message_id": message.message_id})
         self._state.counters.turns += 1
-        return self._remember(await self._run_turn(fetch_tools=True))
+        return self._remember(await self._run_turn())
 
     @send_message.validator
     def _validate_send_message(self, message: SendMessageInput) -> None:
@@ -208,6 +217,22 @@ class ConversationWorkflow:
         if not self._earlier_result():
             self._check_can_decide(decision)
 
+    @workflow.update
+    async def end(self, request: EndInput) -> ConversationSnapshot:
+        """End the conversation once in-flight handlers are done; pending calls are
+        answered ``expired`` and never run. Owner-checked, like every other update."""
+        self._check_owner(request.user_id)
+        if not self._state.ended:
+            self._state.ended = True
+            self._audit("ended", request.user_id)
+        return self._snapshot(StateQuery(user_id=request.user_id, transcript_limit=0))
+
+    @end.validator
+    def _validate_end(self, request: EndInput) -> None:
+        self._check_owner(request.user_id)
+        if self._state.ended:
+            raise _refuse("this conversation has ended", ErrorType.CONVERSATION_ENDED)
+
     def _earlier_result(self) -> TurnResult | None:
         """The result this update id already had. Temporal deduplicates update ids within
         a run; this keeps a client's retry safe across continue-as-new too."""
@@ -222,32 +247,22 @@ class ConversationWorkflow:
                 del self._state.recent_results[next(iter(self._state.recent_results))]
         return result
 
-    # --- queries and signal -------------------------------------------------------------
+    # --- queries ----------------------------------------------------------------------
 
     @workflow.query
     def state(self, query: StateQuery) -> ConversationSnapshot:
         self._check_owner(query.user_id)
-        return self._snapshot()
+        return self._snapshot(query)
 
     @workflow.query
     def events(self, query: EventsQuery) -> EventPage:
         self._check_owner(query.user_id)
-        start = max(query.after + 1, 0)
-        page = [
-            OffsetEvent(offset=offset, event=event)
-            for offset, event in enumerate(self._state.events[start:], start=start)
-        ]
-        return EventPage(events=page, next_after=len(self._state.events) - 1)
-
-    @workflow.query
-    def transcript_for_model(self, query: TranscriptQuery) -> TranscriptPage:
-        """What ``call_model`` reads, so that the transcript never enters its input."""
-        self._check_owner(query.user_id)
-        return TranscriptPage(messages=self._state.transcript[: query.upto])
-
-    @workflow.signal
-    def end(self) -> None:
-        self._ended = True
+        first_kept = self._state.events_offset
+        start = max(query.after + 1, first_kept)
+        kept = self._state.events[start - first_kept : start - first_kept + query.limit]
+        page = [OffsetEvent(offset=start + i, event=event) for i, event in enumerate(kept)]
+        next_after = page[-1].offset if page else max(query.after, start - 1)
+        return EventPage(events=page, next_after=next_after, first_kept=first_kept)
 
     # --- checks (validators and handlers) -------------------------------------------
 
@@ -256,7 +271,7 @@ class ConversationWorkflow:
             raise _refuse("this conversation belongs to another user", ErrorType.NOT_OWNER)
 
     def _check_open(self) -> None:
-        if self._ended:
+        if self._state.ended:
             raise _refuse("this conversation has ended", ErrorType.CONVERSATION_ENDED)
         if self._turn_running:
             raise _refuse(
@@ -269,6 +284,14 @@ class ConversationWorkflow:
         self._check_open()
         if not message.text.strip():
             raise _refuse("the message is empty", ErrorType.INVALID_MESSAGE)
+        size = len(message.text.encode("utf-8", errors="surrogatepass"))
+        if size > self._start.max_message_bytes:
+            raise _refuse(
+                f"the message is {size:,} bytes; this conversation takes at most "
+                f"{self._start.max_message_bytes:,} bytes per message. Send a shorter "
+                "message, or share a large text as a file a tool can read.",
+                ErrorType.MESSAGE_TOO_LARGE,
+            )
         if self._state.pending:
             ids = ", ".join(f"{c.tool_call_id} ({c.name})" for c in self._state.pending)
             raise _refuse(
@@ -320,12 +343,16 @@ class ConversationWorkflow:
             )
 
     def _args_error(self, tool_name: str, args: dict[str, Any]) -> str | None:
-        """Why ``args`` do not fit the tool's schema, or None when they do."""
+        """Why ``args`` do not fit the tool's schema, or None when they do. Arguments the
+        schema does not name are refused unless the tool opts in."""
         spec = self._catalogue().get(tool_name)
         if spec is None:
             return f"unknown tool {tool_name!r}"
+        schema = spec.args_schema
+        if not spec.extra_args_allowed:
+            schema = {**schema, "additionalProperties": False}
         errors = sorted(
-            jsonschema.Draft202012Validator(spec.args_schema).iter_errors(args),
+            jsonschema.Draft202012Validator(schema).iter_errors(args),
             key=lambda e: list(e.path),
         )
         if not errors:
@@ -342,20 +369,19 @@ class ConversationWorkflow:
     async def _run_turn(
         self,
         *,
-        fetch_tools: bool = False,
         decisions: DecideInput | None = None,
         expired: list[PendingCall] | None = None,
     ) -> TurnResult:
         """Run until the turn rests: a reply, pending calls, or a failure. Always
-        leaves every tool call of the transcript answered or pending."""
-        self._run_counter += 1
-        run_id = f"run-{self._run_counter}"
+        leaves every tool call of the transcript answered or pending, and the status
+        never ``running``."""
+        self._state.runs += 1
+        self._turns_this_run += 1
+        run_id = f"run-{self._state.runs}"
         self._turn_results = []
         self._events.run_started(run_id)
         self._set_status("running")
         try:
-            if fetch_tools or self._state.tools is None:
-                await self._refresh_tools()
             if decisions is not None:
                 await self._apply_decisions(decisions)
             hours = self._start.pending_expiry_seconds / 3600
@@ -366,6 +392,11 @@ class ConversationWorkflow:
             else:
                 result = await self._model_loop()
         except _TurnFailed as failure:
+            result = self._fail_turn(failure)
+        except Exception as err:  # a bug must not leave the turn "running" for ever
+            workflow.logger.exception("turn failed unexpectedly")
+            failure = _TurnFailed(f"internal error: {type(err).__name__}: {err}", "InternalError")
+            self._state.pending = []
             result = self._fail_turn(failure)
         finally:
             self._turn_running = False
@@ -378,19 +409,8 @@ class ConversationWorkflow:
         else:
             self._set_status("failed")
         self._state.last_turn = result
+        self._trim()
         return result
-
-    async def _refresh_tools(self) -> None:
-        try:
-            self._state.tools = await workflow.execute_activity(
-                DESCRIBE_TOOLS,
-                start_to_close_timeout=DESCRIBE_TOOLS_ACTIVITY.start_to_close,
-                retry_policy=DESCRIBE_TOOLS_ACTIVITY.retry,
-                result_type=ToolCatalogue,
-                summary="describe_tools",
-            )
-        except ActivityError as err:
-            raise _TurnFailed(f"the worker could not list its tools: {err.cause}", "tools") from err
 
     async def _model_loop(self) -> TurnResult:
         for _ in range(self._start.max_model_calls_per_turn):
@@ -408,20 +428,28 @@ class ConversationWorkflow:
         )
 
     async def _call_model(self) -> AIMessage:
+        """One model call. Its input holds only the messages added since the previous
+        call; the rest of the transcript travels as the stored chain's reference."""
         self._state.counters.model_calls += 1
+        state = self._state
+        stored = state.model_context.length if state.model_context else 0
+        new_messages = state.transcript[stored - state.transcript_offset :]
         try:
             output: CallModelOutput = await workflow.execute_activity(
                 CALL_MODEL,
                 CallModelInput(
+                    session_id=state.session_id,
+                    user_id=state.user_id,
                     workflow_id=workflow.info().workflow_id,
-                    transcript_length=len(self._state.transcript),
-                    session_id=self._state.session_id,
-                    user_id=self._state.user_id,
+                    context=state.model_context,
+                    new_messages=new_messages,
+                    catalogue_version=state.tools.version if state.tools else None,
                 ),
                 start_to_close_timeout=MODEL_ACTIVITY.start_to_close,
+                heartbeat_timeout=MODEL_ACTIVITY.heartbeat,
                 retry_policy=MODEL_ACTIVITY.retry,
                 result_type=CallModelOutput,
-                summary=f"call_model messages={len(self._state.transcript)}",
+                summary=f"call_model messages={state.transcript_length}",
             )
         except ActivityError as err:
             cause = err.cause
@@ -429,10 +457,13 @@ class ConversationWorkflow:
             code = (cause.type if isinstance(cause, ApplicationError) else None) or "model"
             raise _TurnFailed(f"the model call failed: {message}", code) from err
         ai = output.message
-        self._state.transcript.append(ai)
+        if output.catalogue is not None:
+            state.tools = output.catalogue
+        state.transcript.append(ai)
+        state.model_context = output.context
         text = _text_of(ai)
         if text:
-            self._events.text_message(ai.id or f"msg-{len(self._state.transcript)}", text)
+            self._events.text_message(ai.id or f"msg-{state.transcript_length}", text)
         return ai
 
     async def _handle_proposals(self, ai: AIMessage) -> None:
@@ -442,13 +473,14 @@ class ConversationWorkflow:
         expiry = timedelta(seconds=self._start.pending_expiry_seconds)
         for broken in ai.invalid_tool_calls:  # e.g. arguments that are not JSON
             call = {"id": broken["id"] or "", "name": broken["name"] or "unknown", "args": {}}
-            self._audit("proposed", "model", call["id"], call["name"], {"raw": broken["args"]})
+            raw = (broken["args"] or "")[:PREVIEW_ARGS_CHARS]
+            self._audit("proposed", "model", call["id"], call["name"], {"raw": raw})
             text = f"the arguments of {call['name']} could not be parsed: {broken['error']}"
             self._answer(call, self._error_result(ErrorType.TOOL_INPUT, text), "refused")
         for call in ai.tool_calls:
             call_id = call["id"] or ""
             self._events.tool_call(call_id, call["name"], call["args"], ai.id)
-            self._audit("proposed", "model", call_id, call["name"], {"args": call["args"]})
+            self._audit("proposed", "model", call_id, call["name"])
             spec = self._catalogue().get(call["name"])
             problem = self._args_error(call["name"], call["args"])
             if spec is None or problem:
@@ -574,6 +606,7 @@ class ConversationWorkflow:
                     name=call["name"], args=args, context=context, approved_by=approved_by
                 ),
                 start_to_close_timeout=TOOL_ACTIVITY.start_to_close,
+                heartbeat_timeout=TOOL_ACTIVITY.heartbeat,
                 retry_policy=TOOL_ACTIVITY.retry,
                 result_type=RunToolOutput,
                 summary=call_summary(call["name"], args),
@@ -590,7 +623,7 @@ class ConversationWorkflow:
                 )
                 self._answer(call, failed, "failed")
                 raise _TurnFailed(
-                    f"tool {call['name']} failed: {message}", error_type or "ToolFailed"
+                    f"tool {call['name']} failed: {message}", error_type or ErrorType.TOOL_FAILED
                 ) from err
             assert isinstance(cause, ApplicationError) and error_type is not None
             info = ToolErrorInfo.model_validate(cause.details[0]) if cause.details else None
@@ -605,7 +638,6 @@ class ConversationWorkflow:
                 update={
                     "content": f"{result.content}\n(A reviewer changed the arguments before "
                     f"this ran; it ran with {json.dumps(args)}.)",
-                    "payload": result.payload,
                 }
             )
         self._answer(call, result, "ran", detail={"edited_args": args} if edited else None)
@@ -631,18 +663,26 @@ class ConversationWorkflow:
         audit_event: str,
         detail: dict[str, Any] | None = None,
     ) -> None:
-        """Give a tool call its one ToolMessage, event and audit entry."""
+        """Give a tool call its one ToolMessage, event, audit entry and turn result. The
+        ToolMessage holds what the model reads (a long result cut, with a note); the
+        event, the artifact and the turn result hold previews. The whole result stays
+        in history as ``run_tool``'s result."""
         call_id = call["id"]
+        reported = turn_tool_result(call_id, call["name"], result)
+        envelope = reported.model_dump(mode="json", exclude={"tool_call_id", "name"})
+        for note in ("content_chars", "payload_omitted_bytes"):  # only when they say something
+            if envelope[note] is None:
+                del envelope[note]
         message = ToolMessage(
-            content=result.content,
+            content=model_view(result.content),
             tool_call_id=call_id,
             name=call["name"],
             status="success" if result.status == "success" else "error",
-            artifact=result.model_dump(mode="json"),
+            artifact=envelope,
             id=f"result-{call_id}",
         )
         self._state.transcript.append(message)
-        self._events.tool_result(message.id or "", call_id, result)
+        self._events.tool_result(message.id or "", call_id, envelope)
         self._audit(
             audit_event,  # type: ignore[arg-type]
             "worker" if audit_event in ("ran", "failed") else "parley",
@@ -650,12 +690,7 @@ class ConversationWorkflow:
             call["name"],
             {"status": result.status, **(detail or {})},
         )
-        self._turn_results.append(
-            TurnToolResult(tool_call_id=call_id, name=call["name"], **result.model_dump())
-        )
-
-    def _answered_ids(self) -> set[str]:
-        return {m.tool_call_id for m in self._state.transcript if isinstance(m, ToolMessage)}
+        self._turn_results.append(reported)
 
     def _ai_message_of(self, tool_call_id: str) -> AIMessage | None:
         for message in reversed(self._state.transcript):
@@ -668,14 +703,14 @@ class ConversationWorkflow:
     def _abandon_unanswered(self, ai: AIMessage) -> None:
         """After a fail-closed error, answer the calls that will not run now, so the
         transcript stays valid for the next provider call."""
-        answered = self._answered_ids()
+        answered = {m.tool_call_id for m in self._state.transcript if isinstance(m, ToolMessage)}
         self._state.pending = []
         for call in ai.tool_calls:
             if call["id"] not in answered:
                 result = ToolResult(
                     status="error",
                     content="Error: not run: the turn stopped after another call failed.",
-                    error=ToolErrorInfo(type="NotRun", message="the turn stopped"),
+                    error=ToolErrorInfo(type=ErrorType.NOT_RUN, message="the turn stopped"),
                 )
                 self._answer(call, result, "failed")
 
@@ -715,17 +750,64 @@ class ConversationWorkflow:
             )
         )
 
-    def _snapshot(self) -> ConversationSnapshot:
+    def _trim(self) -> None:
+        """Keep the state bounded: drop the oldest messages (only those already in the
+        stored transcript, never the latest model message), audit entries and events."""
+        state = self._state
+        stored = state.model_context.length if state.model_context else 0
+        last_ai = max(
+            (i for i, m in enumerate(state.transcript) if isinstance(m, AIMessage)), default=0
+        )
+        droppable = min(stored - state.transcript_offset, last_ai)
+        chars = sum(message_chars(m) for m in state.transcript)
+        drop = 0
+        while drop < droppable and (
+            len(state.transcript) - drop > KEPT_TRANSCRIPT_MESSAGES or chars > KEPT_TRANSCRIPT_CHARS
+        ):
+            chars -= message_chars(state.transcript[drop])
+            drop += 1
+        if drop:
+            del state.transcript[:drop]
+            state.transcript_offset += drop
+        if len(state.audit) > KEPT_AUDIT_ENTRIES:
+            extra = len(state.audit) - KEPT_AUDIT_ENTRIES
+            del state.audit[:extra]
+            state.audit_offset += extra
+        if len(state.events) > KEPT_EVENTS:
+            extra = len(state.events) - KEPT_EVENTS
+            del state.events[:extra]
+            state.events_offset += extra
+
+    def _snapshot(self, query: StateQuery) -> ConversationSnapshot:
         s = self._state
+        transcript, transcript_offset = _page(
+            s.transcript,
+            s.transcript_offset,
+            query.transcript_offset,
+            query.transcript_limit,
+            message_chars,
+        )
+        audit, audit_offset = _page(
+            s.audit,
+            s.audit_offset,
+            query.audit_offset,
+            query.audit_limit,
+            lambda entry: len(json.dumps(entry.detail, default=str)),
+        )
         return ConversationSnapshot(
             session_id=s.session_id,
             user_id=s.user_id,
             status=s.status,
             pending=s.pending,
-            transcript=s.transcript,
-            audit=s.audit,
+            transcript=transcript,
+            transcript_offset=transcript_offset,
+            transcript_total=s.transcript_length,
+            model_context=s.model_context,
+            audit=audit,
+            audit_offset=audit_offset,
+            audit_total=s.audit_offset + len(s.audit),
             counters=s.counters,
-            event_count=len(s.events),
+            event_count=s.events_offset + len(s.events),
             last_turn=s.last_turn,
         )
 
@@ -746,8 +828,45 @@ class ConversationWorkflow:
         if self._state.pending:
             lines += ["", "| tool call | tool | args | expires |", "|---|---|---|---|"]
             for c in self._state.pending:
-                args = json.dumps(c.args, ensure_ascii=False).replace("|", "\\|")
+                args = json.dumps(c.args, ensure_ascii=False)
+                if len(args) > PREVIEW_ARGS_CHARS:
+                    args = args[:PREVIEW_ARGS_CHARS] + " …"
+                args = args.replace("|", "\\|")
                 lines.append(
                     f"| `{c.tool_call_id}` | {c.name} | `{args}` | {c.expires_at.isoformat()} |"
                 )
         workflow.set_current_details("\n".join(lines))
+
+
+T = TypeVar("T")
+
+
+def _page(
+    kept: list[T], kept_offset: int, offset: int | None, limit: int, size: Callable[[T], int]
+) -> tuple[list[T], int]:
+    """A page of ``kept`` (whose first item has absolute offset ``kept_offset``):
+    from ``offset``, or ending with the newest item when it is None; at most ``limit``
+    items and about ``PAGE_CHARS`` characters (never less than one item)."""
+    if limit == 0 or not kept:
+        return [], kept_offset + len(kept)
+    if offset is None:
+        end = len(kept)
+        start = end
+        budget = PAGE_CHARS
+        while start > 0 and end - start < limit:
+            cost = size(kept[start - 1])
+            if start < end and cost > budget:
+                break
+            budget -= cost
+            start -= 1
+        return kept[start:end], kept_offset + start
+    start = min(max(offset - kept_offset, 0), len(kept))
+    end = start
+    budget = PAGE_CHARS
+    while end < len(kept) and end - start < limit:
+        cost = size(kept[end])
+        if end > start and cost > budget:
+            break
+        budget -= cost
+        end += 1
+    return kept[start:end], kept_offset + start

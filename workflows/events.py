@@ -30,19 +30,19 @@ with workflow.unsafe.imports_passed_through():
         ToolCallStartEvent,
     )
 
-    from parley.contracts import PendingCall, ToolResult
+    from parley.contracts import ConversationState, PendingCall
 
 
 class EventLog:
-    """Appends AG-UI events to ``events`` (the list kept in the workflow's state)."""
+    """Appends AG-UI events to the conversation state's event log."""
 
-    def __init__(self, events: list[dict[str, Any]], thread_id: str) -> None:
-        self._events = events
+    def __init__(self, state: ConversationState, thread_id: str) -> None:
+        self._state = state
         self._thread_id = thread_id
 
     def _emit(self, event: BaseEvent) -> None:
         event.timestamp = int(workflow.now().timestamp() * 1000)
-        self._events.append(event.model_dump(mode="json", by_alias=True, exclude_none=True))
+        self._state.events.append(event.model_dump(mode="json", by_alias=True, exclude_none=True))
 
     def run_started(self, run_id: str) -> None:
         self._emit(RunStartedEvent(thread_id=self._thread_id, run_id=run_id))
@@ -65,13 +65,15 @@ class EventLog:
         self._emit(ToolCallArgsEvent(tool_call_id=tool_call_id, delta=json.dumps(args)))
         self._emit(ToolCallEndEvent(tool_call_id=tool_call_id))
 
-    def tool_result(self, message_id: str, tool_call_id: str, result: ToolResult) -> None:
-        """The envelope travels as one JSON string: payload included, parsed once (F5)."""
+    def tool_result(self, message_id: str, tool_call_id: str, envelope: dict[str, Any]) -> None:
+        """The envelope travels as one JSON string: payload included, parsed once (F5).
+        Large content and payloads arrive as previews that say so (``content_chars``,
+        ``payload_omitted_bytes``)."""
         self._emit(
             ToolCallResultEvent(
                 message_id=message_id,
                 tool_call_id=tool_call_id,
-                content=result.model_dump_json(),
+                content=json.dumps(envelope, ensure_ascii=False),
                 role="tool",
             )
         )

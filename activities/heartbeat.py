@@ -1,0 +1,34 @@
+"""Heartbeats for Parley's activities. Activity side.
+
+A model call or a tool can run for minutes; a worker killed meanwhile would otherwise be
+noticed only at the start-to-close timeout. ``heartbeating()`` heartbeats every
+``HEARTBEAT_INTERVAL`` while its block runs, so with the activities' heartbeat timeout
+(``parley.settings.HEARTBEAT_TIMEOUT``) a dead worker's call is retried on another within
+seconds. A retried tool call carries the same idempotency key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from temporalio import activity
+
+from parley.settings import HEARTBEAT_INTERVAL
+
+
+@contextlib.asynccontextmanager
+async def heartbeating() -> AsyncIterator[None]:
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(HEARTBEAT_INTERVAL.total_seconds())
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
