@@ -1,0 +1,452 @@
+"""History bytes per confirmed turn: Parley against a bare Temporal workflow.
+
+A confirmed turn: a user message, the model proposes one ``confirm`` tool call, the call
+is pending, the user approves it, the tool runs, the model replies with text. Parley
+does it with ``Conversations.send`` + ``Conversations.decide`` against a real worker
+(``worker.build_worker``) and a scripted model; the baseline (``bench/bare_workflow.py``)
+does the same round trips with a plain workflow: 1 update-with-start + 1 update,
+3 instant activities.
+
+Both run on one Temporal dev server, interleaved in rounds (Parley, bare, Parley,
+bare, ...), each round on a fresh workflow that does exactly one confirmed turn. After
+the turn the whole history is fetched and its size is the sum of
+``len(event.SerializeToString())``. The script prints per-round numbers, the medians, a
+breakdown by event type for the median round of each side, and a last line:
+
+    history bytes per confirmed turn: parley p50=NNNN bare p50=NNNN ratio=X.XX (target <= 1.5)
+
+Run from the repository root:  .venv/bin/python bench/history_bytes.py [--rounds N] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import importlib
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: make `worker`, `workflows`, `bench` importable
+    sys.path.insert(0, str(ROOT))
+
+from langchain_core.tools import InjectedToolArg, tool  # noqa: E402
+from temporalio.api.enums.v1 import EventType  # noqa: E402
+from temporalio.api.history.v1 import HistoryEvent  # noqa: E402
+from temporalio.client import (  # noqa: E402
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowHandle,
+)
+from temporalio.common import WorkflowIDConflictPolicy  # noqa: E402
+from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+from temporalio.converter import DataConverter  # noqa: E402
+from temporalio.testing import WorkflowEnvironment  # noqa: E402
+from temporalio.worker import Worker  # noqa: E402
+
+import parley.contracts  # noqa: E402
+from bench.bare_workflow import (  # noqa: E402
+    CALL_ID,
+    PROPOSAL_TEXT,
+    REPLY_TEXT,
+    TITLE,
+    TOOL_NAME,
+    BareConversation,
+    bare_model,
+    bare_tool,
+)
+from parley.binaries import temporal_cli  # noqa: E402
+from parley.client import Conversations  # noqa: E402
+from parley.contracts import Decision, ToolContext  # noqa: E402
+from parley.models.script_file import ScriptEntry, ScriptFileChatModel  # noqa: E402
+from parley.settings import Settings  # noqa: E402
+from parley.tools import ToolRegistry, confirm  # noqa: E402
+from worker import build_worker  # noqa: E402
+
+TARGET_RATIO = 1.5
+USER = "bench-user"
+MESSAGE = f"please write a record titled {TITLE}"
+PAYLOAD_TYPE = "temporal.api.common.v1.Payload"
+
+
+# --- the Parley side: one confirm tool and a two-message script -----------------------
+
+
+@tool
+async def write_record(title: str, context: Annotated[ToolContext, InjectedToolArg]) -> dict:
+    """Write a record (changes the world, so it needs confirmation)."""
+    return {"written": title}
+
+
+def parley_registry() -> ToolRegistry:
+    return ToolRegistry([confirm(write_record)])
+
+
+def parley_model() -> ScriptFileChatModel:
+    # The N-th model call of a conversation gets entry N, so one model serves every
+    # fresh session: entry 0 proposes the call, entry 1 replies after the result.
+    return ScriptFileChatModel(
+        entries=[
+            ScriptEntry.model_validate(
+                {
+                    "content": PROPOSAL_TEXT,
+                    "tool_calls": [{"name": TOOL_NAME, "id": CALL_ID, "args": {"title": TITLE}}],
+                }
+            ),
+            ScriptEntry.model_validate({"content": REPLY_TEXT}),
+        ]
+    )
+
+
+def bench_settings(task_queue: str, store_dir: str) -> Settings:
+    """Parley's defaults, on the benchmark's task queue. If Settings has a payload store
+    (``PARLEY_PAYLOAD_STORE``), point it at a temporary directory, so that the run writes
+    nothing under the user's home; a claim's size does not depend on where it is stored."""
+    settings = Settings(task_queue=task_queue)
+    if dataclasses.is_dataclass(settings) and "payload_store" in {
+        f.name for f in dataclasses.fields(settings)
+    }:
+        settings = dataclasses.replace(settings, payload_store=store_dir)  # type: ignore[call-arg]
+    return settings
+
+
+def data_converter(settings: Settings) -> tuple[DataConverter, str]:
+    """``parley.storage.data_converter(settings)`` where it exists (pydantic + external
+    storage), else ``pydantic_data_converter``: the converter Parley runs with."""
+    try:
+        storage = importlib.import_module("parley.storage")
+    except ModuleNotFoundError as err:
+        if err.name != "parley.storage":  # parley.storage exists but is broken: say so
+            raise
+        return pydantic_data_converter, "temporalio.contrib.pydantic.pydantic_data_converter"
+    factory = getattr(storage, "data_converter", None)
+    if not callable(factory):
+        return pydantic_data_converter, "temporalio.contrib.pydantic.pydantic_data_converter"
+    return factory(settings), "parley.storage.data_converter(settings)"
+
+
+# --- measuring ----------------------------------------------------------------------
+
+
+@dataclass
+class Measure:
+    bytes: int
+    events: int
+    payload_bytes: int
+    by_type: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def _is_repeated(fd: Any) -> bool:
+    if hasattr(fd, "is_repeated"):  # protobuf >= 6 (``label`` is gone in newer upb)
+        return bool(fd.is_repeated)
+    return fd.label == fd.LABEL_REPEATED
+
+
+def _payload_bytes(message: Any) -> int:
+    """Bytes of every ``Payload`` inside a proto message (inputs, results, headers,
+    memo, search attributes, user metadata such as summaries)."""
+    if message.DESCRIPTOR.full_name == PAYLOAD_TYPE:
+        return message.ByteSize()
+    total = 0
+    for fd, value in message.ListFields():
+        if fd.type != fd.TYPE_MESSAGE:
+            continue
+        if fd.message_type.GetOptions().map_entry:
+            value_fd = fd.message_type.fields_by_name["value"]
+            if value_fd.type == value_fd.TYPE_MESSAGE:
+                total += sum(_payload_bytes(v) for v in value.values())
+        elif _is_repeated(fd):
+            total += sum(_payload_bytes(v) for v in value)
+        else:
+            total += _payload_bytes(value)
+    return total
+
+
+def measure(events: list[HistoryEvent]) -> Measure:
+    by_type: dict[str, dict[str, int]] = defaultdict(
+        lambda: {"count": 0, "bytes": 0, "payload_bytes": 0}
+    )
+    for event in events:
+        row = by_type[EventType.Name(event.event_type)]
+        row["count"] += 1
+        row["bytes"] += len(event.SerializeToString())
+        row["payload_bytes"] += _payload_bytes(event)
+    return Measure(
+        bytes=sum(r["bytes"] for r in by_type.values()),
+        events=len(events),
+        payload_bytes=sum(r["payload_bytes"] for r in by_type.values()),
+        by_type=dict(by_type),
+    )
+
+
+WORKFLOW_TASK_CLOSED = {
+    EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT,
+}
+
+
+async def settled_history(handle: WorkflowHandle[Any, Any]) -> list[HistoryEvent]:
+    """The history once the turn is fully recorded: no workflow task open and nothing
+    new 0.1 s later (at most ~5 s). The update's result reaches the client with the
+    workflow task that completes it, so this normally returns after one extra fetch."""
+    previous = -1
+    deadline = time.monotonic() + 5
+    while True:
+        events = list((await handle.fetch_history()).events)
+        scheduled = sum(
+            e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED for e in events
+        )
+        closed = sum(e.event_type in WORKFLOW_TASK_CLOSED for e in events)
+        if (scheduled == closed and len(events) == previous) or time.monotonic() > deadline:
+            return events
+        previous = len(events)
+        await asyncio.sleep(0.1)
+
+
+async def parley_round(conversations: Conversations) -> Measure:
+    session = f"bench-{uuid.uuid4().hex[:12]}"
+    turn = await conversations.send(session, USER, MESSAGE)
+    if turn.status != "awaiting_approval" or len(turn.pending) != 1:
+        raise RuntimeError(f"parley: expected one pending call, got {turn!r}")
+    done = await conversations.decide(
+        session, USER, [Decision(tool_call_id=turn.pending[0].tool_call_id, action="approve")]
+    )
+    if done.status != "completed" or done.reply != REPLY_TEXT:
+        raise RuntimeError(f"parley: expected a completed turn, got {done!r}")
+    handle = conversations.handle(session)
+    try:
+        return measure(await settled_history(handle))
+    finally:
+        await handle.terminate(reason="benchmark round measured")
+
+
+async def bare_round(client: Client, task_queue: str) -> Measure:
+    workflow_id = f"bare-{uuid.uuid4().hex[:12]}"
+    start = WithStartWorkflowOperation(
+        BareConversation.run,
+        {"session_id": workflow_id, "user_id": USER},
+        id=workflow_id,
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+    proposed = await client.execute_update_with_start_workflow(
+        BareConversation.send,
+        MESSAGE,
+        start_workflow_operation=start,
+        id=f"message-{uuid.uuid4().hex}",
+    )
+    if proposed["status"] != "awaiting_approval":
+        raise RuntimeError(f"bare: expected one pending call, got {proposed!r}")
+    handle = await start.workflow_handle()
+    done = await handle.execute_update(
+        BareConversation.approve,
+        proposed["pending"][0]["id"],
+        id=f"decide-{uuid.uuid4().hex}",
+    )
+    if done["reply"] != REPLY_TEXT:
+        raise RuntimeError(f"bare: expected a completed turn, got {done!r}")
+    try:
+        return measure(await settled_history(handle))
+    finally:
+        await handle.terminate(reason="benchmark round measured")
+
+
+# --- reporting ----------------------------------------------------------------------
+
+
+def _totals(m: Measure) -> dict[str, int]:
+    return {"bytes": m.bytes, "events": m.events, "payload_bytes": m.payload_bytes}
+
+
+def median_round(measures: list[Measure]) -> Measure:
+    """The round whose size is the (lower) median."""
+    ordered = sorted(measures, key=lambda m: m.bytes)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def breakdown_table(parley: Measure, bare: Measure) -> str:
+    names = sorted(
+        set(parley.by_type) | set(bare.by_type),
+        key=lambda n: -parley.by_type.get(n, {}).get("bytes", 0),
+    )
+    empty = {"count": 0, "bytes": 0, "payload_bytes": 0}
+    lines = [
+        f"{'event type':<48} {'parley n':>8} {'bytes':>7} {'payload':>7}"
+        f" | {'bare n':>6} {'bytes':>7} {'payload':>7}"
+    ]
+    for name in names:
+        p, b = parley.by_type.get(name, empty), bare.by_type.get(name, empty)
+        lines.append(
+            f"{name.removeprefix('EVENT_TYPE_'):<48} {p['count']:>8} {p['bytes']:>7}"
+            f" {p['payload_bytes']:>7} | {b['count']:>6} {b['bytes']:>7} {b['payload_bytes']:>7}"
+        )
+    lines.append(
+        f"{'total':<48} {parley.events:>8} {parley.bytes:>7} {parley.payload_bytes:>7}"
+        f" | {bare.events:>6} {bare.bytes:>7} {bare.payload_bytes:>7}"
+    )
+    return "\n".join(lines)
+
+
+def git_revision() -> str:
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(ROOT),
+                "status",
+                "--porcelain",
+                "--",
+                "parley",
+                "workflows",
+                "activities",
+                "worker.py",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        return head + (" + uncommitted changes" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+# --- main ---------------------------------------------------------------------------
+
+
+async def measure_rounds(rounds: int, store_dir: str) -> tuple[list[Measure], list[Measure], str]:
+    """Start a dev server and both workers, run the interleaved rounds, shut down."""
+    tag = uuid.uuid4().hex[:8]
+    settings = bench_settings(f"bench-parley-{tag}", store_dir)
+    bare_queue = f"bench-bare-{tag}"
+    converter, converter_name = data_converter(settings)
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_cli(),
+        search_attributes=parley.contracts.SEARCH_ATTRIBUTES,
+        data_converter=converter,
+    )
+    parley_measures: list[Measure] = []
+    bare_measures: list[Measure] = []
+    try:
+        client = env.client
+        parley_worker = build_worker(
+            client, settings, registry=parley_registry(), model=parley_model()
+        )
+        bare_worker = Worker(
+            client,
+            task_queue=bare_queue,
+            workflows=[BareConversation],
+            activities=[bare_model, bare_tool],
+        )
+        conversations = Conversations(client, settings)
+        async with parley_worker, bare_worker:
+            for i in range(1, rounds + 1):
+                p = await parley_round(conversations)
+                b = await bare_round(client, bare_queue)
+                parley_measures.append(p)
+                bare_measures.append(b)
+                print(
+                    f"round {i:>2}: parley {p.bytes:>6} B {p.events:>3} events"
+                    f" | bare {b.bytes:>6} B {b.events:>3} events",
+                    flush=True,
+                )
+    finally:
+        await env.shutdown()
+    return parley_measures, bare_measures, converter_name
+
+
+def report(
+    parley_measures: list[Measure], bare_measures: list[Measure], converter_name: str
+) -> dict[str, Any]:
+    """Print the summary and return the numbers (for --json)."""
+    parley_p50 = statistics.median(m.bytes for m in parley_measures)
+    bare_p50 = statistics.median(m.bytes for m in bare_measures)
+    ratio = parley_p50 / bare_p50
+    p_med, b_med = median_round(parley_measures), median_round(bare_measures)
+    code = git_revision()
+
+    def p50(measures: list[Measure], attr: str) -> float:
+        return statistics.median(getattr(m, attr) for m in measures)
+
+    print()
+    print(f"data converter: {converter_name}; code: {code}; rounds: {len(parley_measures)}")
+    print(
+        f"events per turn: parley p50={p50(parley_measures, 'events'):g}"
+        f" bare p50={p50(bare_measures, 'events'):g}"
+    )
+    print(
+        f"payload bytes per turn: parley p50={p50(parley_measures, 'payload_bytes'):g}"
+        f" bare p50={p50(bare_measures, 'payload_bytes'):g}"
+    )
+    print()
+    print(
+        "bytes by event type, median round of each side"
+        " (payload = bytes of the Payload messages inside those events):"
+    )
+    print(breakdown_table(p_med, b_med))
+    print()
+    print(
+        f"history bytes per confirmed turn: parley p50={parley_p50:.0f} bare p50={bare_p50:.0f}"
+        f" ratio={ratio:.2f} (target <= {TARGET_RATIO})"
+    )
+    return {
+        "rounds": len(parley_measures),
+        "data_converter": converter_name,
+        "code": code,
+        "parley": {
+            "p50_bytes": parley_p50,
+            "p50_events": p50(parley_measures, "events"),
+            "p50_payload_bytes": p50(parley_measures, "payload_bytes"),
+            "per_round": [_totals(m) for m in parley_measures],
+            "median_round": asdict(p_med),
+        },
+        "bare": {
+            "p50_bytes": bare_p50,
+            "p50_events": p50(bare_measures, "events"),
+            "p50_payload_bytes": p50(bare_measures, "payload_bytes"),
+            "per_round": [_totals(m) for m in bare_measures],
+            "median_round": asdict(b_med),
+        },
+        "ratio": ratio,
+        "target_ratio": TARGET_RATIO,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=10, help="rounds of each side (10)")
+    parser.add_argument(
+        "--json", type=Path, default=None, metavar="PATH", help="also write the numbers to PATH"
+    )
+    args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="parley-bench-store-") as store_dir:
+        measured = asyncio.run(measure_rounds(args.rounds, store_dir))
+    numbers = report(*measured)
+    print(f"({time.monotonic() - began:.1f} s)")
+    if args.json is not None:
+        args.json.write_text(json.dumps(numbers, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
