@@ -66,7 +66,7 @@ class ModelActivities:
             context = await self._transcripts.append(
                 request.context,
                 [*request.new_messages, reply],
-                workflow_id=request.workflow_id,
+                workflow_id=activity.info().workflow_id,
                 namespace=activity.info().namespace,
             )
         fresh = self._catalogue.version != request.catalogue_version
@@ -96,6 +96,9 @@ def _with_unique_ids(reply: AIMessage, transcript_length: int, used: set[str]) -
     ``<workflow_id>:<tool_call_id>`` address calls by id, so a reused id would mix up
     two calls."""
     base = f"m{transcript_length}"
+    # LangChain names a message it got without an id "lc_run--<uuid>"; that says
+    # nothing and costs history bytes on every turn, so such a message gets ``base``.
+    message_id = reply.id if reply.id and not reply.id.startswith("lc_run-") else base
     counter = iter(range(len(reply.tool_calls) + len(reply.invalid_tool_calls)))
 
     def unique(call: Any) -> Any:
@@ -108,7 +111,7 @@ def _with_unique_ids(reply: AIMessage, transcript_length: int, used: set[str]) -
 
     return reply.model_copy(
         update={
-            "id": reply.id or base,
+            "id": message_id,
             "tool_calls": [unique(c) for c in reply.tool_calls],
             "invalid_tool_calls": [unique(c) for c in reply.invalid_tool_calls],
         }

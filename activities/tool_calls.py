@@ -30,8 +30,10 @@ from activities.heartbeat import heartbeating
 from parley.contracts import (
     MODEL_RESULT_MAX_CHARS,
     RUN_TOOL,
+    WORKFLOW_ID_PREFIX,
     RunToolInput,
     RunToolOutput,
+    ToolContext,
     ToolErrorInfo,
     ToolResult,
 )
@@ -74,7 +76,7 @@ class ToolActivities:
             )
         args = dict(request.args)
         if registered.wants_context:
-            args[CONTEXT_ARG] = request.context
+            args[CONTEXT_ARG] = tool_context(request)
         tool = registered.tool
         async with heartbeating():
             try:
@@ -82,7 +84,7 @@ class ToolActivities:
                     output: Any = await tool.ainvoke(
                         {
                             "type": "tool_call",
-                            "id": request.context.tool_call_id,
+                            "id": request.tool_call_id,
                             "name": tool.name,
                             "args": args,
                         }
@@ -97,6 +99,18 @@ class ToolActivities:
             except Exception as exc:
                 envelope = _unstorable(f"{type(exc).__name__}: {exc}")
             return storable(RunToolOutput(result=envelope), self._max_result_bytes)
+
+
+def tool_context(request: RunToolInput) -> ToolContext:
+    """Who the call acts for: the user and the call from the input, the conversation
+    from this activity's own workflow id."""
+    workflow_id = activity.info().workflow_id
+    return ToolContext(
+        user_id=request.user_id,
+        session_id=workflow_id.removeprefix(WORKFLOW_ID_PREFIX),
+        workflow_id=workflow_id,
+        tool_call_id=request.tool_call_id,
+    )
 
 
 def storable(output: RunToolOutput, max_bytes: int) -> RunToolOutput:

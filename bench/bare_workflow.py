@@ -22,7 +22,14 @@ from temporalio import activity, workflow
 PROPOSAL_TEXT = "I will write it."
 REPLY_TEXT = "Written."
 TOOL_NAME = "write_record"
-CALL_ID = "c1"
+
+
+def call_id(turn: int) -> str:
+    """The tool call id of turn ``turn`` (1-based), the same on both sides: a model
+    gives each call a fresh id."""
+    return f"c{turn}"
+
+
 TITLE = "Q3"
 
 _TIMEOUT = timedelta(minutes=1)
@@ -35,7 +42,9 @@ async def bare_model(request: dict[str, Any]) -> dict[str, Any]:
         return {"content": REPLY_TEXT, "tool_calls": []}
     return {
         "content": PROPOSAL_TEXT,
-        "tool_calls": [{"name": TOOL_NAME, "id": CALL_ID, "args": {"title": TITLE}}],
+        "tool_calls": [
+            {"name": TOOL_NAME, "id": call_id(request["turn"]), "args": {"title": TITLE}}
+        ],
     }
 
 
@@ -48,6 +57,7 @@ async def bare_tool(request: dict[str, Any]) -> dict[str, Any]:
 class BareConversation:
     def __init__(self) -> None:
         self._pending: dict[str, dict[str, Any]] = {}
+        self._turns = 0
         self._ended = False
 
     @workflow.run
@@ -56,8 +66,9 @@ class BareConversation:
 
     @workflow.update
     async def send(self, text: str) -> dict[str, Any]:
+        self._turns += 1
         proposal = await workflow.execute_activity(
-            bare_model, {"text": text}, start_to_close_timeout=_TIMEOUT
+            bare_model, {"text": text, "turn": self._turns}, start_to_close_timeout=_TIMEOUT
         )
         for call in proposal["tool_calls"]:
             self._pending[call["id"]] = call

@@ -56,7 +56,6 @@ from temporalio.worker import Worker  # noqa: E402
 
 import parley.contracts  # noqa: E402
 from bench.bare_workflow import (  # noqa: E402
-    CALL_ID,
     PROPOSAL_TEXT,
     REPLY_TEXT,
     TITLE,
@@ -64,6 +63,7 @@ from bench.bare_workflow import (  # noqa: E402
     BareConversation,
     bare_model,
     bare_tool,
+    call_id,
 )
 from parley.binaries import temporal_cli  # noqa: E402
 from parley.client import Conversations  # noqa: E402
@@ -92,20 +92,16 @@ def parley_registry() -> ToolRegistry:
     return ToolRegistry([confirm(write_record)])
 
 
-def parley_model() -> ScriptFileChatModel:
-    # The N-th model call of a conversation gets entry N, so one model serves every
-    # fresh session: entry 0 proposes the call, entry 1 replies after the result.
-    return ScriptFileChatModel(
-        entries=[
-            ScriptEntry.model_validate(
-                {
-                    "content": PROPOSAL_TEXT,
-                    "tool_calls": [{"name": TOOL_NAME, "id": CALL_ID, "args": {"title": TITLE}}],
-                }
-            ),
-            ScriptEntry.model_validate({"content": REPLY_TEXT}),
-        ]
-    )
+def parley_model(turns: int) -> ScriptFileChatModel:
+    # The script picks its entry by the number of AI messages in the conversation, so
+    # one model serves every fresh session: per turn, one entry proposes the call and
+    # the next replies after the result. Call ids are c1, c2, ... as on the bare side.
+    entries = []
+    for turn in range(1, turns + 1):
+        call = {"name": TOOL_NAME, "id": call_id(turn), "args": {"title": TITLE}}
+        entries.append(ScriptEntry.model_validate({"content": PROPOSAL_TEXT, "tool_calls": [call]}))
+        entries.append(ScriptEntry.model_validate({"content": REPLY_TEXT}))
+    return ScriptFileChatModel(entries=entries)
 
 
 def bench_settings(task_queue: str, store_dir: str) -> Settings:
@@ -214,50 +210,73 @@ async def settled_history(handle: WorkflowHandle[Any, Any]) -> list[HistoryEvent
         await asyncio.sleep(0.1)
 
 
-async def parley_round(conversations: Conversations) -> Measure:
+@dataclass
+class Round:
+    """One conversation of ``turns`` confirmed turns on one side: what its first turn
+    cost (with the workflow start) and what its last turn added."""
+
+    first: Measure
+    later: Measure
+
+
+def split_turns(events: list[HistoryEvent], ends: list[int]) -> Round:
+    """``ends[i]``: the number of events once turn ``i + 1`` was recorded."""
+    return Round(first=measure(events[: ends[0]]), later=measure(events[ends[-2] : ends[-1]]))
+
+
+async def parley_round(conversations: Conversations, turns: int) -> Round:
     session = f"bench-{uuid.uuid4().hex[:12]}"
-    turn = await conversations.send(session, USER, MESSAGE)
-    if turn.status != "awaiting_approval" or len(turn.pending) != 1:
-        raise RuntimeError(f"parley: expected one pending call, got {turn!r}")
-    done = await conversations.decide(
-        session, USER, [Decision(tool_call_id=turn.pending[0].tool_call_id, action="approve")]
-    )
-    if done.status != "completed" or done.reply != REPLY_TEXT:
-        raise RuntimeError(f"parley: expected a completed turn, got {done!r}")
     handle = conversations.handle(session)
+    ends: list[int] = []
     try:
-        return measure(await settled_history(handle))
+        for _ in range(turns):
+            turn = await conversations.send(session, USER, MESSAGE)
+            if turn.status != "awaiting_approval" or len(turn.pending) != 1:
+                raise RuntimeError(f"parley: expected one pending call, got {turn!r}")
+            call_id = turn.pending[0].tool_call_id
+            done = await conversations.decide(
+                session, USER, [Decision(tool_call_id=call_id, action="approve")]
+            )
+            if done.status != "completed" or done.reply != REPLY_TEXT:
+                raise RuntimeError(f"parley: expected a completed turn, got {done!r}")
+            events = await settled_history(handle)
+            ends.append(len(events))
+        return split_turns(events, ends)
     finally:
         await handle.terminate(reason="benchmark round measured")
 
 
-async def bare_round(client: Client, task_queue: str) -> Measure:
+async def bare_round(client: Client, task_queue: str, turns: int) -> Round:
     workflow_id = f"bare-{uuid.uuid4().hex[:12]}"
-    start = WithStartWorkflowOperation(
-        BareConversation.run,
-        {"session_id": workflow_id, "user_id": USER},
-        id=workflow_id,
-        task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-    )
-    proposed = await client.execute_update_with_start_workflow(
-        BareConversation.send,
-        MESSAGE,
-        start_workflow_operation=start,
-        id=f"message-{uuid.uuid4().hex}",
-    )
-    if proposed["status"] != "awaiting_approval":
-        raise RuntimeError(f"bare: expected one pending call, got {proposed!r}")
-    handle = await start.workflow_handle()
-    done = await handle.execute_update(
-        BareConversation.approve,
-        proposed["pending"][0]["id"],
-        id=f"decide-{uuid.uuid4().hex}",
-    )
-    if done["reply"] != REPLY_TEXT:
-        raise RuntimeError(f"bare: expected a completed turn, got {done!r}")
+    handle = client.get_workflow_handle(workflow_id)
+    ends: list[int] = []
     try:
-        return measure(await settled_history(handle))
+        for _ in range(turns):
+            start = WithStartWorkflowOperation(
+                BareConversation.run,
+                {"session_id": workflow_id, "user_id": USER},
+                id=workflow_id,
+                task_queue=task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            )
+            proposed = await client.execute_update_with_start_workflow(
+                BareConversation.send,
+                MESSAGE,
+                start_workflow_operation=start,
+                id=f"message-{uuid.uuid4().hex}",
+            )
+            if proposed["status"] != "awaiting_approval":
+                raise RuntimeError(f"bare: expected one pending call, got {proposed!r}")
+            done = await handle.execute_update(
+                BareConversation.approve,
+                proposed["pending"][0]["id"],
+                id=f"decide-{uuid.uuid4().hex}",
+            )
+            if done["reply"] != REPLY_TEXT:
+                raise RuntimeError(f"bare: expected a completed turn, got {done!r}")
+            events = await settled_history(handle)
+            ends.append(len(events))
+        return split_turns(events, ends)
     finally:
         await handle.terminate(reason="benchmark round measured")
 
@@ -331,7 +350,9 @@ def git_revision() -> str:
 # --- main ---------------------------------------------------------------------------
 
 
-async def measure_rounds(rounds: int, store_dir: str) -> tuple[list[Measure], list[Measure], str]:
+async def measure_rounds(
+    rounds: int, turns: int, store_dir: str
+) -> tuple[list[Round], list[Round], str]:
     """Start a dev server and both workers, run the interleaved rounds, shut down."""
     tag = uuid.uuid4().hex[:8]
     settings = bench_settings(f"bench-parley-{tag}", store_dir)
@@ -342,12 +363,12 @@ async def measure_rounds(rounds: int, store_dir: str) -> tuple[list[Measure], li
         search_attributes=parley.contracts.SEARCH_ATTRIBUTES,
         data_converter=converter,
     )
-    parley_measures: list[Measure] = []
-    bare_measures: list[Measure] = []
+    parley_rounds: list[Round] = []
+    bare_rounds: list[Round] = []
     try:
         client = env.client
         parley_worker = build_worker(
-            client, settings, registry=parley_registry(), model=parley_model()
+            client, settings, registry=parley_registry(), model=parley_model(turns)
         )
         bare_worker = Worker(
             client,
@@ -358,58 +379,48 @@ async def measure_rounds(rounds: int, store_dir: str) -> tuple[list[Measure], li
         conversations = Conversations(client, settings)
         async with parley_worker, bare_worker:
             for i in range(1, rounds + 1):
-                p = await parley_round(conversations)
-                b = await bare_round(client, bare_queue)
-                parley_measures.append(p)
-                bare_measures.append(b)
+                p = await parley_round(conversations, turns)
+                b = await bare_round(client, bare_queue, turns)
+                parley_rounds.append(p)
+                bare_rounds.append(b)
                 print(
-                    f"round {i:>2}: parley {p.bytes:>6} B {p.events:>3} events"
-                    f" | bare {b.bytes:>6} B {b.events:>3} events",
+                    f"round {i:>2}: turn {turns}: parley {p.later.bytes:>6} B"
+                    f" {p.later.events:>3} events | bare {b.later.bytes:>6} B"
+                    f" {b.later.events:>3} events  (turn 1 with the start: parley"
+                    f" {p.first.bytes} B, bare {b.first.bytes} B)",
                     flush=True,
                 )
     finally:
         await env.shutdown()
-    return parley_measures, bare_measures, converter_name
+    return parley_rounds, bare_rounds, converter_name
 
 
-def report(
-    parley_measures: list[Measure], bare_measures: list[Measure], converter_name: str
+def summarize(
+    label: str, parley_measures: list[Measure], bare_measures: list[Measure]
 ) -> dict[str, Any]:
-    """Print the summary and return the numbers (for --json)."""
+    """Print one comparison (medians and the breakdown) and return its numbers."""
     parley_p50 = statistics.median(m.bytes for m in parley_measures)
     bare_p50 = statistics.median(m.bytes for m in bare_measures)
     ratio = parley_p50 / bare_p50
     p_med, b_med = median_round(parley_measures), median_round(bare_measures)
-    code = git_revision()
 
     def p50(measures: list[Measure], attr: str) -> float:
         return statistics.median(getattr(m, attr) for m in measures)
 
     print()
-    print(f"data converter: {converter_name}; code: {code}; rounds: {len(parley_measures)}")
+    print(f"== {label}")
     print(
-        f"events per turn: parley p50={p50(parley_measures, 'events'):g}"
-        f" bare p50={p50(bare_measures, 'events'):g}"
-    )
-    print(
-        f"payload bytes per turn: parley p50={p50(parley_measures, 'payload_bytes'):g}"
+        f"events: parley p50={p50(parley_measures, 'events'):g}"
+        f" bare p50={p50(bare_measures, 'events'):g}; payload bytes: parley"
+        f" p50={p50(parley_measures, 'payload_bytes'):g}"
         f" bare p50={p50(bare_measures, 'payload_bytes'):g}"
     )
-    print()
     print(
         "bytes by event type, median round of each side"
         " (payload = bytes of the Payload messages inside those events):"
     )
     print(breakdown_table(p_med, b_med))
-    print()
-    print(
-        f"history bytes per confirmed turn: parley p50={parley_p50:.0f} bare p50={bare_p50:.0f}"
-        f" ratio={ratio:.2f} (target <= {TARGET_RATIO})"
-    )
     return {
-        "rounds": len(parley_measures),
-        "data_converter": converter_name,
-        "code": code,
         "parley": {
             "p50_bytes": parley_p50,
             "p50_events": p50(parley_measures, "events"),
@@ -425,6 +436,43 @@ def report(
             "median_round": asdict(b_med),
         },
         "ratio": ratio,
+    }
+
+
+def report(
+    parley_rounds: list[Round], bare_rounds: list[Round], turns: int, converter_name: str
+) -> dict[str, Any]:
+    """Print both comparisons and the summary lines; return the numbers (for --json)."""
+    code = git_revision()
+    print()
+    print(
+        f"data converter: {converter_name}; code: {code}; rounds: {len(parley_rounds)};"
+        f" turns per conversation: {turns}"
+    )
+    later = summarize(
+        f"turn {turns} of a conversation: the bytes that turn adds",
+        [r.later for r in parley_rounds],
+        [r.later for r in bare_rounds],
+    )
+    first = summarize(
+        "turn 1, with the workflow start (and, for Parley, the tool catalogue)",
+        [r.first for r in parley_rounds],
+        [r.first for r in bare_rounds],
+    )
+    print()
+    for name, numbers in (("turn 1 with the start", first), ("per confirmed turn", later)):
+        print(
+            f"history bytes {name}: parley p50={numbers['parley']['p50_bytes']:.0f}"
+            f" bare p50={numbers['bare']['p50_bytes']:.0f} ratio={numbers['ratio']:.2f}"
+            f" (target <= {TARGET_RATIO})"
+        )
+    return {
+        "rounds": len(parley_rounds),
+        "turns": turns,
+        "data_converter": converter_name,
+        "code": code,
+        "later_turn": later,
+        "first_turn": first,
         "target_ratio": TARGET_RATIO,
     }
 
@@ -433,15 +481,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=10, help="rounds of each side (10)")
     parser.add_argument(
+        "--turns", type=int, default=3, help="confirmed turns per conversation (3; >= 2)"
+    )
+    parser.add_argument(
         "--json", type=Path, default=None, metavar="PATH", help="also write the numbers to PATH"
     )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.turns < 2:
+        parser.error("--turns must be at least 2 (the last turn is measured alone)")
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="parley-bench-store-") as store_dir:
-        measured = asyncio.run(measure_rounds(args.rounds, store_dir))
-    numbers = report(*measured)
+        measured = asyncio.run(measure_rounds(args.rounds, args.turns, store_dir))
+    parley_rounds, bare_rounds, converter_name = measured
+    numbers = report(parley_rounds, bare_rounds, args.turns, converter_name)
     print(f"({time.monotonic() - began:.1f} s)")
     if args.json is not None:
         args.json.write_text(json.dumps(numbers, indent=2) + "\n", encoding="utf-8")

@@ -38,6 +38,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from parley.contracts import (
+    PARLEY_STATUS,
     PARLEY_USER,
     ConversationSnapshot,
     ConversationStart,
@@ -119,9 +120,14 @@ class Conversations:
             # An ended conversation stays ended: a new message must not silently start
             # an empty one under the same id.
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            search_attributes=TypedSearchAttributes([SearchAttributePair(PARLEY_USER, user_id)]),
+            # Set here, not upserted by the workflow: a start event costs fewer bytes.
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(PARLEY_USER, user_id),
+                    SearchAttributePair(PARLEY_STATUS, "idle"),
+                ]
+            ),
             static_summary=f"Parley conversation {session_id}",
-            static_details=f"Conversation `{session_id}`, started by update-with-start.",
         )
         _check_text(text, self._settings.max_message_bytes)
         retry_hint = (

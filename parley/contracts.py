@@ -2,9 +2,14 @@
 
 Imported by both sides (the workflow passes it through its sandbox), so it holds only
 pydantic models, activity names and pure helpers: no I/O, no clocks, no randomness.
-Every client (worker, CLI, tests, Replayer) uses ``pydantic_data_converter`` to carry
-these. LangChain messages travel inside models typed ``list[AnyMessage]`` so that
+Every client (worker, CLI, tests, Replayer) carries them with
+``parley.storage.data_converter`` (``pydantic_data_converter`` plus claim-check storage).
+LangChain messages travel inside models typed :data:`Messages` so that
 ``AIMessage.tool_calls`` survive the round trip.
+
+History bytes are paid on every turn, so payloads are compact: :class:`PayloadConverter`
+leaves out a contract's empty fields (:class:`Contract`), and :data:`Messages` a
+message's empty fields. Both read back to the same values.
 """
 
 from __future__ import annotations
@@ -12,16 +17,30 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from langchain_core.messages import AIMessage, AnyMessage
-from pydantic import BaseModel, Field, field_validator, model_validator
+import pydantic_core
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
+from pydantic import (
+    BaseModel,
+    Field,
+    PlainSerializer,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+from temporalio.api.common.v1 import Payload
 from temporalio.common import SearchAttributeKey
+from temporalio.contrib.pydantic import (
+    PydanticJSONPlainPayloadConverter,
+    PydanticPayloadConverter,
+)
 
 # Activity names: shared by the workflow, the worker and the tests' fakes.
 CALL_MODEL = "parley.call_model"
 RUN_TOOL = "parley.run_tool"
-DESCRIBE_TOOLS = "parley.describe_tools"
 
 #: Matched against the whole string (``\A``/``\Z``): ``$`` would accept "abc\n".
 SESSION_ID_PATTERN = re.compile(r"\A[A-Za-z0-9._-]{1,128}\Z")
@@ -69,10 +88,82 @@ def call_summary(name: str, args: dict[str, Any], limit: int = 120) -> str:
     return " ".join(parts)[:limit]
 
 
+# --- compact JSON -----------------------------------------------------------------
+
+
+#: The serialization context of every payload (:class:`PayloadConverter`). Only there
+#: does a :class:`Contract` leave out its empty fields: what users read (``--json``
+#: output, AG-UI events) keeps every key.
+PAYLOAD_CONTEXT = {"parley": "payload"}
+
+
+class Contract(BaseModel):
+    """Base of every payload type. In a payload (and only there) a field left at its
+    empty default (None, or ``[]`` from ``default_factory=list``) is left out; reading
+    it back gives the default again. History does not pay for ``"error": null`` on
+    every turn."""
+
+    @model_serializer(mode="wrap")
+    def _without_empty_defaults(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> Any:
+        data = handler(self)
+        if info.mode_is_json() and info.context == PAYLOAD_CONTEXT and isinstance(data, dict):
+            for name, field in type(self).model_fields.items():
+                if name not in data:
+                    continue
+                if (field.default is None and data[name] is None) or (
+                    field.default_factory is list and data[name] == []
+                ):
+                    del data[name]
+        return data
+
+
+class _CompactJSONConverter(PydanticJSONPlainPayloadConverter):
+    """``json/plain`` as pydantic writes it, in :data:`PAYLOAD_CONTEXT`."""
+
+    def to_payload(self, value: Any) -> Payload | None:
+        return Payload(
+            metadata={"encoding": self.encoding.encode()},
+            data=pydantic_core.to_json(value, context=PAYLOAD_CONTEXT),
+        )
+
+
+class PayloadConverter(PydanticPayloadConverter):
+    """``pydantic_data_converter``'s payload converter with compact contracts (see
+    :class:`Contract`); reading is unchanged, so it reads any pydantic-written payload."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        compact = _CompactJSONConverter()
+        self._set_converters(
+            *(compact if c.encoding == compact.encoding else c for c in self.converters.values())
+        )
+
+
+def _compact_message(message: BaseMessage) -> dict[str, Any]:
+    """A message's JSON without its empty fields (None, ``{}``, ``[]``: each one's
+    default), keeping ``content`` and ``type`` (which selects the class on the way back)."""
+    data = message.model_dump(mode="json")
+    return {
+        key: value
+        for key, value in data.items()
+        if key in ("content", "type") or value not in (None, {}, [])
+    }
+
+
+#: LangChain messages as payloads carry them (see :func:`_compact_message`).
+Messages = Annotated[
+    list[AnyMessage],
+    PlainSerializer(lambda messages: [_compact_message(m) for m in messages], when_used="json"),
+]
+CompactAIMessage = Annotated[AIMessage, PlainSerializer(_compact_message, when_used="json")]
+
+
 # --- tools ------------------------------------------------------------------------
 
 
-class ToolSpec(BaseModel):
+class ToolSpec(Contract):
     """What the workflow knows of a tool: enough to validate args and apply its policy."""
 
     name: str
@@ -84,7 +175,7 @@ class ToolSpec(BaseModel):
     extra_args_allowed: bool = False
 
 
-class ToolCatalogue(BaseModel):
+class ToolCatalogue(Contract):
     tools: list[ToolSpec]
     #: A digest of ``tools``, set by the worker: the workflow asks for the catalogue
     #: again only when the worker's version differs.
@@ -94,7 +185,7 @@ class ToolCatalogue(BaseModel):
         return next((t for t in self.tools if t.name == name), None)
 
 
-class ToolContext(BaseModel):
+class ToolContext(Contract):
     """Who a tool acts for, given to tools that declare ``context: InjectedToolArg``."""
 
     user_id: str
@@ -109,14 +200,17 @@ class ToolContext(BaseModel):
 
 
 class ToolErrorInfo(BaseModel):
+    """Part of the envelope: its four keys are always there, even in a payload."""
+
     type: str
     message: str
     http_status: int | None = None
     body: Any = None
 
 
-class ToolResult(BaseModel):
-    """The one envelope of a tool result: for the model, the events and the audit log."""
+class ToolResult(Contract):
+    """The one envelope of a tool result: for the model, the events and the audit log.
+    What clients read (events, ``--json``) always has its four keys."""
 
     status: ResultStatus
     content: str
@@ -124,16 +218,20 @@ class ToolResult(BaseModel):
     error: ToolErrorInfo | None = None
 
 
-class RunToolInput(BaseModel):
+class RunToolInput(Contract):
+    """One tool call. The activity builds the tool's :class:`ToolContext` from these
+    and its own workflow id, so the conversation's ids are not repeated in every input."""
+
     name: str
     args: dict[str, Any]
-    context: ToolContext
+    tool_call_id: str
+    user_id: str
     #: Who approved (or edited) this call; set only by a ``decide``. The worker refuses
     #: a ``confirm`` tool without it, whatever the workflow's catalogue said.
     approved_by: str | None = None
 
 
-class RunToolOutput(BaseModel):
+class RunToolOutput(Contract):
     """A successful run; a failure is raised as an ``ApplicationError`` instead."""
 
     result: ToolResult
@@ -142,33 +240,30 @@ class RunToolOutput(BaseModel):
 # --- model ------------------------------------------------------------------------
 
 
-class ContextRef(BaseModel):
-    """Where the model's transcript so far is stored (``parley.storage``'s chain): a
-    driver name, the driver's small claim, and how many messages it covers."""
+class ContextRef(Contract):
+    """Where the model's transcript so far is stored (``parley.storage``'s chain): the
+    store's small claim (every process uses the one ``PARLEY_PAYLOAD_STORE``) and how
+    many messages it covers."""
 
-    driver: str
     claim: dict[str, str]
     length: int
     #: Segments since the last checkpoint; bounds how far a cold reader walks.
     depth: int = 0
 
 
-class CallModelInput(BaseModel):
+class CallModelInput(Contract):
     """Bounded whatever the conversation's length: the transcript so far travels as a
     reference, only the messages added since the previous model call as values."""
 
-    session_id: str
-    user_id: str
-    workflow_id: str
     context: ContextRef | None = None
-    new_messages: list[AnyMessage] = Field(default_factory=list)
+    new_messages: Messages = Field(default_factory=list)
     #: The version of the tool catalogue the workflow holds; the reply carries the
     #: worker's catalogue only when it differs.
     catalogue_version: str | None = None
 
 
-class CallModelOutput(BaseModel):
-    message: AIMessage
+class CallModelOutput(Contract):
+    message: CompactAIMessage
     #: The transcript including ``message``.
     context: ContextRef
     catalogue: ToolCatalogue | None = None
@@ -196,7 +291,7 @@ KEPT_EVENTS = 2_000
 PAGE_CHARS = 512 * 1024
 
 
-class ConversationStart(BaseModel):
+class ConversationStart(Contract):
     session_id: str
     user_id: str
     pending_expiry_seconds: float = Field(default=24 * 3600, gt=0, le=10 * 365 * 24 * 3600)
@@ -221,13 +316,13 @@ class ConversationStart(BaseModel):
         return value
 
 
-class SendMessageInput(BaseModel):
+class SendMessageInput(Contract):
     text: str
     message_id: str
     user_id: str
 
 
-class Decision(BaseModel):
+class Decision(Contract):
     tool_call_id: str
     action: DecisionAction
     args: dict[str, Any] | None = None
@@ -242,16 +337,16 @@ class Decision(BaseModel):
         return self
 
 
-class DecideInput(BaseModel):
+class DecideInput(Contract):
     decisions: list[Decision]
     decided_by: str
 
 
-class EndInput(BaseModel):
+class EndInput(Contract):
     user_id: str
 
 
-class PendingCall(BaseModel):
+class PendingCall(Contract):
     tool_call_id: str
     name: str
     args: dict[str, Any]
@@ -259,7 +354,7 @@ class PendingCall(BaseModel):
     expires_at: datetime
 
 
-class TurnToolResult(BaseModel):
+class TurnToolResult(Contract):
     """A tool result as a turn reports it: the envelope, with content cut to
     ``PREVIEW_CHARS`` and a payload over ``PAYLOAD_PREVIEW_BYTES`` left out (both say
     so), so that an update result stays small whatever the tool returned."""
@@ -276,8 +371,9 @@ class TurnToolResult(BaseModel):
     payload_omitted_bytes: int | None = None
 
 
-class TurnResult(BaseModel):
-    session_id: str
+class TurnResult(Contract):
+    """Where a turn came to rest. (The caller knows which conversation it addressed.)"""
+
     status: TurnStatus
     reply: str | None = None
     pending: list[PendingCall] = Field(default_factory=list)
@@ -285,7 +381,7 @@ class TurnResult(BaseModel):
     error: str | None = None
 
 
-class AuditEntry(BaseModel):
+class AuditEntry(Contract):
     at: datetime
     event: Literal[
         "message",
@@ -304,7 +400,7 @@ class AuditEntry(BaseModel):
     detail: dict[str, Any] = Field(default_factory=dict)
 
 
-class Counters(BaseModel):
+class Counters(Contract):
     turns: int = 0
     model_calls: int = 0
     tool_runs: int = 0
@@ -312,7 +408,7 @@ class Counters(BaseModel):
     continued_as_new: int = 0
 
 
-class ConversationState(BaseModel):
+class ConversationState(Contract):
     """The workflow's whole state: what continue-as-new carries and ``state()`` pages.
 
     Bounded whatever the conversation's length: the transcript, the audit log and the
@@ -325,7 +421,7 @@ class ConversationState(BaseModel):
     status: ConversationStatus = "idle"
     ended: bool = False
     #: The latest messages; ``transcript[0]`` is message number ``transcript_offset``.
-    transcript: list[AnyMessage] = Field(default_factory=list)
+    transcript: Messages = Field(default_factory=list)
     transcript_offset: int = 0
     #: The stored transcript as of the latest model call: messages before
     #: ``model_context.length`` are in the store, the rest go with the next call.
@@ -349,7 +445,7 @@ class ConversationState(BaseModel):
         return self.transcript_offset + len(self.transcript)
 
 
-class ConversationSnapshot(BaseModel):
+class ConversationSnapshot(Contract):
     """What the ``state`` query returns: one page of the transcript and of the audit log
     (offsets are absolute), and everything else whole."""
 
@@ -357,7 +453,7 @@ class ConversationSnapshot(BaseModel):
     user_id: str
     status: ConversationStatus
     pending: list[PendingCall]
-    transcript: list[AnyMessage]
+    transcript: Messages
     transcript_offset: int = 0
     transcript_total: int = 0
     #: Where messages before the ones this process keeps can be read (``parley.storage``).
@@ -370,7 +466,7 @@ class ConversationSnapshot(BaseModel):
     last_turn: TurnResult | None = None
 
 
-class StateQuery(BaseModel):
+class StateQuery(Contract):
     user_id: str
     #: The first message of the page (absolute); None: the page that ends with the latest.
     transcript_offset: int | None = None
@@ -379,20 +475,20 @@ class StateQuery(BaseModel):
     audit_limit: int = Field(default=200, ge=0, le=1_000)
 
 
-class EventsQuery(BaseModel):
+class EventsQuery(Contract):
     user_id: str
     after: int = -1
     limit: int = Field(default=500, ge=1, le=5_000)
 
 
-class OffsetEvent(BaseModel):
+class OffsetEvent(Contract):
     """One AG-UI event (a JSON object) and its offset in the conversation's event log."""
 
     offset: int
     event: dict[str, Any]
 
 
-class EventPage(BaseModel):
+class EventPage(Contract):
     """Events with offset > ``after``; pass ``next_after`` as ``after`` to read on.
     ``first_kept`` is the oldest offset still held: a reader behind it missed events."""
 

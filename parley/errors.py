@@ -60,14 +60,6 @@ class ErrorType:
 
 #: Activity failures the workflow answers with a model-visible ToolMessage.
 MODEL_VISIBLE_TOOL_ERRORS = (ErrorType.TOOL_INPUT, ErrorType.TOOL_PERMISSION)
-#: Never retried by Temporal, whatever the retry policy's attempts.
-NON_RETRYABLE_TYPES = [
-    ErrorType.TOOL_INPUT,
-    ErrorType.TOOL_PERMISSION,
-    ErrorType.TOOL_FAILED,
-    ErrorType.MODEL_REQUEST,
-    ErrorType.MODEL_FAILED,
-]
 
 
 class ParleyError(Exception):

@@ -15,7 +15,6 @@ from datetime import timedelta
 from temporalio.common import RetryPolicy
 
 from parley.contracts import MESSAGE_MAX_BYTES_DEFAULT
-from parley.errors import NON_RETRYABLE_TYPES
 
 DEFAULT_TASK_QUEUE = "parley"
 DEFAULT_TEMPORAL_ADDRESS = "localhost:7233"
@@ -48,7 +47,6 @@ MODEL_ACTIVITY = ActivityOptions(
         backoff_coefficient=2.0,
         maximum_interval=timedelta(seconds=60),
         maximum_attempts=8,
-        non_retryable_error_types=NON_RETRYABLE_TYPES,
     ),
 )
 
@@ -56,13 +54,15 @@ TOOL_ACTIVITY = ActivityOptions(
     start_to_close=timedelta(minutes=5),
     heartbeat=HEARTBEAT_TIMEOUT,
     # Bounded so that a backend that stays down fails the turn instead of hanging it;
-    # business errors are non-retryable and go back to the model at once.
+    # business errors are non-retryable and go back to the model at once. No
+    # non_retryable_error_types list: every failure is raised with non_retryable set
+    # (activities/*: tool_failure, _model_failure), and the list would cost ~100 bytes
+    # of history on every scheduled activity.
     retry=RetryPolicy(
         initial_interval=timedelta(seconds=1),
         backoff_coefficient=2.0,
         maximum_interval=timedelta(seconds=30),
         maximum_attempts=5,
-        non_retryable_error_types=NON_RETRYABLE_TYPES,
     ),
 )
 

@@ -55,7 +55,7 @@ from temporalio.converter import (
     StorageDriverWorkflowInfo,
 )
 
-from parley.contracts import ContextRef
+from parley.contracts import ContextRef, Messages, PayloadConverter
 
 if TYPE_CHECKING:
     from parley.settings import Settings
@@ -185,6 +185,7 @@ def data_converter(
         driver = build_driver(settings.payload_store if settings is not None else None)
     return dataclasses.replace(
         pydantic_data_converter,
+        payload_converter_class=PayloadConverter,
         external_storage=ExternalStorage(
             drivers=[driver], payload_size_threshold=OFFLOAD_THRESHOLD_BYTES
         ),
@@ -205,7 +206,7 @@ class TranscriptSegment(BaseModel):
     """One stored piece of a transcript: messages appended after ``parent``."""
 
     parent: ContextRef | None = None
-    messages: list[AnyMessage] = Field(default_factory=list)
+    messages: Messages = Field(default_factory=list)
 
 
 class TranscriptStore:
@@ -217,11 +218,11 @@ class TranscriptStore:
         self._driver = driver
         self._cache: OrderedDict[str, list[AnyMessage]] = OrderedDict()
         self._cache_size = cache_size
-        self._converter = pydantic_data_converter.payload_converter
+        self._converter = PayloadConverter()
 
     @staticmethod
     def _key(ref: ContextRef) -> str:
-        return json.dumps([ref.driver, dict(sorted(ref.claim.items()))])
+        return json.dumps(dict(sorted(ref.claim.items())))
 
     def _remember(self, ref: ContextRef, messages: list[AnyMessage]) -> None:
         self._cache[self._key(ref)] = messages
@@ -279,21 +280,20 @@ class TranscriptStore:
             target=StorageDriverWorkflowInfo(namespace=namespace, id=workflow_id)
         )
         [claim] = await self._driver.store(context, [payload])
-        ref = ContextRef(
-            driver=self._driver.name(), claim=dict(claim.claim_data), length=len(whole), depth=depth
-        )
+        ref = ContextRef(claim=dict(claim.claim_data), length=len(whole), depth=depth)
         self._remember(ref, whole)
         return ref
 
     async def _read(self, ref: ContextRef) -> TranscriptSegment:
-        if ref.driver != self._driver.name():
-            raise ValueError(
-                f"transcript segment is in store {ref.driver!r}, this process uses "
-                f"{self._driver.name()!r}: every worker and client must use the same "
-                "PARLEY_PAYLOAD_STORE"
+        try:
+            [payload] = await self._driver.retrieve(
+                StorageDriverRetrieveContext(), [StorageDriverClaim(claim_data=ref.claim)]
             )
-        [payload] = await self._driver.retrieve(
-            StorageDriverRetrieveContext(), [StorageDriverClaim(claim_data=ref.claim)]
-        )
+        except Exception as err:
+            raise ValueError(
+                f"transcript segment {ref.claim} could not be read from store "
+                f"{self._driver.name()!r} ({type(err).__name__}: {err}): every worker and "
+                "client must use the same PARLEY_PAYLOAD_STORE"
+            ) from err
         [segment] = self._converter.from_payloads([payload], [TranscriptSegment])
         return segment

@@ -63,7 +63,9 @@ class ParleyTool:
         return CONTEXT_ARG in injected
 
     def spec(self) -> ToolSpec:
-        schema = self.tool.tool_call_schema.model_json_schema()
+        schema = _without_labels(self.tool.tool_call_schema.model_json_schema())
+        if schema.get("description") == self.tool.description:
+            del schema["description"]  # the spec says it once
         return ToolSpec(
             name=self.tool.name,
             description=self.tool.description,
@@ -73,6 +75,34 @@ class ParleyTool:
             # ``extra="allow"`` gives ``additionalProperties: true``).
             extra_args_allowed=schema.get("additionalProperties") not in (None, False),
         )
+
+
+#: Keywords whose value maps names (of properties, definitions) to schemas.
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+#: Keywords whose value is data (a default, an example), not a schema.
+_SCHEMA_VALUES = ("default", "const", "enum", "examples")
+
+
+def _without_labels(schema: Any) -> Any:
+    """A JSON schema without pydantic's ``title`` labels ("Title" for ``title``): they
+    validate nothing and the catalogue is workflow history. A property *named* title
+    stays."""
+    if isinstance(schema, list):
+        return [_without_labels(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    slim: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in _SCHEMA_VALUES:
+            slim[key] = value  # data, not schema: kept as written
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
+            slim[key] = {name: _without_labels(sub) for name, sub in value.items()}
+        else:
+            slim[key] = _without_labels(value)
+    return slim
 
 
 def auto(tool: BaseTool) -> ParleyTool:

@@ -3,12 +3,14 @@ round-trip test), and ConversationStart refuses what must never start a conversa
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from pydantic import BaseModel, ValidationError
+from langchain_core.tools import tool
+from pydantic import BaseModel, Field, ValidationError
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from parley.contracts import (
@@ -19,10 +21,15 @@ from parley.contracts import (
     ConversationState,
     Counters,
     Decision,
+    PayloadConverter,
     PendingCall,
+    ToolErrorInfo,
+    ToolResult,
+    TurnResult,
     workflow_id_for,
 )
 from parley.storage import TranscriptSegment
+from parley.tools import ToolRegistry, confirm
 
 TOOL_CALLS = [
     {"name": "write_record", "args": {"title": "Q3", "tags": ["a", "b"]}, "id": "c1"},
@@ -75,7 +82,7 @@ def test_transcript_segment_keeps_tool_calls_and_tool_results() -> None:
 
 
 def test_call_model_output_keeps_tool_calls() -> None:
-    ref = ContextRef(driver="parley-local-file", claim={"sha256": "0" * 64}, length=2)
+    ref = ContextRef(claim={"sha256": "0" * 64}, length=2)
     back = round_trip(CallModelOutput(message=proposal(), context=ref))
     assert back.context == ref
 
@@ -169,3 +176,50 @@ def test_decisions_that_cannot_be_carried_out_are_refused() -> None:
         Decision(tool_call_id="c1", action="edit")
     with pytest.raises(ValidationError, match="needs a message"):
         Decision(tool_call_id="c1", action="respond", message=" ")
+
+
+def test_a_payload_leaves_out_empty_fields_and_reads_back_the_same() -> None:
+    converter = PayloadConverter()
+    result = TurnResult(status="completed", reply="done")
+    [payload] = converter.to_payloads([result])
+    assert json.loads(payload.data) == {"status": "completed", "reply": "done"}
+    assert converter.from_payloads([payload], [TurnResult]) == [result]
+    # What users read (``--json``, events) keeps every key.
+    assert json.loads(result.model_dump_json()) == {
+        "status": "completed",
+        "reply": "done",
+        "pending": [],
+        "results": [],
+        "error": None,
+    }
+
+
+def test_a_tool_error_keeps_its_four_keys_even_in_a_payload() -> None:
+    result = ToolResult(
+        status="error", content="Error: no", error=ToolErrorInfo(type="ToolFailed", message="no")
+    )
+    [payload] = PayloadConverter().to_payloads([result])
+    assert json.loads(payload.data)["error"] == {
+        "type": "ToolFailed",
+        "message": "no",
+        "http_status": None,
+        "body": None,
+    }
+
+
+def test_a_tool_schema_loses_its_labels_not_a_property_named_title() -> None:
+    class Args(BaseModel):
+        title: str = Field(description="the plan's title")
+        meta: dict[str, str] = Field(default={"title": "kept"})
+
+    @tool(args_schema=Args)
+    def write_plan(title: str, meta: dict[str, str]) -> str:
+        """Write a plan."""
+        return title
+
+    schema = ToolRegistry([confirm(write_plan)]).catalogue().get("write_plan").args_schema
+    assert "title" not in schema and "description" not in schema
+    assert schema["properties"]["title"] == {"description": "the plan's title", "type": "string"}
+    assert "title" not in schema["properties"]["meta"]
+    assert schema["properties"]["meta"]["default"] == {"title": "kept"}  # data, not a label
+    assert schema["required"] == ["title"]

@@ -8,12 +8,13 @@ import uuid
 
 import pytest
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.tool_calls import ToolActivities
 from parley.client import ConversationRefused, Conversations
-from parley.contracts import Decision, RunToolInput, ToolContext
+from parley.contracts import Decision, RunToolInput
 from parley.errors import ErrorType
 from parley.settings import Settings
 from parley.tools import ToolRegistry, confirm, deny
@@ -107,8 +108,8 @@ async def test_client_retries_are_answered_once_across_continue_as_new(parley_wo
 async def test_the_worker_refuses_a_confirm_or_deny_tool_without_a_decision() -> None:
     """Defence in depth: whatever the workflow's catalogue said, this worker's policy wins."""
     activities = ToolActivities(ToolRegistry([confirm(write_record), deny(drop_tables)]))
-    context = ToolContext(user_id="u", session_id="s", workflow_id="w", tool_call_id="c")
     env = ActivityEnvironment()
+    env.payload_converter = pydantic_data_converter.payload_converter  # as the worker runs
     for name, approved_by in [("write_record", None), ("drop_tables", "u")]:
         with pytest.raises(ApplicationError) as refused:
             await env.run(
@@ -116,13 +117,16 @@ async def test_the_worker_refuses_a_confirm_or_deny_tool_without_a_decision() ->
                 RunToolInput(
                     name=name,
                     args={"title": "x"} if name == "write_record" else {},
-                    context=context,
+                    tool_call_id="c",
+                    user_id="u",
                     approved_by=approved_by,
                 ),
             )
         assert refused.value.type == ErrorType.TOOL_FAILED and refused.value.non_retryable
     done = await env.run(
         activities.run_tool,
-        RunToolInput(name="write_record", args={"title": "x"}, context=context, approved_by="u"),
+        RunToolInput(
+            name="write_record", args={"title": "x"}, tool_call_id="c", user_id="u", approved_by="u"
+        ),
     )
     assert done.result.status == "success"

@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         PARLEY_PENDING_TOOLS,
         PARLEY_STATUS,
         PARLEY_USER,
+        PAYLOAD_CONTEXT,
         PREVIEW_ARGS_CHARS,
         RUN_TOOL,
         AuditEntry,
@@ -62,7 +63,6 @@ with workflow.unsafe.imports_passed_through():
         SendMessageInput,
         StateQuery,
         ToolCatalogue,
-        ToolContext,
         ToolErrorInfo,
         ToolResult,
         TurnResult,
@@ -119,7 +119,8 @@ class ConversationWorkflow:
 
     @workflow.run
     async def run(self, start: ConversationStart) -> ConversationSnapshot:
-        workflow.upsert_search_attributes([PARLEY_USER.value_set(self._state.user_id)])
+        if workflow.info().typed_search_attributes.get(PARLEY_USER) != self._state.user_id:
+            workflow.upsert_search_attributes([PARLEY_USER.value_set(self._state.user_id)])
         self._publish_status()
         while True:
             # Wake also when the earliest deadline changes (a turn left calls pending, a
@@ -134,7 +135,6 @@ class ConversationWorkflow:
                         or self._next_deadline() != deadline
                     ),
                     timeout=self._time_to_next_deadline(),
-                    timeout_summary="pending tool call deadline",
                 )
             except TimeoutError:
                 pass
@@ -438,9 +438,6 @@ class ConversationWorkflow:
             output: CallModelOutput = await workflow.execute_activity(
                 CALL_MODEL,
                 CallModelInput(
-                    session_id=state.session_id,
-                    user_id=state.user_id,
-                    workflow_id=workflow.info().workflow_id,
                     context=state.model_context,
                     new_messages=new_messages,
                     catalogue_version=state.tools.version if state.tools else None,
@@ -449,7 +446,6 @@ class ConversationWorkflow:
                 heartbeat_timeout=MODEL_ACTIVITY.heartbeat,
                 retry_policy=MODEL_ACTIVITY.retry,
                 result_type=CallModelOutput,
-                summary=f"call_model messages={state.transcript_length}",
             )
         except ActivityError as err:
             cause = err.cause
@@ -593,17 +589,15 @@ class ConversationWorkflow:
         """The one path that runs a tool, before and after a decision."""
         call_id = call["id"]
         self._state.counters.tool_runs += 1
-        context = ToolContext(
-            user_id=self._state.user_id,
-            session_id=self._state.session_id,
-            workflow_id=workflow.info().workflow_id,
-            tool_call_id=call_id,
-        )
         try:
             output: RunToolOutput = await workflow.execute_activity(
                 RUN_TOOL,
                 RunToolInput(
-                    name=call["name"], args=args, context=context, approved_by=approved_by
+                    name=call["name"],
+                    args=args,
+                    tool_call_id=call_id,
+                    user_id=self._state.user_id,
+                    approved_by=approved_by,
                 ),
                 start_to_close_timeout=TOOL_ACTIVITY.start_to_close,
                 heartbeat_timeout=TOOL_ACTIVITY.heartbeat,
@@ -669,16 +663,22 @@ class ConversationWorkflow:
         in history as ``run_tool``'s result."""
         call_id = call["id"]
         reported = turn_tool_result(call_id, call["name"], result)
-        envelope = reported.model_dump(mode="json", exclude={"tool_call_id", "name"})
-        for note in ("content_chars", "payload_omitted_bytes"):  # only when they say something
-            if envelope[note] is None:
-                del envelope[note]
+        # The event's envelope has its four keys (and a note when a preview was cut); the
+        # artifact (history) only what is set.
+        unset_notes = {
+            k for k in ("content_chars", "payload_omitted_bytes") if not getattr(reported, k)
+        }
+        envelope = reported.model_dump(mode="json", exclude={"tool_call_id", "name", *unset_notes})
+        compact = reported.model_dump(
+            mode="json", exclude={"tool_call_id", "name", "content"}, context=PAYLOAD_CONTEXT
+        )
         message = ToolMessage(
             content=model_view(result.content),
             tool_call_id=call_id,
             name=call["name"],
             status="success" if result.status == "success" else "error",
-            artifact=envelope,
+            # The message's content is the text; the artifact keeps the rest once.
+            artifact=compact,
             id=f"result-{call_id}",
         )
         self._state.transcript.append(message)
@@ -723,7 +723,6 @@ class ConversationWorkflow:
         self, status: str, *, reply: str | None = None, error: str | None = None
     ) -> TurnResult:
         return TurnResult(
-            session_id=self._state.session_id,
             status=status,  # type: ignore[arg-type]
             reply=reply,
             pending=list(self._state.pending),
@@ -818,12 +817,21 @@ class ConversationWorkflow:
         self._publish_status()
 
     def _publish_status(self) -> None:
-        workflow.upsert_search_attributes(
-            [
-                PARLEY_STATUS.value_set(self._state.status),
-                PARLEY_PENDING_TOOLS.value_set(sorted({c.name for c in self._state.pending})),
-            ]
-        )
+        """The conversation's status as search attributes and as the execution's current
+        details. The search attributes hold the status at rest (``awaiting_approval``,
+        ``idle``, ``failed``, ``ended``) and the pending tools, upserted only when they
+        change: each upsert is a history event, and publishing ``running`` would cost
+        two per turn for a state that lasts seconds. While a turn runs, the current
+        details and the ``state()`` query say ``running``."""
+        published = workflow.info().typed_search_attributes
+        pending_tools = sorted({c.name for c in self._state.pending})
+        changes = []
+        if self._state.status != "running" and published.get(PARLEY_STATUS) != self._state.status:
+            changes.append(PARLEY_STATUS.value_set(self._state.status))
+        if (published.get(PARLEY_PENDING_TOOLS) or []) != pending_tools:
+            changes.append(PARLEY_PENDING_TOOLS.value_set(pending_tools))
+        if changes:
+            workflow.upsert_search_attributes(changes)
         lines = [f"**Status:** {self._state.status}  ", f"**User:** {self._state.user_id}"]
         if self._state.pending:
             lines += ["", "| tool call | tool | args | expires |", "|---|---|---|---|"]
