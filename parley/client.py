@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import time
 import uuid
 from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
 from langchain_core.messages import AnyMessage
-from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.enums.v1 import PendingWorkflowTaskState, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
@@ -137,6 +139,7 @@ class Conversations:
         )
         try:
             return await self._watch_worker(
+                session_id,
                 self._client.execute_update_with_start_workflow(
                     ConversationWorkflow.send_message,
                     SendMessageInput(text=text, message_id=message_id, user_id=user_id),
@@ -167,15 +170,19 @@ class Conversations:
         update_id: str | None = None,
     ) -> TurnResult:
         """Answer every pending call. The same ``update_id`` again returns the first
-        result and runs nothing twice."""
-        update_id = update_id or f"decide-{uuid.uuid4().hex}"
+        result and runs nothing twice. By default the id is derived from the decisions,
+        so running the same command again (after a timeout, or once a worker is back)
+        attaches to the first call instead of deciding twice."""
+        update_id = update_id or _decision_id(user_id, decisions)
         retry_hint = (
-            "Your decision applies if a worker takes it shortly; run the same command "
-            "again once one is running (a decided call is never run twice)."
+            "Your decision is kept by Temporal and applies when a worker takes it; run the "
+            "same command again once one is running to get its result (the same decision "
+            "is the same request: a decided call is never run twice)."
         )
         decided_by = _user(user_id)
         try:
             return await self._watch_worker(
+                session_id,
                 self.handle(session_id).execute_update(
                     ConversationWorkflow.decide,
                     DecideInput(decisions=list(decisions), decided_by=decided_by),
@@ -240,6 +247,7 @@ class Conversations:
         request = EndInput(user_id=_user(user_id))
         try:
             return await self._watch_worker(
+                session_id,
                 self.handle(session_id).execute_update(
                     ConversationWorkflow.end, request, id=f"end-{uuid.uuid4().hex}"
                 ),
@@ -303,22 +311,54 @@ class Conversations:
             ErrorType.NO_WORKER,
         )
 
-    async def _watch_worker(self, call: Awaitable[T], what_happens: str) -> T:
+    async def _watch_worker(self, session_id: str, call: Awaitable[T], what_happens: str) -> T:
         """Await ``call``; every ``worker_wait_seconds``, give up with a clear answer if
-        no worker serves the task queue any more (a worker died meanwhile)."""
+        no worker serves the task queue, or none has picked up the conversation's
+        workflow task for that long (a worker that just died is still listed as a
+        poller for a minute or so)."""
         task = asyncio.ensure_future(call)
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=self._settings.worker_wait_seconds)
                 if done:
                     return task.result()
-                if not await self.workers_polling():
+                if not await self.workers_polling() or await self._task_unclaimed(session_id):
                     raise self._no_worker(what_happens)
         finally:
             if not task.done():
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
+
+    async def _task_unclaimed(self, session_id: str) -> bool:
+        """Whether the conversation has a workflow task that no worker has started for
+        ``worker_wait_seconds`` (Temporal's DescribeWorkflowExecution)."""
+        try:
+            raw = (await self.handle(session_id).describe()).raw_description
+        except RPCError:
+            return False
+        if not raw.HasField("pending_workflow_task"):
+            return False
+        pending = raw.pending_workflow_task
+        if pending.state != PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_SCHEDULED:
+            return False
+        # A task moved from a dead worker's sticky queue keeps its first scheduling time.
+        since = (
+            pending.original_scheduled_time
+            if pending.HasField("original_scheduled_time")
+            else pending.scheduled_time
+        )
+        return time.time() - since.ToSeconds() >= self._settings.worker_wait_seconds
+
+
+def _decision_id(user_id: str, decisions: Sequence[Decision]) -> str:
+    """The same decisions by the same user, the same update id. Call ids are unique in
+    a conversation, so equal decisions are one intent, never two."""
+    ordered = sorted(
+        (d.model_dump(mode="json") for d in decisions), key=lambda d: d["tool_call_id"]
+    )
+    digest = hashlib.sha256(json.dumps([user_id, ordered], sort_keys=True).encode()).hexdigest()
+    return f"decide-{digest[:32]}"
 
 
 def _check_text(text: str, max_bytes: int) -> None:

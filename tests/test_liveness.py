@@ -1,0 +1,158 @@
+"""Liveness (issue 6): a killed worker's tool call is retried within seconds under the
+same idempotency key, and with no worker a client call answers in bounded time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from parley.client import ConversationRefused, Conversations
+from parley.contracts import Decision
+from parley.errors import ErrorType
+from parley.settings import Settings
+from parley.storage import LocalFileStorageDriver
+from tests.checks import new_session, runs_in, tool_messages
+from tests.support import call, registry, script
+from worker import build_worker
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def _eventually(check, seconds: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+@contextmanager
+def worker_process(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``worker.py`` in its own process, as `parley worker` runs it."""
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "worker.py"], cwd=ROOT, env=env, stdout=out, stderr=out
+        )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=30)
+
+
+async def test_a_worker_killed_during_a_confirm_tool_recovers_within_a_minute(
+    client: Client, payload_store: LocalFileStorageDriver, tmp_path: Path
+) -> None:
+    queue = f"parley-kill-{uuid.uuid4().hex[:8]}"
+    script_file = tmp_path / "script.json"
+    script_file.write_text(
+        json.dumps(
+            [
+                {"content": "", "tool_calls": [call("slow_write", "k1", title="once")]},
+                {"content": "written once"},
+            ]
+        )
+    )
+    tool_log = tmp_path / "tool.log"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": client.namespace,
+        "PARLEY_TASK_QUEUE": queue,
+        "PARLEY_MODEL": f"script:{script_file}",
+        "PARLEY_TOOLS": "tests.liveness_tools:toolset",
+        "PARLEY_PAYLOAD_STORE": str(payload_store.root),
+        "PARLEY_TEST_TOOL_LOG": str(tool_log),
+    }
+    conv = Conversations(client, Settings(task_queue=queue))
+    sid = new_session()
+    hold = tool_log.with_suffix(".hold")
+    hold.touch()
+
+    def starts() -> list[dict]:
+        if not tool_log.exists():
+            return []
+        return [json.loads(line) for line in tool_log.read_text().splitlines()]
+
+    with worker_process(env, tmp_path / "worker-a.log") as first:
+        await _eventually(conv.workers_polling, 60, "worker A to poll")
+        turn = await conv.send(sid, "lee", "write it once")
+        assert turn.status == "awaiting_approval"
+        deciding = asyncio.create_task(
+            conv.decide(sid, "lee", [Decision(tool_call_id="k1", action="approve")])
+        )
+
+        async def started() -> bool:
+            return len(starts()) == 1
+
+        await _eventually(started, 60, "the tool to start on worker A")
+        first.kill()  # SIGKILL, mid-call
+        first.wait(timeout=30)
+    hold.unlink()
+
+    restarted = time.monotonic()
+    with worker_process(env, tmp_path / "worker-b.log"):
+        done = await asyncio.wait_for(deciding, timeout=120)
+        took = time.monotonic() - restarted
+        state = await conv.state(sid, "lee")
+    assert done.status == "completed" and done.reply == "written once", done
+    assert took <= 60, f"the turn completed {took:.0f} s after the restart"
+    print(f"turn completed {took:.1f} s after the worker restart")
+
+    # It ran again on worker B, under the same idempotency key; the write happened once.
+    runs = starts()
+    assert len(runs) == 2 and runs[0]["pid"] != runs[1]["pid"]
+    assert {r["key"] for r in runs} == {f"conversation-{sid}:k1"}
+    assert tool_log.with_suffix(".done").read_text().split() == [f"conversation-{sid}:k1"]
+    answers = tool_messages(state.transcript)  # one ToolMessage per call
+    assert list(answers) == ["k1"] and answers["k1"].artifact["status"] == "success"
+
+
+async def test_with_no_worker_send_answers_within_30_s(client: Client) -> None:
+    conv = Conversations(client, Settings(task_queue=f"parley-nobody-{uuid.uuid4().hex[:8]}"))
+    began = time.monotonic()
+    with pytest.raises(ConversationRefused) as refused:
+        await conv.send(new_session(), "max", "anyone there?")
+    assert time.monotonic() - began <= 30
+    assert refused.value.error_type == ErrorType.NO_WORKER
+    assert "no worker" in refused.value.message and "--message-id" in refused.value.message
+
+
+async def test_with_no_worker_approve_answers_within_30_s(client: Client) -> None:
+    model = script(
+        {"content": "", "tool_calls": [call("write_record", "n1", title="later")]},
+        {"content": "written"},
+    )
+    settings = Settings(task_queue=f"parley-gone-{uuid.uuid4().hex[:8]}")
+    conv = Conversations(client, settings)
+    sid = new_session()
+    async with build_worker(client, settings, registry=registry(), model=model):
+        assert (await conv.send(sid, "max", "write it")).status == "awaiting_approval"
+    # The worker is gone (it polled a moment ago, so the task queue still lists it).
+    began = time.monotonic()
+    with pytest.raises(ConversationRefused) as refused:
+        await conv.decide(sid, "max", [Decision(tool_call_id="n1", action="approve")])
+    assert time.monotonic() - began <= 30
+    assert refused.value.error_type == ErrorType.NO_WORKER
+    assert "no worker" in refused.value.message and "run the same command" in refused.value.message
+    assert runs_in(sid, "write_record") == []
+
+    # Nothing ran and nothing is lost: with a worker back, the decision applies, and the
+    # same command again attaches to it (the same decisions, the same update id).
+    async with build_worker(client, settings, registry=registry(), model=model):
+        done = await conv.decide(sid, "max", [Decision(tool_call_id="n1", action="approve")])
+    assert done.status == "completed" and done.reply == "written"
+    assert len(runs_in(sid, "write_record")) == 1
