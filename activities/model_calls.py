@@ -69,7 +69,10 @@ class ModelActivities:
                 workflow_id=activity.info().workflow_id,
                 namespace=activity.info().namespace,
             )
-        fresh = self._catalogue.version != request.catalogue_version
+        fresh = (
+            request.catalogue_version is not None
+            and request.catalogue_version != self._catalogue.version
+        )
         return CallModelOutput(
             message=reply, context=context, catalogue=self._catalogue if fresh else None
         )

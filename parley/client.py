@@ -104,7 +104,7 @@ class Conversations:
     ) -> TurnResult:
         """Send a message, starting the conversation if it is new (update-with-start)."""
         user_id = _user(user_id)
-        message_id = message_id or uuid.uuid4().hex
+        message_id = message_id or uuid.uuid4().hex[:16]  # 64 random bits: unique enough
         workflow_id = _workflow_id(session_id)
         start = WithStartWorkflowOperation(
             ConversationWorkflow.run,
@@ -249,7 +249,7 @@ class Conversations:
             return await self._watch_worker(
                 session_id,
                 self.handle(session_id).execute_update(
-                    ConversationWorkflow.end, request, id=f"end-{uuid.uuid4().hex}"
+                    ConversationWorkflow.end, request, id=f"end-{uuid.uuid4().hex[:16]}"
                 ),
                 "Run it again once a worker is running, or end it now with `parley end --force`.",
             )
@@ -358,7 +358,7 @@ def _decision_id(user_id: str, decisions: Sequence[Decision]) -> str:
         (d.model_dump(mode="json") for d in decisions), key=lambda d: d["tool_call_id"]
     )
     digest = hashlib.sha256(json.dumps([user_id, ordered], sort_keys=True).encode()).hexdigest()
-    return f"decide-{digest[:32]}"
+    return f"decide-{digest[:16]}"
 
 
 def _check_text(text: str, max_bytes: int) -> None:

@@ -116,6 +116,27 @@ class Contract(BaseModel):
                     field.default_factory is list and data[name] == []
                 ):
                     del data[name]
+            if isinstance(self, _ContentOfPayload) and "payload" in data:
+                if data.get("content") == _payload_json(data["payload"]):
+                    del data["content"]  # rebuilt on reading, see _ContentOfPayload
+        return data
+
+
+def _payload_json(payload: Any) -> str:
+    """A tool's JSON result as its content (``activities.tool_calls.envelope_of``)."""
+    return json.dumps(payload, ensure_ascii=False)
+
+
+class _ContentOfPayload(Contract):
+    """A result with ``content`` and ``payload``, where content is most often the
+    payload's JSON (a tool that returns a dict). In a payload that content is left out
+    and rebuilt on reading, so a 20 KB result costs 20 KB of history, not 40."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _content_from_payload(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "content" not in data and data.get("payload") is not None:
+            return {**data, "content": _payload_json(data["payload"])}
         return data
 
 
@@ -208,7 +229,7 @@ class ToolErrorInfo(BaseModel):
     body: Any = None
 
 
-class ToolResult(Contract):
+class ToolResult(_ContentOfPayload):
     """The one envelope of a tool result: for the model, the events and the audit log.
     What clients read (events, ``--json``) always has its four keys."""
 
@@ -247,8 +268,6 @@ class ContextRef(Contract):
 
     claim: dict[str, str]
     length: int
-    #: Segments since the last checkpoint; bounds how far a cold reader walks.
-    depth: int = 0
 
 
 class CallModelInput(Contract):
@@ -257,8 +276,9 @@ class CallModelInput(Contract):
 
     context: ContextRef | None = None
     new_messages: Messages = Field(default_factory=list)
-    #: The version of the tool catalogue the workflow holds; the reply carries the
-    #: worker's catalogue only when it differs.
+    #: Set on the first model call of each turn: the version of the tool catalogue the
+    #: workflow holds ("" for none). The reply carries the worker's catalogue when it
+    #: differs. None (later calls of a turn): no check; a deploy is seen next turn.
     catalogue_version: str | None = None
 
 
@@ -354,7 +374,7 @@ class PendingCall(Contract):
     expires_at: datetime
 
 
-class TurnToolResult(Contract):
+class TurnToolResult(_ContentOfPayload):
     """A tool result as a turn reports it: the envelope, with content cut to
     ``PREVIEW_CHARS`` and a payload over ``PAYLOAD_PREVIEW_BYTES`` left out (both say
     so), so that an update result stays small whatever the tool returned."""

@@ -65,9 +65,10 @@ OFFLOAD_THRESHOLD_BYTES = 128 * 1024
 Temporal UI inline (tool arguments, a 20 KB web page, a plan) and leaves every payload in
 history far below Temporal's 2 MB limit and its 256 KB warning."""
 
-#: After this many segments, ``call_model`` writes a checkpoint (the whole transcript in
-#: one segment, no parent): a cold worker then reads at most this many objects.
-CHECKPOINT_EVERY_SEGMENTS = 128
+#: Each time the transcript passes a multiple of this many messages, ``call_model``
+#: writes a checkpoint (the whole transcript in one segment, no parent): a segment holds
+#: at least one message, so a cold worker reads at most this many objects.
+CHECKPOINT_EVERY_MESSAGES = 256
 
 
 class LocalFileStorageDriver(StorageDriver):
@@ -266,13 +267,14 @@ class TranscriptStore:
         workflow_id: str,
         namespace: str,
     ) -> ContextRef:
-        """Store ``messages`` after ``parent`` and return the new chain head. Every
-        ``CHECKPOINT_EVERY_SEGMENTS`` segments the whole transcript is written as one
-        segment instead, so that a cold reader walks a bounded chain."""
+        """Store ``messages`` after ``parent`` and return the new chain head. When the
+        transcript passes a multiple of ``CHECKPOINT_EVERY_MESSAGES``, the whole of it is
+        written as one segment instead, so that a cold reader walks a bounded chain."""
         whole = await self.load(parent) + list(messages)
-        depth = (parent.depth + 1) if parent is not None else 0
-        if depth >= CHECKPOINT_EVERY_SEGMENTS:
-            segment, depth = TranscriptSegment(parent=None, messages=whole), 0
+        if parent is not None and (
+            parent.length // CHECKPOINT_EVERY_MESSAGES != len(whole) // CHECKPOINT_EVERY_MESSAGES
+        ):
+            segment = TranscriptSegment(parent=None, messages=whole)
         else:
             segment = TranscriptSegment(parent=parent, messages=list(messages))
         payload = self._converter.to_payloads([segment])[0]
@@ -280,7 +282,7 @@ class TranscriptStore:
             target=StorageDriverWorkflowInfo(namespace=namespace, id=workflow_id)
         )
         [claim] = await self._driver.store(context, [payload])
-        ref = ContextRef(claim=dict(claim.claim_data), length=len(whole), depth=depth)
+        ref = ContextRef(claim=dict(claim.claim_data), length=len(whole))
         self._remember(ref, whole)
         return ref
 

@@ -223,3 +223,18 @@ def test_a_tool_schema_loses_its_labels_not_a_property_named_title() -> None:
     assert "title" not in schema["properties"]["meta"]
     assert schema["properties"]["meta"]["default"] == {"title": "kept"}  # data, not a label
     assert schema["required"] == ["title"]
+
+
+def test_a_result_whose_content_is_its_payload_json_carries_it_once() -> None:
+    converter = PayloadConverter()
+    payload = {"rows": [{"id": 1, "name": "é"}], "total": 1.5}
+    result = ToolResult(
+        status="success", content=json.dumps(payload, ensure_ascii=False), payload=payload
+    )
+    [stored] = converter.to_payloads([result])
+    assert "content" not in json.loads(stored.data)
+    assert converter.from_payloads([stored], [ToolResult]) == [result]
+    # A content that says something else is kept.
+    other = ToolResult(status="success", content="1 row", payload=payload)
+    [stored] = converter.to_payloads([other])
+    assert converter.from_payloads([stored], [ToolResult]) == [other]

@@ -22,13 +22,15 @@ async def test_edit_with_invalid_args_is_refused_and_nothing_runs(parley_worker)
         sid = new_session()
         await conversations.send(sid, "alice", "write Q3")
 
-        for bad_args in ({"title": 42}, {}):
+        for bad_args in ({"title": 42}, {}, {"title": "Q3", "force": True}):
             with pytest.raises(ConversationRefused) as refused:
                 await conversations.decide(
                     sid, "alice", [Decision(tool_call_id="c1", action="edit", args=bad_args)]
                 )
             assert refused.value.error_type == ErrorType.INVALID_DECISION
             assert "c1" in refused.value.message
+            if "force" in bad_args:  # a key the tool does not have
+                assert "'force' was unexpected" in refused.value.message
 
         state = await conversations.state(sid, "alice")
         assert state.status == "awaiting_approval"

@@ -81,12 +81,19 @@ async def test_missing_or_default_user_is_refused_before_anything_starts(
         assert missing.value.status == RPCStatusCode.NOT_FOUND
 
 
-@pytest.mark.parametrize("session_id", ["", "has space", "slash/y", "x" * 129, "ünï"])
+@pytest.mark.parametrize(
+    "session_id", ["", "has space", "slash/y", "x" * 129, "ünï", "abc\n", "abc\r\n"]
+)
 async def test_malformed_session_id_is_refused(parley_worker, session_id: str) -> None:
     async with parley_worker(registry(), script(DONE)) as conversations:
         with pytest.raises(ConversationRefused) as refused:
             await conversations.send(session_id, "alice", "hello")
         assert refused.value.error_type == "InvalidSession"
+        # Nothing started under the raw id either (``conversation-abc\n`` must not exist).
+        raw = conversations.handle("ok")._client.get_workflow_handle(f"conversation-{session_id}")
+        with pytest.raises(RPCError) as missing:
+            await raw.describe()
+        assert missing.value.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT)
 
 
 async def test_a_send_after_end_is_refused(parley_worker) -> None:

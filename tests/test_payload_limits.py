@@ -19,7 +19,7 @@ from parley.client import ConversationRefused, Conversations
 from parley.contracts import Decision, SendMessageInput, workflow_id_for
 from parley.errors import ErrorType
 from parley.models.script_file import ScriptEntry, ScriptFileChatModel
-from parley.tools import auto
+from parley.tools import auto, confirm
 from tests.checks import new_session, runs_in, tool_messages
 from tests.support import call, registry, script
 from workflows.conversation import ConversationWorkflow
@@ -246,3 +246,56 @@ async def test_a_3_mb_message_is_refused_and_the_conversation_goes_on(parley_wor
             "hi",
             "still there?",
         ]
+
+
+EXPORTS: Counter[str] = Counter()
+
+
+@tool
+async def export_rows(what: str, size: int) -> str:
+    """Export rows (changes the world: it needs confirmation)."""
+    EXPORTS[what] += 1
+    if what == "names":  # a file name os.listdir returns for undecodable bytes
+        return "report-\udcff.txt"
+    return "z" * size
+
+
+async def test_an_unstorable_or_oversized_confirmed_result_is_reported_never_rerun(
+    parley_worker, client
+) -> None:
+    """A confirm tool whose result is over the worker's limit, or holds a lone surrogate,
+    or whose argument is 3 MB: each runs exactly once per approval, and the model reads
+    what happened."""
+    big_arg = "a" * (3 * MB)
+    calls = [
+        call("export_rows", "x1", what="huge", size=2 * MB),
+        call("export_rows", "x2", what="names", size=0),
+        call("export_rows", "x3", what=big_arg, size=10),
+    ]
+    model = RecordingScript(
+        entries=[
+            ScriptEntry.model_validate(e)
+            for e in [{"content": "", "tool_calls": calls}, {"content": "exported"}]
+        ]
+    )
+    async with parley_worker(
+        registry(confirm(export_rows)), model, max_tool_result_bytes=1 * MB
+    ) as conv:
+        sid = new_session()
+        turn = await conv.send(sid, "lou", "export")
+        assert turn.status == "awaiting_approval" and len(turn.pending) == 3
+        done = await conv.decide(
+            sid, "lou", [Decision(tool_call_id=c["id"], action="approve") for c in calls]
+        )
+        assert done.status == "completed" and done.reply == "exported"
+        assert EXPORTS == Counter({"huge": 1, "names": 1, big_arg: 1})  # once each
+
+        seen = {m.tool_call_id: m.content for m in SEEN if isinstance(m, ToolMessage)}
+        assert seen["x1"].startswith("Error: the tool ran, but its result is")
+        assert "it was not run again" in seen["x1"]
+        assert seen["x2"] == "report-\\udcff.txt"  # escaped, not lost
+        assert seen["x3"] == "z" * 10
+        results = {r.tool_call_id: r for r in done.results}
+        assert results["x1"].error is not None
+        assert results["x1"].error.type == ErrorType.RESULT_TOO_LARGE
+        assert await largest_payload(client, sid) <= PAYLOAD_BOUND

@@ -390,7 +390,7 @@ class ConversationWorkflow:
             if self._state.pending:
                 result = self._turn_result("awaiting_approval")
             else:
-                result = await self._model_loop()
+                result = await self._model_loop(check_catalogue=decisions is None)
         except _TurnFailed as failure:
             result = self._fail_turn(failure)
         except Exception as err:  # a bug must not leave the turn "running" for ever
@@ -412,9 +412,12 @@ class ConversationWorkflow:
         self._trim()
         return result
 
-    async def _model_loop(self) -> TurnResult:
-        for _ in range(self._start.max_model_calls_per_turn):
-            ai = await self._call_model()
+    async def _model_loop(self, *, check_catalogue: bool) -> TurnResult:
+        """Call the model until it answers in text or proposes calls that wait for a
+        decision. A turn that a message starts checks the worker's tool catalogue on its
+        first call (a deploy in between is seen at the next message)."""
+        for call_number in range(self._start.max_model_calls_per_turn):
+            ai = await self._call_model(check_catalogue=check_catalogue and call_number == 0)
             if not ai.tool_calls and not ai.invalid_tool_calls:
                 return self._turn_result("completed", reply=_text_of(ai))
             await self._handle_proposals(ai)
@@ -427,9 +430,11 @@ class ConversationWorkflow:
             ErrorType.MODEL_CALL_LIMIT,
         )
 
-    async def _call_model(self) -> AIMessage:
+    async def _call_model(self, *, check_catalogue: bool) -> AIMessage:
         """One model call. Its input holds only the messages added since the previous
-        call; the rest of the transcript travels as the stored chain's reference."""
+        call; the rest of the transcript travels as the stored chain's reference. With
+        ``check_catalogue`` the worker sends its tool catalogue if the workflow's is not
+        the same (or there is none yet)."""
         self._state.counters.model_calls += 1
         state = self._state
         stored = state.model_context.length if state.model_context else 0
@@ -440,7 +445,9 @@ class ConversationWorkflow:
                 CallModelInput(
                     context=state.model_context,
                     new_messages=new_messages,
-                    catalogue_version=state.tools.version if state.tools else None,
+                    catalogue_version=(
+                        (state.tools.version if state.tools else "") if check_catalogue else None
+                    ),
                 ),
                 start_to_close_timeout=MODEL_ACTIVITY.start_to_close,
                 heartbeat_timeout=MODEL_ACTIVITY.heartbeat,

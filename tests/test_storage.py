@@ -1,0 +1,55 @@
+"""The claim-check store and the stored transcript chain (``parley.storage``), on real
+files: content-addressed, read back whole by a cold process, with bounded reads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from temporalio.api.common.v1 import Payload
+from temporalio.converter import StorageDriverClaim, StorageDriverRetrieveContext
+
+from parley.storage import CHECKPOINT_EVERY_MESSAGES, LocalFileStorageDriver, TranscriptStore
+
+
+class CountingDriver(LocalFileStorageDriver):
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.reads = 0
+
+    async def retrieve(
+        self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]
+    ) -> list[Payload]:
+        self.reads += len(claims)
+        return await super().retrieve(context, claims)
+
+
+async def test_a_long_chain_reads_back_whole_with_bounded_reads(tmp_path: Path) -> None:
+    writer = TranscriptStore(LocalFileStorageDriver(tmp_path))
+    head = None
+    expected = []
+    for n in range(300):  # 600 messages: two checkpoints on the way
+        pair = [HumanMessage(content=f"q{n}", id=f"h{n}"), AIMessage(content=f"a{n}", id=f"m{n}")]
+        head = await writer.append(head, pair, workflow_id="w", namespace="default")
+        expected += pair
+    assert head is not None and head.length == 600
+
+    cold = CountingDriver(tmp_path)  # another process: nothing cached
+    assert await TranscriptStore(cold).load(head) == expected
+    assert cold.reads <= CHECKPOINT_EVERY_MESSAGES // 2 + 1  # back to the last checkpoint
+
+
+async def test_the_same_content_is_stored_once_and_a_missing_one_is_named(tmp_path: Path) -> None:
+    driver = LocalFileStorageDriver(tmp_path)
+    store = TranscriptStore(driver)
+    message = [HumanMessage(content="same", id="h1")]
+    first = await store.append(None, message, workflow_id="w", namespace="default")
+    again = await store.append(None, message, workflow_id="w", namespace="default")
+    assert first == again
+    assert len([p for p in tmp_path.rglob("*") if p.is_file()]) == 1
+
+    elsewhere = TranscriptStore(LocalFileStorageDriver(tmp_path / "other"))
+    with pytest.raises(ValueError, match="PARLEY_PAYLOAD_STORE"):
+        await elsewhere.load(first)
