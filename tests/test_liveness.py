@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from parley.client import ConversationRefused, Conversations
 from parley.contracts import Decision
@@ -23,7 +23,7 @@ from parley.errors import ErrorType
 from parley.settings import Settings
 from parley.storage import LocalFileStorageDriver
 from tests.checks import new_session, runs_in, tool_messages
-from tests.support import call, registry, script
+from tests.support import GATE, SLOW_STARTED, call, registry, script
 from worker import build_worker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,3 +156,40 @@ async def test_with_no_worker_approve_answers_within_30_s(client: Client) -> Non
         done = await conv.decide(sid, "max", [Decision(tool_call_id="n1", action="approve")])
     assert done.status == "completed" and done.reply == "written"
     assert len(runs_in(sid, "write_record")) == 1
+
+
+async def test_end_works_mid_turn_and_force_works_with_no_worker(parley_worker) -> None:
+    """`end` waits for the turn in flight, then answers what is pending; `end --force`
+    terminates a conversation no worker serves, and only its owner may."""
+    model = script(
+        {"content": "", "tool_calls": [call("slow_read", "r1")]},
+        {"content": "", "tool_calls": [call("write_record", "w1", title="never")]},
+        {"content": "done"},
+    )
+    GATE.clear()
+    SLOW_STARTED.clear()
+    sid = new_session()
+    async with parley_worker(registry(), model) as conv:
+        turn = asyncio.create_task(conv.send(sid, "ned", "read then write"))
+        await SLOW_STARTED.wait()  # a tool is running: the turn is in flight
+        ending = asyncio.create_task(conv.end(sid, "ned"))
+        await asyncio.sleep(0.5)
+        assert not ending.done()  # end waits for the turn
+        GATE.set()
+        assert (await turn).status == "awaiting_approval"
+        final = await ending
+        assert final.status == "ended"
+        answers = tool_messages(final.transcript)
+        assert answers["w1"].artifact["status"] == "expired"
+        assert runs_in(sid, "write_record") == []
+
+        stuck = new_session()
+        # A second conversation left with a pending call (the script starts over).
+        assert (await conv.send(stuck, "ned", "read then write")).status == "awaiting_approval"
+    # No worker any more: a stranger cannot force, the owner can.
+    with pytest.raises(ConversationRefused) as stranger:
+        await conv.force_end(stuck, "olga")
+    assert stranger.value.error_type == ErrorType.NOT_OWNER
+    await conv.force_end(stuck, "ned")
+    described = await conv.handle(stuck).describe()
+    assert described.status == WorkflowExecutionStatus.TERMINATED

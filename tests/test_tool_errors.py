@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from temporalio.api.enums.v1 import EventType
 
-from parley.contracts import RUN_TOOL, Decision
+from parley.contracts import PARLEY_STATUS, RUN_TOOL, Decision
 from parley.errors import ErrorType
 from parley.tools import ToolRegistry, auto, confirm
 from tests.checks import ai_messages, envelope_status, new_session, runs_in, tool_messages
@@ -130,6 +130,8 @@ async def test_programming_error_fails_the_turn_closed(parley_worker) -> None:
         assert turn.pending == []
         state = await conversations.state(sid, "alice")
         assert state.status == "failed"
+        described = await conversations.handle(sid).describe()  # never left "running"
+        assert described.typed_search_attributes.get(PARLEY_STATUS) == "failed"
         assert state.counters.model_calls == 1
         assert len(ai_messages(state.transcript)) == 1
         answers = tool_messages(state.transcript)  # all three answered, none pending

@@ -150,12 +150,18 @@ class ConversationWorkflow:
                         start.model_copy(update={"carried_state": self._state})
                     )
         await workflow.wait_condition(workflow.all_handlers_finished)
+        self._close()
+        return self._snapshot(StateQuery(user_id=self._state.user_id))
+
+    def _close(self) -> None:
+        """The end of the conversation, once: what is pending is answered, never run."""
+        if self._state.status == "ended":
+            return
         for call in self._state.pending:
             self._answer_unrun(call, "the conversation ended before anyone decided on it")
         self._state.pending = []
         self._state.status = "ended"
         self._publish_status()
-        return self._snapshot(StateQuery(user_id=self._state.user_id))
 
     def _should_continue_as_new(self) -> bool:
         """Carry the state into a fresh run before history gets long: only between turns,
@@ -219,13 +225,16 @@ class ConversationWorkflow:
 
     @workflow.update
     async def end(self, request: EndInput) -> ConversationSnapshot:
-        """End the conversation once in-flight handlers are done; pending calls are
-        answered ``expired`` and never run. Owner-checked, like every other update."""
+        """End the conversation once the turn in flight (if any) is done; pending calls
+        are answered ``expired`` and never run. Owner-checked, like every other update.
+        Returns the ended conversation's latest page."""
         self._check_owner(request.user_id)
         if not self._state.ended:
-            self._state.ended = True
+            self._state.ended = True  # from here on, validators refuse sends and decisions
             self._audit("ended", request.user_id)
-        return self._snapshot(StateQuery(user_id=request.user_id, transcript_limit=0))
+        await workflow.wait_condition(lambda: not self._turn_running)
+        self._close()
+        return self._snapshot(StateQuery(user_id=request.user_id))
 
     @end.validator
     def _validate_end(self, request: EndInput) -> None:
