@@ -3,6 +3,8 @@ what is still pending so the transcript stays valid."""
 
 from __future__ import annotations
 
+import asyncio
+
 from langchain_core.messages import HumanMessage
 from temporalio.client import WorkflowExecutionStatus
 
@@ -65,3 +67,21 @@ async def test_end_answers_pending_calls_without_running_them(parley_worker) -> 
         assert envelope_status(answer) == "expired"
         assert "ended before anyone decided" in str(answer.content)
         assert runs_in(sid, "write_record") == []
+
+
+async def test_a_tiny_threshold_continues_as_new_once_per_turn_not_in_a_loop(
+    parley_worker,
+) -> None:
+    """PARLEY_CONTINUE_AS_NEW_AFTER_EVENTS=1: a fresh run already has more events than
+    that, so it continues-as-new only after a turn in the run, never while idle."""
+    model = script({"content": "one"}, {"content": "two"})
+    async with parley_worker(registry(), model, continue_as_new_after_events=1) as conv:
+        sid = new_session()
+        assert (await conv.send(sid, "erin", "hi")).reply == "one"
+        await asyncio.sleep(3)  # idle: a loop would continue-as-new about once a second
+        client = conv.handle(sid)._client
+        runs = [r async for r in client.list_workflows(f"WorkflowId = 'conversation-{sid}'")]
+        assert len(runs) == 2  # the first run, continued once after its turn
+        assert (await conv.send(sid, "erin", "again")).reply == "two"
+        state = await conv.state(sid, "erin")
+        assert state.counters.continued_as_new <= 2 and state.status == "idle"
