@@ -366,10 +366,22 @@ class EndInput(Contract):
     user_id: str
 
 
-class PendingCall(Contract):
+class ToolCall(Contract):
+    """A tool call as the workflow handles it, from the model's proposal to its answer."""
+
     tool_call_id: str
     name: str
-    args: dict[str, Any]
+    args: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, proposed: Any) -> ToolCall:
+        """From LangChain's tool-call dict (``AIMessage.tool_calls``)."""
+        return cls(tool_call_id=proposed["id"] or "", name=proposed["name"], args=proposed["args"])
+
+
+class PendingCall(ToolCall):
+    """A ``confirm`` call waiting for a decision."""
+
     description: str
     expires_at: datetime
 
@@ -452,6 +464,10 @@ class ConversationState(Contract):
     events: list[dict[str, Any]] = Field(default_factory=list)
     events_offset: int = 0
     runs: int = 0
+    #: Whether a turn is in flight (never true when continue-as-new carries the state).
+    turn_running: bool = False
+    #: The results the turn in flight has given so far (its ``TurnResult.results``).
+    turn_results: list[TurnToolResult] = Field(default_factory=list)
     counters: Counters = Field(default_factory=Counters)
     last_turn: TurnResult | None = None
     #: The worker's tools as of this conversation's latest model call (policies, schemas).

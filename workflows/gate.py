@@ -1,0 +1,136 @@
+"""The gate: pure checks of a message or a set of decisions against the conversation's
+state. Workflow side (deterministic: no I/O, no clock; the caller passes ``now``), imported
+through the sandbox by ``workflows/conversation.py``.
+
+``ConversationWorkflow``'s validators and handlers call these, so a refused call never
+enters history; ``tests/test_gate.py`` calls them without a server. Each refusal is a
+:func:`refusal`: a non-retryable ``ApplicationError`` whose ``type`` is one of
+``parley.errors.ErrorType``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import jsonschema
+from temporalio.exceptions import ApplicationError
+
+from parley.contracts import (
+    ConversationState,
+    DecideInput,
+    PendingCall,
+    SendMessageInput,
+    ToolCatalogue,
+)
+from parley.errors import ErrorType
+
+
+def refusal(message: str, error_type: str) -> ApplicationError:
+    """A refused update or failed turn: what was wrong and what to do, never retried."""
+    return ApplicationError(message, type=error_type, non_retryable=True)
+
+
+def check_owner(state: ConversationState, user_id: str) -> None:
+    if user_id != state.user_id:
+        raise refusal("this conversation belongs to another user", ErrorType.NOT_OWNER)
+
+
+def check_open(state: ConversationState) -> None:
+    if state.ended:
+        raise refusal("this conversation has ended", ErrorType.CONVERSATION_ENDED)
+    if state.turn_running:
+        raise refusal(
+            "a turn is still running in this conversation; wait for its result",
+            ErrorType.TURN_IN_PROGRESS,
+        )
+
+
+def check_message(state: ConversationState, message: SendMessageInput, max_bytes: int) -> None:
+    """A chat message may start a turn: the owner's, not empty, not too large, and no
+    decision owed (a chat message never approves a tool call)."""
+    check_owner(state, message.user_id)
+    check_open(state)
+    if not message.text.strip():
+        raise refusal("the message is empty", ErrorType.INVALID_MESSAGE)
+    size = len(message.text.encode("utf-8", errors="surrogatepass"))
+    if size > max_bytes:
+        raise refusal(
+            f"the message is {size:,} bytes; this conversation takes at most "
+            f"{max_bytes:,} bytes per message. Send a shorter message, or share a large "
+            "text as a file a tool can read.",
+            ErrorType.MESSAGE_TOO_LARGE,
+        )
+    if state.pending:
+        ids = ", ".join(f"{c.tool_call_id} ({c.name})" for c in state.pending)
+        raise refusal(
+            f"{len(state.pending)} tool call(s) wait for your decision: {ids}. "
+            "Approve, edit, reject or respond to them first; a chat message never "
+            "approves a tool call.",
+            ErrorType.DECISIONS_OWED,
+        )
+
+
+def expired_calls(pending: list[PendingCall], now: datetime) -> list[PendingCall]:
+    return [call for call in pending if call.expires_at <= now]
+
+
+def check_decisions(state: ConversationState, decision: DecideInput, now: datetime) -> None:
+    """One decision for every pending call, no more, no unknown or expired ids, edited
+    args that fit the tool's schema (no keys it does not name, unless it opts in)."""
+    check_owner(state, decision.decided_by)
+    check_open(state)
+    # A call past its deadline is expired even if the timer has not fired yet (the
+    # decision and the timer may arrive in the same workflow task): never run it.
+    expired = {call.tool_call_id for call in expired_calls(state.pending, now)}
+    pending = {c.tool_call_id: c for c in state.pending if c.tool_call_id not in expired}
+    if not pending:
+        message = "no tool call waits for a decision"
+        if expired:
+            message += f"; {', '.join(sorted(expired))} expired and will not run"
+        raise refusal(message, ErrorType.NO_DECISIONS_OWED)
+    given = [d.tool_call_id for d in decision.decisions]
+    problems: list[str] = []
+    if len(given) != len(set(given)):
+        problems.append("a tool call is decided more than once")
+    late = [i for i in given if i in expired]
+    if late:
+        problems.append(f"expired, will not run: {', '.join(late)}")
+    unknown = [i for i in given if i not in pending and i not in expired]
+    if unknown:
+        problems.append(f"unknown or no longer pending: {', '.join(unknown)}")
+    missing = [i for i in pending if i not in given]
+    if missing:
+        problems.append(f"missing a decision for: {', '.join(missing)}")
+    catalogue = state.tools or ToolCatalogue(tools=[])
+    for d in decision.decisions:
+        if d.action == "edit" and d.tool_call_id in pending:
+            error = args_error(catalogue, pending[d.tool_call_id].name, d.args or {})
+            if error:
+                problems.append(f"edited args for {d.tool_call_id} are invalid: {error}")
+    if problems:
+        raise refusal(
+            "decision refused: " + "; ".join(problems) + ". Send one decision for "
+            "every pending call.",
+            ErrorType.INVALID_DECISION,
+        )
+
+
+def args_error(catalogue: ToolCatalogue, tool_name: str, args: dict[str, Any]) -> str | None:
+    """Why ``args`` do not fit the tool's schema, or None when they do. Arguments the
+    schema does not name are refused unless the tool opts in."""
+    spec = catalogue.get(tool_name)
+    if spec is None:
+        return f"unknown tool {tool_name!r}"
+    schema = spec.args_schema
+    if not spec.extra_args_allowed:
+        schema = {**schema, "additionalProperties": False}
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema).iter_errors(args),
+        key=lambda e: list(e.path),
+    )
+    if not errors:
+        return None
+    return "; ".join(
+        (f"{'.'.join(map(str, e.path))}: " if e.path else "") + e.message for e in errors
+    )

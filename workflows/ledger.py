@@ -1,0 +1,254 @@
+"""The ledger: the one place a tool call gets its answer, and the state stays bounded.
+Workflow side (deterministic; the audit clock is ``workflow.now()``).
+
+Every tool call the model proposes gets exactly one answer: a ``ToolMessage`` in the
+transcript (what the model reads), a ``TOOL_CALL_RESULT`` event (the whole envelope,
+previews for big content), an audit entry, and a result in the turn's ``TurnResult``.
+:meth:`Ledger.answer` writes all four, whatever path the call took (ran, refused,
+decided, expired, not run). :meth:`Ledger.trim` keeps the state bounded and
+:meth:`Ledger.snapshot` reads it a page at a time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
+
+from langchain_core.messages import AIMessage, ToolMessage
+from temporalio import workflow
+
+from parley.contracts import (
+    KEPT_AUDIT_ENTRIES,
+    KEPT_EVENTS,
+    KEPT_TRANSCRIPT_CHARS,
+    KEPT_TRANSCRIPT_MESSAGES,
+    PAGE_CHARS,
+    PAYLOAD_CONTEXT,
+    AuditEntry,
+    ConversationSnapshot,
+    ConversationState,
+    PendingCall,
+    StateQuery,
+    ToolCall,
+    ToolErrorInfo,
+    ToolResult,
+    TurnResult,
+    TurnStatus,
+    message_chars,
+    model_view,
+    turn_tool_result,
+)
+from parley.errors import ErrorType, model_visible_text
+from workflows.events import EventLog
+
+AuditEvent = Literal["ran", "failed", "refused", "decided", "expired"]
+
+
+def error_result(
+    error_type: str, message: str, *, http_status: int | None = None, body: Any = None
+) -> ToolResult:
+    """An error envelope; the model reads it as design.md's error table says."""
+    return ToolResult(
+        status="error",
+        content=model_visible_text(error_type, message),
+        error=ToolErrorInfo(type=error_type, message=message, http_status=http_status, body=body),
+    )
+
+
+class Ledger:
+    def __init__(self, state: ConversationState, events: EventLog) -> None:
+        self._state = state
+        self._events = events
+
+    def audit(
+        self,
+        event: str,
+        actor: str,
+        tool_call_id: str | None = None,
+        name: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        self._state.audit.append(
+            AuditEntry(
+                at=workflow.now(),
+                event=event,  # type: ignore[arg-type]
+                actor=actor,
+                tool_call_id=tool_call_id,
+                name=name,
+                detail=detail or {},
+            )
+        )
+
+    def answer(
+        self,
+        call: ToolCall,
+        result: ToolResult,
+        audit_event: AuditEvent,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        """Give a tool call its one ToolMessage, event, audit entry and turn result. The
+        ToolMessage holds what the model reads (a long result cut, with a note); the
+        event, the artifact and the turn result hold previews. The whole result stays
+        in history as ``run_tool``'s result."""
+        reported = turn_tool_result(call.tool_call_id, call.name, result)
+        # The event's envelope has its four keys (and a note when a preview was cut); the
+        # artifact (history) only what is set.
+        unset_notes = {
+            k for k in ("content_chars", "payload_omitted_bytes") if not getattr(reported, k)
+        }
+        envelope = reported.model_dump(mode="json", exclude={"tool_call_id", "name", *unset_notes})
+        artifact = reported.model_dump(
+            mode="json", exclude={"tool_call_id", "name", "content"}, context=PAYLOAD_CONTEXT
+        )
+        message = ToolMessage(
+            content=model_view(result.content),
+            tool_call_id=call.tool_call_id,
+            name=call.name,
+            status="success" if result.status == "success" else "error",
+            artifact=artifact,  # the content is the text; the artifact keeps the rest once
+            id=f"result-{call.tool_call_id}",
+        )
+        self._state.transcript.append(message)
+        self._events.tool_result(message.id or "", call.tool_call_id, envelope)
+        self.audit(
+            audit_event,
+            "worker" if audit_event in ("ran", "failed") else "parley",
+            call.tool_call_id,
+            call.name,
+            {"status": result.status, **(detail or {})},
+        )
+        self._state.turn_results.append(reported)
+
+    def answer_unrun(self, call: PendingCall, why: str) -> None:
+        """Answer a pending call that will never run: ``expired``, and the model is told."""
+        result = ToolResult(
+            status="expired",
+            content=(
+                f"Error: {why}; this call to {call.name} expired and did not run. "
+                "Do not retry it unless the user asks."
+            ),
+        )
+        self.answer(call, result, "expired")
+
+    def abandon_unanswered(self, ai: AIMessage) -> None:
+        """After a fail-closed error, answer the calls of ``ai`` that will not run now,
+        so the transcript stays valid for the next provider call."""
+        answered = {m.tool_call_id for m in self._state.transcript if isinstance(m, ToolMessage)}
+        self._state.pending = []
+        for proposed in ai.tool_calls:
+            if proposed["id"] not in answered:
+                result = ToolResult(
+                    status="error",
+                    content="Error: not run: the turn stopped after another call failed.",
+                    error=ToolErrorInfo(type=ErrorType.NOT_RUN, message="the turn stopped"),
+                )
+                self.answer(ToolCall.of(proposed), result, "failed")
+
+    def turn_result(
+        self, status: TurnStatus, *, reply: str | None = None, error: str | None = None
+    ) -> TurnResult:
+        return TurnResult(
+            status=status,
+            reply=reply,
+            pending=list(self._state.pending),
+            results=list(self._state.turn_results),
+            error=error,
+        )
+
+    # --- a bounded state, read a page at a time ----------------------------------------
+
+    def trim(self) -> None:
+        """Keep the state bounded: drop the oldest messages (only those already in the
+        stored transcript, never the latest model message), audit entries and events."""
+        state = self._state
+        stored = state.model_context.length if state.model_context else 0
+        last_ai = max(
+            (i for i, m in enumerate(state.transcript) if isinstance(m, AIMessage)), default=0
+        )
+        droppable = min(stored - state.transcript_offset, last_ai)
+        chars = sum(message_chars(m) for m in state.transcript)
+        drop = 0
+        while drop < droppable and (
+            len(state.transcript) - drop > KEPT_TRANSCRIPT_MESSAGES or chars > KEPT_TRANSCRIPT_CHARS
+        ):
+            chars -= message_chars(state.transcript[drop])
+            drop += 1
+        if drop:
+            del state.transcript[:drop]
+            state.transcript_offset += drop
+        if len(state.audit) > KEPT_AUDIT_ENTRIES:
+            extra = len(state.audit) - KEPT_AUDIT_ENTRIES
+            del state.audit[:extra]
+            state.audit_offset += extra
+        if len(state.events) > KEPT_EVENTS:
+            extra = len(state.events) - KEPT_EVENTS
+            del state.events[:extra]
+            state.events_offset += extra
+
+    def snapshot(self, query: StateQuery) -> ConversationSnapshot:
+        s = self._state
+        transcript, transcript_offset = page(
+            s.transcript,
+            s.transcript_offset,
+            query.transcript_offset,
+            query.transcript_limit,
+            message_chars,
+        )
+        audit, audit_offset = page(
+            s.audit,
+            s.audit_offset,
+            query.audit_offset,
+            query.audit_limit,
+            lambda entry: len(json.dumps(entry.detail, default=str)),
+        )
+        return ConversationSnapshot(
+            session_id=s.session_id,
+            user_id=s.user_id,
+            status=s.status,
+            pending=s.pending,
+            transcript=transcript,
+            transcript_offset=transcript_offset,
+            transcript_total=s.transcript_length,
+            model_context=s.model_context,
+            audit=audit,
+            audit_offset=audit_offset,
+            audit_total=s.audit_offset + len(s.audit),
+            counters=s.counters,
+            event_count=s.events_offset + len(s.events),
+            last_turn=s.last_turn,
+        )
+
+
+T = TypeVar("T")
+
+
+def page(
+    kept: list[T], kept_offset: int, offset: int | None, limit: int, size: Callable[[T], int]
+) -> tuple[list[T], int]:
+    """A page of ``kept`` (whose first item has absolute offset ``kept_offset``):
+    from ``offset``, or ending with the newest item when it is None; at most ``limit``
+    items and about ``PAGE_CHARS`` characters (never less than one item)."""
+    if limit == 0 or not kept:
+        return [], kept_offset + len(kept)
+    if offset is None:
+        end = len(kept)
+        start = end
+        budget = PAGE_CHARS
+        while start > 0 and end - start < limit:
+            cost = size(kept[start - 1])
+            if start < end and cost > budget:
+                break
+            budget -= cost
+            start -= 1
+        return kept[start:end], kept_offset + start
+    start = min(max(offset - kept_offset, 0), len(kept))
+    end = start
+    budget = PAGE_CHARS
+    while end < len(kept) and end - start < limit:
+        cost = size(kept[end])
+        if end > start and cost > budget:
+            break
+        budget -= cost
+        end += 1
+    return kept[start:end], kept_offset + start

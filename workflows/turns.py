@@ -1,0 +1,342 @@
+"""The turn engine: from a message or a set of decisions to the point where the turn
+rests (a reply, calls pending, or a failure). Workflow side (deterministic; side
+effects only through the ``call_model`` and ``run_tool`` activities, by name).
+
+A pending call runs only inside :meth:`TurnEngine.run` for the ``decide`` that names it
+(F1), and every tool runs through one path, :meth:`TurnEngine._execute`, before and
+after a decision (F3). Whatever happens, every call of the transcript ends answered
+(through the ledger) or pending, and the status is never left ``running``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from langchain_core.messages import AIMessage
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from parley.contracts import (
+    CALL_MODEL,
+    PREVIEW_ARGS_CHARS,
+    RUN_TOOL,
+    CallModelInput,
+    CallModelOutput,
+    ConversationStart,
+    ConversationState,
+    DecideInput,
+    Decision,
+    PendingCall,
+    RunToolInput,
+    RunToolOutput,
+    ToolCall,
+    ToolCatalogue,
+    ToolErrorInfo,
+    ToolResult,
+    TurnResult,
+    call_summary,
+)
+from parley.errors import MODEL_VISIBLE_TOOL_ERRORS, ErrorType
+from parley.settings import MODEL_ACTIVITY, TOOL_ACTIVITY
+from workflows.events import EventLog
+from workflows.gate import args_error
+from workflows.ledger import Ledger, error_result
+from workflows.publishing import set_status
+
+
+class TurnFailed(Exception):
+    """Stops a turn closed: nothing else runs, the model is not called again."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def text_of(message: AIMessage) -> str:
+    if isinstance(message.content, str):
+        return message.content
+    return "".join(
+        part.get("text", "") if isinstance(part, dict) else str(part) for part in message.content
+    )
+
+
+class TurnEngine:
+    def __init__(
+        self, state: ConversationState, start: ConversationStart, ledger: Ledger, events: EventLog
+    ) -> None:
+        self._state = state
+        self._start = start
+        self._ledger = ledger
+        self._events = events
+
+    async def run(
+        self, *, decisions: DecideInput | None = None, expired: list[PendingCall] | None = None
+    ) -> TurnResult:
+        """Run until the turn rests. The caller has set ``state.turn_running``; this
+        clears it, whatever happens."""
+        state = self._state
+        state.runs += 1
+        run_id = f"run-{state.runs}"
+        state.turn_results = []
+        self._events.run_started(run_id)
+        set_status(state, "running")
+        try:
+            if decisions is not None:
+                await self._apply_decisions(decisions)
+            hours = self._start.pending_expiry_seconds / 3600
+            for call in expired or []:
+                self._ledger.answer_unrun(call, f"nobody decided on it within {hours:g} h")
+            if state.pending:
+                result = self._ledger.turn_result("awaiting_approval")
+            else:
+                result = await self._model_loop(check_catalogue=decisions is None)
+        except TurnFailed as failure:
+            result = self._fail(failure)
+        except Exception as err:  # a bug must not leave the turn "running" for ever
+            workflow.logger.exception("turn failed unexpectedly")
+            state.pending = []
+            result = self._fail(
+                TurnFailed(f"internal error: {type(err).__name__}: {err}", "InternalError")
+            )
+        finally:
+            state.turn_running = False
+        if result.status == "awaiting_approval":
+            self._events.run_finished(run_id, state.pending)
+            set_status(state, "awaiting_approval")
+        elif result.status == "completed":
+            self._events.run_finished(run_id, [])
+            set_status(state, "idle")
+        else:
+            set_status(state, "failed")
+        state.last_turn = result
+        self._ledger.trim()
+        return result
+
+    def _fail(self, failure: TurnFailed) -> TurnResult:
+        self._events.run_error(failure.message, failure.code)
+        self._ledger.audit("turn_failed", "parley", detail={"error": failure.message})
+        return self._ledger.turn_result("failed", error=failure.message)
+
+    def _catalogue(self) -> ToolCatalogue:
+        return self._state.tools or ToolCatalogue(tools=[])
+
+    # --- the model ----------------------------------------------------------------------
+
+    async def _model_loop(self, *, check_catalogue: bool) -> TurnResult:
+        """Call the model until it answers in text or proposes calls that wait for a
+        decision. A turn that a message starts checks the worker's tool catalogue on its
+        first call (a deploy in between is seen at the next message)."""
+        for call_number in range(self._start.max_model_calls_per_turn):
+            ai = await self._call_model(check_catalogue=check_catalogue and call_number == 0)
+            if not ai.tool_calls and not ai.invalid_tool_calls:
+                return self._ledger.turn_result("completed", reply=text_of(ai))
+            await self._handle_proposals(ai)
+            if self._state.pending:
+                return self._ledger.turn_result("awaiting_approval", reply=text_of(ai) or None)
+        raise TurnFailed(
+            f"the model was called {self._start.max_model_calls_per_turn} times in this "
+            "turn without coming to an answer; the turn was stopped. Send a new message "
+            "to go on.",
+            ErrorType.MODEL_CALL_LIMIT,
+        )
+
+    async def _call_model(self, *, check_catalogue: bool) -> AIMessage:
+        """One model call. Its input holds only the messages added since the previous
+        call; the rest of the transcript travels as the stored chain's reference. With
+        ``check_catalogue`` the worker sends its tool catalogue if the workflow's is not
+        the same (or there is none yet)."""
+        state = self._state
+        state.counters.model_calls += 1
+        stored = state.model_context.length if state.model_context else 0
+        new_messages = state.transcript[stored - state.transcript_offset :]
+        known = (state.tools.version if state.tools else "") if check_catalogue else None
+        try:
+            output: CallModelOutput = await workflow.execute_activity(
+                CALL_MODEL,
+                CallModelInput(
+                    context=state.model_context,
+                    new_messages=new_messages,
+                    catalogue_version=known,
+                ),
+                start_to_close_timeout=MODEL_ACTIVITY.start_to_close,
+                heartbeat_timeout=MODEL_ACTIVITY.heartbeat,
+                retry_policy=MODEL_ACTIVITY.retry,
+                result_type=CallModelOutput,
+            )
+        except ActivityError as err:
+            cause = err.cause
+            message = cause.message if isinstance(cause, ApplicationError) else str(cause)
+            code = (cause.type if isinstance(cause, ApplicationError) else None) or "model"
+            raise TurnFailed(f"the model call failed: {message}", code) from err
+        ai = output.message
+        if output.catalogue is not None:
+            state.tools = output.catalogue
+        state.transcript.append(ai)
+        state.model_context = output.context
+        text = text_of(ai)
+        if text:
+            self._events.text_message(ai.id or f"msg-{state.transcript_length}", text)
+        return ai
+
+    async def _handle_proposals(self, ai: AIMessage) -> None:
+        """Sort each proposed call: refused, run now (auto), or pending (confirm)."""
+        to_run: list[ToolCall] = []
+        expires_at = workflow.now() + timedelta(seconds=self._start.pending_expiry_seconds)
+        for broken in ai.invalid_tool_calls:  # e.g. arguments that are not JSON
+            call = ToolCall(tool_call_id=broken["id"] or "", name=broken["name"] or "unknown")
+            raw = (broken["args"] or "")[:PREVIEW_ARGS_CHARS]
+            self._ledger.audit("proposed", "model", call.tool_call_id, call.name, {"raw": raw})
+            text = f"the arguments of {call.name} could not be parsed: {broken['error']}"
+            self._ledger.answer(call, error_result(ErrorType.TOOL_INPUT, text), "refused")
+        catalogue = self._catalogue()
+        for proposed in ai.tool_calls:
+            call = ToolCall.of(proposed)
+            self._events.tool_call(call.tool_call_id, call.name, call.args, ai.id)
+            self._ledger.audit("proposed", "model", call.tool_call_id, call.name)
+            spec = catalogue.get(call.name)
+            problem = args_error(catalogue, call.name, call.args)
+            if spec is None or problem:
+                known = ", ".join(t.name for t in catalogue.tools) or "none"
+                text = (
+                    f"unknown tool {call.name!r}; available tools: {known}"
+                    if spec is None
+                    else f"invalid arguments for {call.name}: {problem}"
+                )
+                self._ledger.answer(call, error_result(ErrorType.TOOL_INPUT, text), "refused")
+            elif spec.policy == "deny":
+                text = f"{call.name} is not allowed in this conversation"
+                self._ledger.answer(call, error_result(ErrorType.TOOL_PERMISSION, text), "refused")
+            elif spec.policy == "auto":
+                to_run.append(call)
+            else:
+                self._state.pending.append(
+                    PendingCall(
+                        **call.model_dump(), description=spec.description, expires_at=expires_at
+                    )
+                )
+        try:
+            for call in to_run:
+                await self._execute(call, call.args)
+        except TurnFailed:
+            self._ledger.abandon_unanswered(ai)
+            raise
+
+    # --- decisions ----------------------------------------------------------------------
+
+    async def _apply_decisions(self, decide: DecideInput) -> None:
+        by_id = {d.tool_call_id: d for d in decide.decisions}
+        pending, self._state.pending = self._state.pending, []
+        self._state.counters.decisions += len(pending)
+        owner_ai = self._ai_message_of(pending[0].tool_call_id)
+        try:
+            for call in pending:
+                decision = by_id[call.tool_call_id]
+                self._ledger.audit(
+                    "decided",
+                    decide.decided_by,
+                    call.tool_call_id,
+                    call.name,
+                    decision.model_dump(exclude_none=True),
+                )
+                await self._apply_decision(call, decision, decide.decided_by)
+        except TurnFailed:
+            if owner_ai is not None:
+                self._ledger.abandon_unanswered(owner_ai)
+            raise
+
+    async def _apply_decision(self, call: PendingCall, decision: Decision, decided_by: str) -> None:
+        if decision.action == "approve":
+            await self._execute(call, call.args, approved_by=decided_by)
+        elif decision.action == "edit":
+            await self._execute(call, decision.args or {}, approved_by=decided_by, edited=True)
+        elif decision.action == "reject":
+            reason = ""
+            said = (decision.message or "").strip()
+            if said:
+                reason = f" Their reason: {said}" + ("" if said[-1:] in ".!?。！？" else ".")
+            content = (
+                f"The user rejected this call to {call.name}; it did not run.{reason} "
+                "Do not retry it unless the user asks you to."
+            )
+            payload = {"decision": "reject", "message": decision.message}
+            self._ledger.answer(
+                call, ToolResult(status="rejected", content=content, payload=payload), "decided"
+            )
+        else:  # respond
+            payload = {"decision": "respond", "message": decision.message}
+            result = ToolResult(status="rejected", content=decision.message or "", payload=payload)
+            self._ledger.answer(call, result, "decided")
+
+    def _ai_message_of(self, tool_call_id: str) -> AIMessage | None:
+        for message in reversed(self._state.transcript):
+            if isinstance(message, AIMessage) and any(
+                c["id"] == tool_call_id for c in message.tool_calls
+            ):
+                return message
+        return None
+
+    # --- the one path that runs a tool ---------------------------------------------------
+
+    async def _execute(
+        self,
+        call: ToolCall,
+        args: dict[str, Any],
+        *,
+        approved_by: str | None = None,
+        edited: bool = False,
+    ) -> None:
+        """Run a tool, before or after a decision, and answer its call."""
+        self._state.counters.tool_runs += 1
+        try:
+            output: RunToolOutput = await workflow.execute_activity(
+                RUN_TOOL,
+                RunToolInput(
+                    name=call.name,
+                    args=args,
+                    tool_call_id=call.tool_call_id,
+                    user_id=self._state.user_id,
+                    approved_by=approved_by,
+                ),
+                start_to_close_timeout=TOOL_ACTIVITY.start_to_close,
+                heartbeat_timeout=TOOL_ACTIVITY.heartbeat,
+                retry_policy=TOOL_ACTIVITY.retry,
+                result_type=RunToolOutput,
+                summary=call_summary(call.name, args),
+            )
+            result = output.result
+        except ActivityError as err:
+            result = self._failed(call, err)
+        if edited:
+            result = result.model_copy(
+                update={
+                    "content": f"{result.content}\n(A reviewer changed the arguments before "
+                    f"this ran; it ran with {json.dumps(args)}.)",
+                }
+            )
+        self._ledger.answer(call, result, "ran", detail={"edited_args": args} if edited else None)
+
+    def _failed(self, call: ToolCall, err: ActivityError) -> ToolResult:
+        """What a failed ``run_tool`` means: an error the model can read (input,
+        permission), or a failure that stops the turn closed."""
+        cause = err.cause
+        error_type = cause.type if isinstance(cause, ApplicationError) else None
+        if not isinstance(cause, ApplicationError) or error_type not in MODEL_VISIBLE_TOOL_ERRORS:
+            message = cause.message if isinstance(cause, ApplicationError) else str(cause)
+            failed = error_result(
+                error_type or ErrorType.TOOL_FAILED,
+                f"{call.name} failed unexpectedly and the turn was stopped: {message}",
+            )
+            self._ledger.answer(call, failed, "failed")
+            raise TurnFailed(
+                f"tool {call.name} failed: {message}", error_type or ErrorType.TOOL_FAILED
+            ) from err
+        info = ToolErrorInfo.model_validate(cause.details[0]) if cause.details else None
+        return error_result(
+            error_type or ErrorType.TOOL_FAILED,
+            info.message if info else cause.message,
+            http_status=info.http_status if info else None,
+            body=info.body if info else None,
+        )
