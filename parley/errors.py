@@ -58,6 +58,20 @@ class ErrorType:
     RESULT_UNSTORABLE = "ToolResultUnstorable"
 
 
+#: What an HTTP status means, for a tool's REST backend (``parley.http``) and a model
+#: provider (``parley.models.failures``) alike. 409 Conflict is an input error: the
+#: request contradicts the server's state (a duplicate, an idempotency key reused with
+#: another body), so the same request gets the same answer; the model or the user must
+#: change it. (The OpenAI SDK would retry a 409; Parley does not.)
+INPUT_STATUSES = frozenset({400, 404, 409, 422})
+#: Retried with backoff, like every 5xx.
+TRANSIENT_STATUSES = frozenset({408, 425, 429})
+
+
+def is_transient_status(status: int) -> bool:
+    return status in TRANSIENT_STATUSES or 500 <= status <= 599
+
+
 #: Activity failures the workflow answers with a model-visible ToolMessage.
 MODEL_VISIBLE_TOOL_ERRORS = (ErrorType.TOOL_INPUT, ErrorType.TOOL_PERMISSION)
 

@@ -18,7 +18,8 @@ failure (design.md, F6)::
     401                      -> ToolPermissionError  "the <service> refused the worker's
                                                      credentials (HTTP 401)": no key printed
     403                      -> ToolPermissionError  neutral
-    408 429 5xx, transport   -> TransientError       retried by Temporal; Retry-After kept
+    408 425 429 5xx,         -> TransientError       retried by Temporal; Retry-After kept
+    transport
     anything else            -> ParleyError          status and body kept; fails closed
 
 ``JsonApiClient`` sends JSON requests for one user (``X-Parley-User``) with a bearer
@@ -37,14 +38,18 @@ from typing import Any
 import httpx
 
 from parley.contracts import check_user_id
-from parley.errors import ParleyError, ToolInputError, ToolPermissionError, TransientError
+from parley.errors import (
+    INPUT_STATUSES,
+    ParleyError,
+    ToolInputError,
+    ToolPermissionError,
+    TransientError,
+    is_transient_status,
+)
 
 USER_HEADER = "X-Parley-User"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
-INPUT_STATUSES = frozenset({400, 404, 409, 422})
-PERMISSION_STATUSES = frozenset({401, 403})
-TRANSIENT_STATUSES = frozenset({408, 429})
 
 #: An unparseable error body is kept as text, up to this many characters.
 MAX_TEXT_BODY = 2000
@@ -195,7 +200,7 @@ def to_tool_error(exc: HttpError, *, service: str = "the service") -> ParleyErro
         return ToolPermissionError(
             f"{message}: {backend}" if backend else message, http_status=status, body=body
         )
-    if status in TRANSIENT_STATUSES or 500 <= status <= 599:
+    if is_transient_status(status):
         suffix = f": {backend}" if backend else ""
         return TransientError(
             f"{service} is unavailable for now (HTTP {status}){suffix}",

@@ -55,7 +55,6 @@ from pydantic import BaseModel, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 PlanStatus = Literal["draft", "active", "done", "cancelled"]
-PLAN_STATUSES = ("draft", "active", "done", "cancelled")
 TITLE_MAX = 200
 DESCRIPTION_MAX = 4000
 

@@ -117,9 +117,6 @@ def deny(tool: BaseTool) -> ParleyTool:
     return ParleyTool(tool, "deny")
 
 
-Toolset = Sequence[ParleyTool | BaseTool]
-
-
 class ToolRegistry:
     """The tools this worker can run, by name."""
 

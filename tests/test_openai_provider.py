@@ -285,7 +285,7 @@ def test_a_number_containing_the_code_is_not_an_overload(fake: FakeOpenAI) -> No
     assert isinstance(classify_model_error(failure_of()), ModelRequestError)
 
 
-@pytest.mark.parametrize("status", [500, 502, 503, 504, 529, 408, 409])
+@pytest.mark.parametrize("status", [500, 502, 503, 504, 529, 408, 425])
 def test_server_errors_are_transient(fake: FakeOpenAI, status: int) -> None:
     fake.error(status, error_body("The server had an error", type="server_error"))
     error = classify_model_error(failure_of())
@@ -443,3 +443,9 @@ def test_unrecognised_errors_are_left_to_the_caller() -> None:
 def test_parley_errors_pass_through() -> None:
     error = TransientError("already classified", retry_after=2)
     assert classify_model_error(error) is error
+
+
+def test_a_409_means_the_same_for_a_model_and_a_tool(fake: FakeOpenAI) -> None:
+    """One table (``parley.errors.INPUT_STATUSES``): a conflict is not retried."""
+    fake.error(409, error_body("conflict", type="invalid_request_error"))
+    assert isinstance(classify_model_error(failure_of()), ModelRequestError)

@@ -8,12 +8,12 @@ the provider said                                      Parley error
 =====================================================  ====================
 an overload code in the error body (any HTTP status,   TransientError
 including 200 and 400; ``PARLEY_MODEL_OVERLOAD_CODES``)
-HTTP 408, 409, 429, 5xx                                TransientError
+HTTP 408, 425, 429, 5xx (``parley.errors``)            TransientError
 timeout, connection refused/reset, protocol error      TransientError
 context window exceeded                                ModelRequestError
 HTTP 429 ``insufficient_quota`` (billing, not a        ModelRequestError
 rate limit: waiting cannot help)
-HTTP 400, 401, 403, 404, 413, 422, any other 4xx       ModelRequestError
+HTTP 400, 401, 403, 404, 409, 413, 422, any other 4xx  ModelRequestError
 an error body inside an HTTP 200                       ModelRequestError
 anything else                                          ``None``: a programming error
 =====================================================  ====================
@@ -36,7 +36,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from parley.errors import ModelRequestError, ParleyError, TransientError
+from parley.errors import ModelRequestError, ParleyError, TransientError, is_transient_status
 from parley.http import parse_retry_after
 from parley.redaction import redact
 
@@ -53,7 +53,6 @@ _CONTEXT_OVERFLOW_MARKERS = (
     "input tokens exceed",
     "prompt is too long",
 )
-_TRANSIENT_STATUSES = frozenset({408, 409, 425, 429})
 
 
 def overload_codes_from_env() -> frozenset[str]:
@@ -181,7 +180,7 @@ def _by_status(
             body=body,
             retry_after=retry_after,
         )
-    if status in _TRANSIENT_STATUSES or status >= 500:
+    if is_transient_status(status) or status >= 500:
         return TransientError(
             _with_detail("the model provider failed", status, message),
             http_status=status,
