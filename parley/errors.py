@@ -26,7 +26,9 @@ land in the right row of the table.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
+
+from temporalio.exceptions import ApplicationError
 
 
 class ErrorType:
@@ -56,6 +58,48 @@ class ErrorType:
     TOOL_REPORTED_FAILURE = "ToolReportedFailure"
     RESULT_TOO_LARGE = "ToolResultTooLarge"
     RESULT_UNSTORABLE = "ToolResultUnstorable"
+
+
+class Refusal(ApplicationError):
+    """A workflow update or query refused: what was wrong and what to do. Never retried;
+    its ``type`` is the class's stable ``ErrorType``, which clients compare against."""
+
+    error_type: ClassVar[str]
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, type=self.error_type, non_retryable=True)
+
+
+class NotOwner(Refusal):
+    error_type = ErrorType.NOT_OWNER
+
+
+class ConversationEnded(Refusal):
+    error_type = ErrorType.CONVERSATION_ENDED
+
+
+class TurnInProgress(Refusal):
+    error_type = ErrorType.TURN_IN_PROGRESS
+
+
+class InvalidMessage(Refusal):
+    error_type = ErrorType.INVALID_MESSAGE
+
+
+class MessageTooLarge(Refusal):
+    error_type = ErrorType.MESSAGE_TOO_LARGE
+
+
+class DecisionsOwed(Refusal):
+    error_type = ErrorType.DECISIONS_OWED
+
+
+class NoDecisionsOwed(Refusal):
+    error_type = ErrorType.NO_DECISIONS_OWED
+
+
+class InvalidDecision(Refusal):
+    error_type = ErrorType.INVALID_DECISION
 
 
 #: What an HTTP status means, for a tool's REST backend (``parley.http``) and a model

@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
         StateQuery,
         TurnResult,
     )
-    from parley.errors import ErrorType
+    from parley.errors import ConversationEnded
     from workflows import gate
     from workflows.events import EventLog
     from workflows.ledger import Ledger
@@ -189,7 +189,7 @@ class ConversationWorkflow:
     def _validate_end(self, request: EndInput) -> None:
         gate.check_owner(self._state, request.user_id)
         if self._state.ended:
-            raise gate.refusal("this conversation has ended", ErrorType.CONVERSATION_ENDED)
+            raise ConversationEnded("this conversation has ended")
 
     def _earlier_result(self) -> TurnResult | None:
         """The result this update id already had. Temporal deduplicates update ids within

@@ -3,9 +3,9 @@ state. Workflow side (deterministic: no I/O, no clock; the caller passes ``now``
 through the sandbox by ``workflows/conversation.py``.
 
 ``ConversationWorkflow``'s validators and handlers call these, so a refused call never
-enters history; ``tests/test_gate.py`` calls them without a server. Each refusal is a
-:func:`refusal`: a non-retryable ``ApplicationError`` whose ``type`` is one of
-``parley.errors.ErrorType``.
+enters history; ``tests/test_gate.py`` calls them without a server. Each refusal is
+one of ``parley.errors.Refusal``'s classes (a non-retryable ``ApplicationError`` with a
+stable ``type``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import Any
 
 import jsonschema
-from temporalio.exceptions import ApplicationError
 
 from parley.contracts import (
     ConversationState,
@@ -23,27 +22,28 @@ from parley.contracts import (
     SendMessageInput,
     ToolCatalogue,
 )
-from parley.errors import ErrorType
-
-
-def refusal(message: str, error_type: str) -> ApplicationError:
-    """A refused update or failed turn: what was wrong and what to do, never retried."""
-    return ApplicationError(message, type=error_type, non_retryable=True)
+from parley.errors import (
+    ConversationEnded,
+    DecisionsOwed,
+    InvalidDecision,
+    InvalidMessage,
+    MessageTooLarge,
+    NoDecisionsOwed,
+    NotOwner,
+    TurnInProgress,
+)
 
 
 def check_owner(state: ConversationState, user_id: str) -> None:
     if user_id != state.user_id:
-        raise refusal("this conversation belongs to another user", ErrorType.NOT_OWNER)
+        raise NotOwner("this conversation belongs to another user")
 
 
 def check_open(state: ConversationState) -> None:
     if state.ended:
-        raise refusal("this conversation has ended", ErrorType.CONVERSATION_ENDED)
+        raise ConversationEnded("this conversation has ended")
     if state.turn_running:
-        raise refusal(
-            "a turn is still running in this conversation; wait for its result",
-            ErrorType.TURN_IN_PROGRESS,
-        )
+        raise TurnInProgress("a turn is still running in this conversation; wait for its result")
 
 
 def check_message(state: ConversationState, message: SendMessageInput, max_bytes: int) -> None:
@@ -52,22 +52,20 @@ def check_message(state: ConversationState, message: SendMessageInput, max_bytes
     check_owner(state, message.user_id)
     check_open(state)
     if not message.text.strip():
-        raise refusal("the message is empty", ErrorType.INVALID_MESSAGE)
+        raise InvalidMessage("the message is empty")
     size = len(message.text.encode("utf-8", errors="surrogatepass"))
     if size > max_bytes:
-        raise refusal(
+        raise MessageTooLarge(
             f"the message is {size:,} bytes; this conversation takes at most "
             f"{max_bytes:,} bytes per message. Send a shorter message, or share a large "
-            "text as a file a tool can read.",
-            ErrorType.MESSAGE_TOO_LARGE,
+            "text as a file a tool can read."
         )
     if state.pending:
         ids = ", ".join(f"{c.tool_call_id} ({c.name})" for c in state.pending)
-        raise refusal(
+        raise DecisionsOwed(
             f"{len(state.pending)} tool call(s) wait for your decision: {ids}. "
             "Approve, edit, reject or respond to them first; a chat message never "
-            "approves a tool call.",
-            ErrorType.DECISIONS_OWED,
+            "approves a tool call."
         )
 
 
@@ -88,7 +86,7 @@ def check_decisions(state: ConversationState, decision: DecideInput, now: dateti
         message = "no tool call waits for a decision"
         if expired:
             message += f"; {', '.join(sorted(expired))} expired and will not run"
-        raise refusal(message, ErrorType.NO_DECISIONS_OWED)
+        raise NoDecisionsOwed(message)
     given = [d.tool_call_id for d in decision.decisions]
     problems: list[str] = []
     if len(given) != len(set(given)):
@@ -109,10 +107,9 @@ def check_decisions(state: ConversationState, decision: DecideInput, now: dateti
             if error:
                 problems.append(f"edited args for {d.tool_call_id} are invalid: {error}")
     if problems:
-        raise refusal(
+        raise InvalidDecision(
             "decision refused: " + "; ".join(problems) + ". Send one decision for "
-            "every pending call.",
-            ErrorType.INVALID_DECISION,
+            "every pending call."
         )
 
 
