@@ -1,0 +1,233 @@
+"""The conversation's contracts: its start, the updates' inputs and results, its
+state (what continue-as-new carries) and the pages its queries return."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import (
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from parley.contracts.limits import MESSAGE_MAX_BYTES_DEFAULT
+from parley.contracts.model import ContextRef
+from parley.contracts.names import (
+    ConversationStatus,
+    DecisionAction,
+    TurnStatus,
+    check_user_id,
+    workflow_id_for,
+)
+from parley.contracts.payloads import Contract, Messages
+from parley.contracts.tools import ToolCatalogue, TurnToolResult
+
+
+class ConversationStart(Contract):
+    session_id: str
+    user_id: str
+    pending_expiry_seconds: float = Field(default=24 * 3600, gt=0, le=10 * 365 * 24 * 3600)
+    max_model_calls_per_turn: int = Field(default=8, ge=1)
+    #: Continue-as-new (between turns, after at least one turn in the run) once this
+    #: run's history is this long.
+    continue_as_new_after_events: int = Field(default=10_000, ge=1)
+    #: A message longer than this (UTF-8 bytes) is refused before it enters history.
+    max_message_bytes: int = Field(default=MESSAGE_MAX_BYTES_DEFAULT, ge=1, le=64 * 1024 * 1024)
+    #: Set only by continue-as-new: everything the previous run held.
+    carried_state: ConversationState | None = None
+
+    @field_validator("user_id")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        return check_user_id(value)
+
+    @field_validator("session_id")
+    @classmethod
+    def _session(cls, value: str) -> str:
+        workflow_id_for(value)
+        return value
+
+
+class SendMessageInput(Contract):
+    text: str
+    message_id: str
+    user_id: str
+
+
+class Decision(Contract):
+    tool_call_id: str
+    action: DecisionAction
+    args: dict[str, Any] | None = None
+    message: str | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> Decision:
+        if self.action == "edit" and self.args is None:
+            raise ValueError(f"edit of {self.tool_call_id} needs new args")
+        if self.action == "respond" and not (self.message or "").strip():
+            raise ValueError(f"respond to {self.tool_call_id} needs a message")
+        return self
+
+
+class DecideInput(Contract):
+    decisions: list[Decision]
+    decided_by: str
+
+
+class EndInput(Contract):
+    user_id: str
+
+
+class ToolCall(Contract):
+    """A tool call as the workflow handles it, from the model's proposal to its answer."""
+
+    tool_call_id: str
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, proposed: Any) -> ToolCall:
+        """From LangChain's tool-call dict (``AIMessage.tool_calls``)."""
+        return cls(tool_call_id=proposed["id"] or "", name=proposed["name"], args=proposed["args"])
+
+
+class PendingCall(ToolCall):
+    """A ``confirm`` call waiting for a decision."""
+
+    description: str
+    expires_at: datetime
+
+
+class TurnResult(Contract):
+    """Where a turn came to rest. (The caller knows which conversation it addressed.)"""
+
+    status: TurnStatus
+    reply: str | None = None
+    pending: list[PendingCall] = Field(default_factory=list)
+    results: list[TurnToolResult] = Field(default_factory=list)
+    error: str | None = None
+
+
+class AuditEntry(Contract):
+    at: datetime
+    event: Literal[
+        "message",
+        "proposed",
+        "refused",
+        "decided",
+        "ran",
+        "failed",
+        "expired",
+        "turn_failed",
+        "ended",
+    ]
+    actor: str
+    tool_call_id: str | None = None
+    name: str | None = None
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class Counters(Contract):
+    turns: int = 0
+    model_calls: int = 0
+    tool_runs: int = 0
+    decisions: int = 0
+    continued_as_new: int = 0
+
+
+class ConversationState(Contract):
+    """The workflow's whole state: what continue-as-new carries and ``state()`` pages.
+
+    Bounded whatever the conversation's length: the transcript, the audit log and the
+    event log keep their latest entries (``KEPT_*``), each with the absolute offset of
+    its first kept entry. Older messages are in the transcript chain (``model_context``).
+    """
+
+    session_id: str
+    user_id: str
+    status: ConversationStatus = "idle"
+    ended: bool = False
+    #: The latest messages; ``transcript[0]`` is message number ``transcript_offset``.
+    transcript: Messages = Field(default_factory=list)
+    transcript_offset: int = 0
+    #: The stored transcript as of the latest model call: messages before
+    #: ``model_context.length`` are in the store, the rest go with the next call.
+    model_context: ContextRef | None = None
+    pending: list[PendingCall] = Field(default_factory=list)
+    audit: list[AuditEntry] = Field(default_factory=list)
+    audit_offset: int = 0
+    events: list[dict[str, Any]] = Field(default_factory=list)
+    events_offset: int = 0
+    runs: int = 0
+    #: Whether a turn is in flight (never true when continue-as-new carries the state).
+    turn_running: bool = False
+    #: The results the turn in flight has given so far (its ``TurnResult.results``).
+    turn_results: list[TurnToolResult] = Field(default_factory=list)
+    counters: Counters = Field(default_factory=Counters)
+    last_turn: TurnResult | None = None
+    #: The worker's tools as of this conversation's latest model call (policies, schemas).
+    tools: ToolCatalogue | None = None
+    #: Results of the latest updates by update id, so a client's retry of a ``send`` or
+    #: ``decide`` gets the first result even after continue-as-new (bounded).
+    recent_results: dict[str, TurnResult] = Field(default_factory=dict)
+
+    @property
+    def transcript_length(self) -> int:
+        return self.transcript_offset + len(self.transcript)
+
+
+class ConversationSnapshot(Contract):
+    """What the ``state`` query returns: one page of the transcript and of the audit log
+    (offsets are absolute), and everything else whole."""
+
+    session_id: str
+    user_id: str
+    status: ConversationStatus
+    pending: list[PendingCall]
+    transcript: Messages
+    transcript_offset: int = 0
+    transcript_total: int = 0
+    #: Where messages before the ones this process keeps can be read (``parley.storage``).
+    model_context: ContextRef | None = None
+    audit: list[AuditEntry]
+    audit_offset: int = 0
+    audit_total: int = 0
+    counters: Counters
+    event_count: int
+    last_turn: TurnResult | None = None
+
+
+class StateQuery(Contract):
+    user_id: str
+    #: The first message of the page (absolute); None: the page that ends with the latest.
+    transcript_offset: int | None = None
+    transcript_limit: int = Field(default=200, ge=0, le=1_000)
+    audit_offset: int | None = None
+    audit_limit: int = Field(default=200, ge=0, le=1_000)
+
+
+class EventsQuery(Contract):
+    user_id: str
+    after: int = -1
+    limit: int = Field(default=500, ge=1, le=5_000)
+
+
+class OffsetEvent(Contract):
+    """One AG-UI event (a JSON object) and its offset in the conversation's event log."""
+
+    offset: int
+    event: dict[str, Any]
+
+
+class EventPage(Contract):
+    """Events with offset > ``after``; pass ``next_after`` as ``after`` to read on.
+    ``first_kept`` is the oldest offset still held: a reader behind it missed events."""
+
+    events: list[OffsetEvent]
+    next_after: int
+    first_kept: int = 0
+
+
+ConversationStart.model_rebuild()

@@ -1,0 +1,78 @@
+"""Bounds on what a conversation keeps and shows, and the pure helpers that apply
+them inside the workflow (a model's view of a long result, a turn's preview)."""
+
+from __future__ import annotations
+
+import json
+
+from langchain_core.messages import AIMessage, AnyMessage
+
+from parley.contracts.tools import ToolResult, TurnToolResult
+
+#: Limits on what a conversation keeps in memory and in one payload. They bound the
+#: workflow's state (so the continue-as-new input), every query page and update result.
+MESSAGE_MAX_BYTES_DEFAULT = 1024 * 1024
+#: A tool result longer than this reaches the model truncated, with a note saying so.
+MODEL_RESULT_MAX_CHARS = 32_000
+#: Content and payload previews in a ``TurnResult``, an event or an audit entry.
+PREVIEW_CHARS = 4_000
+PAYLOAD_PREVIEW_BYTES = 16 * 1024
+#: Tool arguments shown in the Temporal UI's current details and in audit entries.
+PREVIEW_ARGS_CHARS = 2_000
+#: What the workflow keeps in memory: older messages are in the transcript chain,
+#: older audit entries and events in the histories of earlier runs.
+KEPT_TRANSCRIPT_MESSAGES = 200
+KEPT_TRANSCRIPT_CHARS = 512 * 1024
+KEPT_AUDIT_ENTRIES = 1_000
+KEPT_EVENTS = 2_000
+#: A query page's budget of characters (its messages or entries).
+PAGE_CHARS = 512 * 1024
+
+
+def message_chars(message: AnyMessage) -> int:
+    """About how much room a message takes: its text plus its tool calls' arguments."""
+    content = message.content
+    size = len(content) if isinstance(content, str) else len(json.dumps(content, default=str))
+    if isinstance(message, AIMessage):
+        size += sum(len(json.dumps(c["args"], default=str)) for c in message.tool_calls)
+    return size
+
+
+def model_view(content: str, limit: int = MODEL_RESULT_MAX_CHARS) -> str:
+    """A tool result as the model reads it: whole up to ``limit`` characters, else its
+    beginning and a note that says how much was left out and where the rest is."""
+    if len(content) <= limit:
+        return content
+    return (
+        content[:limit]
+        + f"\n\n[Parley: this result is {len(content):,} characters long; you see the first "
+        f"{limit:,}. The whole result is kept in the conversation's history. Ask the user, "
+        "or call the tool with narrower arguments, if you need the rest.]"
+    )
+
+
+def turn_tool_result(tool_call_id: str, name: str, result: ToolResult) -> TurnToolResult:
+    """The result as a turn reports it: content cut to ``PREVIEW_CHARS``, a payload
+    over ``PAYLOAD_PREVIEW_BYTES`` left out; both say so."""
+    content = result.content
+    preview = TurnToolResult(
+        tool_call_id=tool_call_id,
+        name=name,
+        status=result.status,
+        content=content,
+        payload=result.payload,
+        error=result.error,
+    )
+    if len(content) > PREVIEW_CHARS:
+        preview.content = content[:PREVIEW_CHARS] + f" [… {len(content):,} characters in all]"
+        preview.content_chars = len(content)
+    if result.payload is not None:
+        size = len(json.dumps(result.payload, default=str, ensure_ascii=False).encode())
+        if size > PAYLOAD_PREVIEW_BYTES:
+            preview.payload = None
+            preview.payload_omitted_bytes = size
+    if result.error is not None and result.error.body is not None:
+        size = len(json.dumps(result.error.body, default=str, ensure_ascii=False).encode())
+        if size > PAYLOAD_PREVIEW_BYTES:
+            preview.error = result.error.model_copy(update={"body": f"[{size:,} bytes left out]"})
+    return preview

@@ -1,0 +1,38 @@
+"""``call_model``'s input and output, and the reference to the stored transcript."""
+
+from __future__ import annotations
+
+from pydantic import (
+    Field,
+)
+
+from parley.contracts.payloads import CompactAIMessage, Contract, Messages
+from parley.contracts.tools import ToolCatalogue
+
+
+class ContextRef(Contract):
+    """Where the model's transcript so far is stored (``parley.storage``'s chain): the
+    store's small claim (every process uses the one ``PARLEY_PAYLOAD_STORE``) and how
+    many messages it covers."""
+
+    claim: dict[str, str]
+    length: int
+
+
+class CallModelInput(Contract):
+    """Bounded whatever the conversation's length: the transcript so far travels as a
+    reference, only the messages added since the previous model call as values."""
+
+    context: ContextRef | None = None
+    new_messages: Messages = Field(default_factory=list)
+    #: Set on the first model call of each turn: the version of the tool catalogue the
+    #: workflow holds ("" for none). The reply carries the worker's catalogue when it
+    #: differs. None (later calls of a turn): no check; a deploy is seen next turn.
+    catalogue_version: str | None = None
+
+
+class CallModelOutput(Contract):
+    message: CompactAIMessage
+    #: The transcript including ``message``.
+    context: ContextRef
+    catalogue: ToolCatalogue | None = None

@@ -1,0 +1,112 @@
+"""How contracts travel as payloads: the ``Contract`` base, the compact payload
+converter and LangChain messages as payloads carry them. Pure: no I/O."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import pydantic_core
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
+from pydantic import (
+    BaseModel,
+    PlainSerializer,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
+from temporalio.api.common.v1 import Payload
+from temporalio.contrib.pydantic import (
+    PydanticJSONPlainPayloadConverter,
+    PydanticPayloadConverter,
+)
+
+#: The serialization context of every payload (:class:`PayloadConverter`). Only there
+#: does a :class:`Contract` leave out its empty fields: what users read (``--json``
+#: output, AG-UI events) keeps every key.
+PAYLOAD_CONTEXT = {"parley": "payload"}
+
+
+class Contract(BaseModel):
+    """Base of every payload type. In a payload (and only there) a field left at its
+    empty default (None, or ``[]`` from ``default_factory=list``) is left out; reading
+    it back gives the default again. History does not pay for ``"error": null`` on
+    every turn."""
+
+    @model_serializer(mode="wrap")
+    def _without_empty_defaults(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> Any:
+        data = handler(self)
+        if info.mode_is_json() and info.context == PAYLOAD_CONTEXT and isinstance(data, dict):
+            for name, field in type(self).model_fields.items():
+                if name not in data:
+                    continue
+                if (field.default is None and data[name] is None) or (
+                    field.default_factory is list and data[name] == []
+                ):
+                    del data[name]
+            if isinstance(self, _ContentOfPayload) and "payload" in data:
+                if data.get("content") == _payload_json(data["payload"]):
+                    del data["content"]  # rebuilt on reading, see _ContentOfPayload
+        return data
+
+
+def _payload_json(payload: Any) -> str:
+    """A tool's JSON result as its content (``activities.tool_calls.envelope_of``)."""
+    return json.dumps(payload, ensure_ascii=False)
+
+
+class _ContentOfPayload(Contract):
+    """A result with ``content`` and ``payload``, where content is most often the
+    payload's JSON (a tool that returns a dict). In a payload that content is left out
+    and rebuilt on reading, so a 20 KB result costs 20 KB of history, not 40."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _content_from_payload(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "content" not in data and data.get("payload") is not None:
+            return {**data, "content": _payload_json(data["payload"])}
+        return data
+
+
+class _CompactJSONConverter(PydanticJSONPlainPayloadConverter):
+    """``json/plain`` as pydantic writes it, in :data:`PAYLOAD_CONTEXT`."""
+
+    def to_payload(self, value: Any) -> Payload | None:
+        return Payload(
+            metadata={"encoding": self.encoding.encode()},
+            data=pydantic_core.to_json(value, context=PAYLOAD_CONTEXT),
+        )
+
+
+class PayloadConverter(PydanticPayloadConverter):
+    """``pydantic_data_converter``'s payload converter with compact contracts (see
+    :class:`Contract`); reading is unchanged, so it reads any pydantic-written payload."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        compact = _CompactJSONConverter()
+        self._set_converters(
+            *(compact if c.encoding == compact.encoding else c for c in self.converters.values())
+        )
+
+
+def _compact_message(message: BaseMessage) -> dict[str, Any]:
+    """A message's JSON without its empty fields (None, ``{}``, ``[]``: each one's
+    default), keeping ``content`` and ``type`` (which selects the class on the way back)."""
+    data = message.model_dump(mode="json")
+    return {
+        key: value
+        for key, value in data.items()
+        if key in ("content", "type") or value not in (None, {}, [])
+    }
+
+
+#: LangChain messages as payloads carry them (see :func:`_compact_message`).
+Messages = Annotated[
+    list[AnyMessage],
+    PlainSerializer(lambda messages: [_compact_message(m) for m in messages], when_used="json"),
+]
+CompactAIMessage = Annotated[AIMessage, PlainSerializer(_compact_message, when_used="json")]

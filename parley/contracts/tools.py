@@ -1,0 +1,104 @@
+"""Tool contracts: what the workflow knows of a tool (its spec and the catalogue),
+what a tool receives (its context) and the one result envelope."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+)
+
+from parley.contracts.names import ResultStatus, ToolPolicy
+from parley.contracts.payloads import Contract, _ContentOfPayload
+
+
+class ToolSpec(Contract):
+    """What the workflow knows of a tool: enough to validate args and apply its policy."""
+
+    name: str
+    description: str
+    policy: ToolPolicy
+    args_schema: dict[str, Any]
+    #: Whether arguments the schema does not name are accepted. Off unless the tool's
+    #: schema says ``additionalProperties``: an edit cannot smuggle in ``"force": true``.
+    extra_args_allowed: bool = False
+
+
+class ToolCatalogue(Contract):
+    tools: list[ToolSpec]
+    #: A digest of ``tools``, set by the worker: the workflow asks for the catalogue
+    #: again only when the worker's version differs.
+    version: str = ""
+
+    def get(self, name: str) -> ToolSpec | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+
+class ToolContext(Contract):
+    """Who a tool acts for, given to tools that declare ``context: InjectedToolArg``."""
+
+    user_id: str
+    session_id: str
+    workflow_id: str
+    tool_call_id: str
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across activity retries, so a retried write never happens twice."""
+        return f"{self.workflow_id}:{self.tool_call_id}"
+
+
+class ToolErrorInfo(BaseModel):
+    """Part of the envelope: its four keys are always there, even in a payload."""
+
+    type: str
+    message: str
+    http_status: int | None = None
+    body: Any = None
+
+
+class ToolResult(_ContentOfPayload):
+    """The one envelope of a tool result: for the model, the events and the audit log.
+    What clients read (events, ``--json``) always has its four keys."""
+
+    status: ResultStatus
+    content: str
+    payload: Any = None
+    error: ToolErrorInfo | None = None
+
+
+class RunToolInput(Contract):
+    """One tool call. The activity builds the tool's :class:`ToolContext` from these
+    and its own workflow id, so the conversation's ids are not repeated in every input."""
+
+    name: str
+    args: dict[str, Any]
+    tool_call_id: str
+    user_id: str
+    #: Who approved (or edited) this call; set only by a ``decide``. The worker refuses
+    #: a ``confirm`` tool without it, whatever the workflow's catalogue said.
+    approved_by: str | None = None
+
+
+class RunToolOutput(Contract):
+    """A successful run; a failure is raised as an ``ApplicationError`` instead."""
+
+    result: ToolResult
+
+
+class TurnToolResult(_ContentOfPayload):
+    """A tool result as a turn reports it: the envelope, with content cut to
+    ``PREVIEW_CHARS`` and a payload over ``PAYLOAD_PREVIEW_BYTES`` left out (both say
+    so), so that an update result stays small whatever the tool returned."""
+
+    tool_call_id: str
+    name: str
+    status: ResultStatus
+    content: str
+    payload: Any = None
+    error: ToolErrorInfo | None = None
+    #: The length of the whole content, when ``content`` is a preview.
+    content_chars: int | None = None
+    #: The size of the payload (JSON bytes), when it was left out.
+    payload_omitted_bytes: int | None = None
