@@ -44,10 +44,14 @@ def build_worker(
     registry: ToolRegistry | None = None,
     model: BaseChatModel | None = None,
 ) -> Worker:
-    registry = registry if registry is not None else load_registry(settings.tools)
-    model = model if model is not None else build_chat_model(settings.model)
+    registry = (
+        registry if registry is not None else load_registry(settings.tools, settings=settings)
+    )
+    model = model if model is not None else build_chat_model(settings.model, settings)
     transcripts = TranscriptStore(driver_of(client.data_converter))
-    model_activities = ModelActivities(model, registry, transcripts)
+    model_activities = ModelActivities(
+        model, registry, transcripts, overload_codes=settings.model_overload_codes
+    )
     tool_activities = ToolActivities(registry, max_result_bytes=settings.max_tool_result_bytes)
     return Worker(
         client,
@@ -101,8 +105,8 @@ def _indexed_type(key: object) -> IndexedValueType.ValueType:
 async def run_worker(settings: Settings) -> None:
     # Load the tools and the model first: a bad configuration is reported before the
     # cluster is even contacted.
-    registry = load_registry(settings.tools)
-    model = build_chat_model(settings.model)
+    registry = load_registry(settings.tools, settings=settings)
+    model = build_chat_model(settings.model, settings)
     client = await connect(settings)
     await ensure_search_attributes(client, settings.namespace)
     worker = build_worker(client, settings, registry=registry, model=model)

@@ -24,15 +24,21 @@ from parley.contracts import CALL_MODEL, CallModelInput, CallModelOutput
 from parley.errors import ErrorType, TransientError
 from parley.models.failures import classify_model_error
 from parley.redaction import redact
-from parley.settings import MODEL_ACTIVITY, retry_delay
+from parley.settings import DEFAULT_OVERLOAD_CODES, MODEL_ACTIVITY, retry_delay
 from parley.storage import TranscriptStore
 from parley.tools import ToolRegistry
 
 
 class ModelActivities:
     def __init__(
-        self, model: BaseChatModel, registry: ToolRegistry, transcripts: TranscriptStore
+        self,
+        model: BaseChatModel,
+        registry: ToolRegistry,
+        transcripts: TranscriptStore,
+        *,
+        overload_codes: frozenset[str] = DEFAULT_OVERLOAD_CODES,
     ) -> None:
+        self._overload_codes = overload_codes
         self._registry = registry
         self._catalogue = registry.catalogue()
         self._transcripts = transcripts
@@ -49,7 +55,7 @@ class ModelActivities:
             except Exception as exc:
                 # Not chained: the SDK exception text may echo the request and its key,
                 # and a chained cause would be stored in workflow history.
-                raise _model_failure(exc) from None
+                raise _model_failure(exc, self._overload_codes) from None
             if not isinstance(reply, AIMessage):
                 raise ApplicationError(
                     f"the model returned {type(reply).__name__}, not an AIMessage",
@@ -121,9 +127,9 @@ def _with_unique_ids(reply: AIMessage, transcript_length: int, used: set[str]) -
     )
 
 
-def _model_failure(exc: Exception) -> ApplicationError:
+def _model_failure(exc: Exception, overload_codes: frozenset[str]) -> ApplicationError:
     """The one mapping from a failed model call to the retry contract, redacted."""
-    classified = classify_model_error(exc)  # a ParleyError comes back as it is
+    classified = classify_model_error(exc, overload_codes=overload_codes)  # ParleyError: as is
     if isinstance(classified, TransientError):
         return ApplicationError(
             redact(classified.message),

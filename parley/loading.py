@@ -17,3 +17,17 @@ def takes_no_arguments(function: Callable[..., Any]) -> bool:
     except ValueError:  # no signature to inspect (some builtins): let the call decide
         return True
     return True
+
+
+def wants_settings(function: Callable[..., Any]) -> bool:
+    """Whether ``function`` is a factory of the form ``f(settings)``: a parameter named
+    ``settings`` and nothing else it needs (a factory gets the worker's Settings)."""
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except ValueError:
+        return False
+    return (
+        bool(parameters)
+        and parameters[0].name == "settings"
+        and all(p.default is not inspect.Parameter.empty for p in parameters[1:])
+    )

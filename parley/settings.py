@@ -1,15 +1,18 @@
-"""Configuration: environment settings, and every activity's timeout and retry policy.
+"""Configuration: every environment variable Parley reads, and every activity's timeout
+and retry policy.
 
 Imported on both sides of the Temporal boundary. The workflow reads only the
 ``*_ACTIVITY`` option objects (plain data); ``Settings.from_env`` is for the worker and
-the CLI, never for workflow code.
+the CLI, never for workflow code. ``Settings.from_env`` is the one place the environment
+is read: the shipped toolsets and models take their settings from a ``Settings``
+(``parley dev`` builds one instead of rewriting ``os.environ``).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from temporalio.common import RetryPolicy
@@ -22,6 +25,12 @@ DEFAULT_NAMESPACE = "default"
 DEFAULT_MODEL = "scripted"
 DEFAULT_TOOLS = "parley.toolsets.git:toolset"
 DEFAULT_MAX_TOOL_RESULT_BYTES = 16 * 1024 * 1024
+DEFAULT_PLANS_URL = "http://127.0.0.1:8765"
+DEFAULT_MODEL_TIMEOUT_SECONDS = 120.0
+#: Codes in a provider's error body that mean "overloaded, retry" (any HTTP status).
+DEFAULT_OVERLOAD_CODES = frozenset(
+    {"2064", "overloaded", "overloaded_error", "server_overloaded", "engine_overloaded"}
+)
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,17 @@ class Settings:
     #: How long a client waits for a worker to take an update before it says none is
     #: serving the task queue.
     worker_wait_seconds: float = 10.0
+    # --- the shipped toolsets (worker) ---
+    #: The git project registry file (JSON or TOML), and where worktrees go.
+    git_projects: str | None = None
+    git_worktrees: str | None = None
+    plans_url: str = DEFAULT_PLANS_URL
+    plans_api_key: str = field(default="", repr=False)
+    # --- the model (worker) ---
+    openai_api_key: str = field(default="", repr=False)
+    openai_base_url: str | None = None
+    model_timeout_seconds: float = DEFAULT_MODEL_TIMEOUT_SECONDS
+    model_overload_codes: frozenset[str] = DEFAULT_OVERLOAD_CODES
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -128,6 +148,20 @@ class Settings:
             worker_wait_seconds=_positive_number(
                 env, "PARLEY_WORKER_WAIT_SECONDS", 10.0, example="10", most=3600
             ),
+            git_projects=env.get("PARLEY_GIT_PROJECTS") or None,
+            git_worktrees=env.get("PARLEY_GIT_WORKTREES") or None,
+            plans_url=env.get("PARLEY_PLANS_URL", "").strip() or DEFAULT_PLANS_URL,
+            plans_api_key=env.get("PARLEY_PLANS_API_KEY", "").strip(),
+            openai_api_key=env.get("OPENAI_API_KEY", ""),
+            openai_base_url=env.get("OPENAI_BASE_URL") or None,
+            model_timeout_seconds=_positive_number(
+                env,
+                "PARLEY_MODEL_TIMEOUT_SECONDS",
+                DEFAULT_MODEL_TIMEOUT_SECONDS,
+                example="120",
+                most=3600,
+            ),
+            model_overload_codes=_codes(env, "PARLEY_MODEL_OVERLOAD_CODES", DEFAULT_OVERLOAD_CODES),
         )
 
 
@@ -154,6 +188,14 @@ def _positive_number(env: Env, name: str, default: float, *, example: str, most:
             f"set e.g. {name}={example}"
         )
     return value
+
+
+def _codes(env: Env, name: str, default: frozenset[str]) -> frozenset[str]:
+    """Comma-separated codes, lower-cased; setting the variable replaces the defaults."""
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    return frozenset(code.strip().lower() for code in raw.split(",") if code.strip())
 
 
 def _positive_int(env: Env, name: str, default: int) -> int:

@@ -26,7 +26,8 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from parley.contracts import ToolCatalogue, ToolPolicy, ToolSpec
-from parley.loading import takes_no_arguments
+from parley.loading import takes_no_arguments, wants_settings
+from parley.settings import Settings
 
 CONTEXT_ARG = "context"
 POLICIES: tuple[ToolPolicy, ...] = ("auto", "confirm", "deny")
@@ -150,8 +151,9 @@ class ToolRegistry:
         return len(self._tools)
 
 
-def load_toolset(reference: str) -> list[ParleyTool | BaseTool]:
-    """Import ``module:attr``; the attribute is a toolset or a callable returning one."""
+def load_toolset(reference: str, settings: Settings | None = None) -> list[ParleyTool | BaseTool]:
+    """Import ``module:attr``; the attribute is a toolset, or a callable returning one
+    that takes no argument or the worker's :class:`~parley.settings.Settings`."""
     module_name, sep, attr = reference.strip().partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"toolset {reference!r} is not of the form module:attr")
@@ -164,9 +166,12 @@ def load_toolset(reference: str) -> list[ParleyTool | BaseTool]:
     except AttributeError:
         raise ValueError(f"toolset {reference!r}: {module_name} has no {attr!r}") from None
     if callable(value) and not isinstance(value, BaseTool):
-        if not takes_no_arguments(value):
+        if wants_settings(value):
+            value = value(settings or Settings.from_env())
+        elif takes_no_arguments(value):
+            value = value()
+        else:
             raise ValueError(f"toolset {reference!r}: {attr} needs arguments; {TOOLSET_SHAPE}")
-        value = value()
     if isinstance(value, ParleyTool | BaseTool):
         return [value]
     if isinstance(value, str | bytes) or not isinstance(value, Sequence | Iterator):
@@ -184,14 +189,16 @@ def load_toolset(reference: str) -> list[ParleyTool | BaseTool]:
 
 TOOLSET_SHAPE = (
     "a toolset is a list of tools (ParleyTool or langchain-core BaseTool) "
-    "or a zero-argument callable returning one"
+    "or a callable returning one: f() or f(settings), given the worker's Settings"
 )
 
 
-def load_registry(spec: str, extra: Iterable[ParleyTool | BaseTool] = ()) -> ToolRegistry:
+def load_registry(
+    spec: str, extra: Iterable[ParleyTool | BaseTool] = (), settings: Settings | None = None
+) -> ToolRegistry:
     """The registry for ``PARLEY_TOOLS`` (comma-separated ``module:attr`` references)."""
     tools: list[ParleyTool | BaseTool] = []
     for reference in filter(None, (part.strip() for part in spec.split(","))):
-        tools.extend(load_toolset(reference))
+        tools.extend(load_toolset(reference, settings))
     tools.extend(extra)
     return ToolRegistry(tools)

@@ -186,3 +186,26 @@ def test_scripted_model_reads_requests(
     model = ScriptedChatModel().bind_tools([t.tool for t in tools])
     (proposed,) = model.invoke([HumanMessage(request_text)]).tool_calls
     assert (proposed["name"], proposed["args"]) == (name, args)
+
+
+def test_a_toolset_factory_takes_the_workers_settings_not_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``parley dev`` hands the worker a Settings; nothing rewrites os.environ."""
+    from parley.settings import Settings
+    from parley.toolsets.git import create_demo_projects
+
+    monkeypatch.delenv("PARLEY_PLANS_API_KEY", raising=False)
+    monkeypatch.delenv("PARLEY_GIT_PROJECTS", raising=False)
+    settings = Settings(
+        plans_api_key="k",
+        plans_url="http://127.0.0.1:1",
+        git_projects=str(create_demo_projects(tmp_path)),
+    )
+    registry = load_registry(
+        "parley.toolsets.plans:toolset,parley.toolsets.git:toolset", settings=settings
+    )
+    names = {spec.name for spec in registry.catalogue().tools}
+    assert {"create_plan", "git_push_branch"} <= names
+    with pytest.raises(ValueError, match="PARLEY_PLANS_API_KEY is not set"):
+        load_registry("parley.toolsets.plans:toolset", settings=Settings())

@@ -19,11 +19,10 @@ from langchain_openai import ChatOpenAI
 
 from parley.errors import ModelRequestError, TransientError
 from parley.models.failures import (
-    DEFAULT_OVERLOAD_CODES,
     classify_model_error,
-    overload_codes_from_env,
 )
 from parley.models.openai_provider import build_openai_model
+from parley.settings import DEFAULT_OVERLOAD_CODES, Settings
 from tests.openai_fake import OVERLOAD_2064, FakeOpenAI, error_body
 
 API_KEY = "sk-test-0123456789abcdef"
@@ -265,9 +264,9 @@ def test_other_overload_bodies_on_a_400(fake: FakeOpenAI, body: dict[str, Any]) 
 
 
 def test_overload_codes_are_configurable(fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert overload_codes_from_env() == DEFAULT_OVERLOAD_CODES
+    assert Settings.from_env().model_overload_codes == DEFAULT_OVERLOAD_CODES
     monkeypatch.setenv("PARLEY_MODEL_OVERLOAD_CODES", " 9999, Busy_Cluster ")
-    assert overload_codes_from_env() == frozenset({"9999", "busy_cluster"})
+    assert Settings.from_env().model_overload_codes == frozenset({"9999", "busy_cluster"})
     fake.error(400, {"error": {"code": 9999, "message": "cluster busy"}})
     fake.error(400, {"error": {"code": "BUSY_CLUSTER", "message": "later"}})
     fake.error(400, OVERLOAD_2064)

@@ -13,9 +13,10 @@ from langchain_core.tools import BaseTool
 from parley.contracts import ToolContext
 from parley.errors import ToolInputError, ToolPermissionError, TransientError
 from parley.plans_service import BackgroundServer, create_app
+from parley.settings import DEFAULT_PLANS_URL
 from parley.tools import ParleyTool, ToolRegistry
 from parley.toolsets import plans as plans_toolset
-from parley.toolsets.plans import DEFAULT_PLANS_URL, build_plans_toolset, toolset
+from parley.toolsets.plans import build_plans_toolset, toolset
 
 API_KEY = "plans-tools-test-key"
 ALICE = ToolContext(

@@ -14,9 +14,11 @@ import importlib
 from langchain_core.language_models import BaseChatModel
 
 from parley.loading import takes_no_arguments
+from parley.settings import Settings
 
 
-def build_chat_model(spec: str) -> BaseChatModel:
+def build_chat_model(spec: str, settings: Settings | None = None) -> BaseChatModel:
+    """The chat model ``PARLEY_MODEL`` names; ``openai:`` takes the worker's settings."""
     spec = spec.strip()
     if spec == "scripted":
         from parley.models.scripted import ScriptedChatModel
@@ -35,7 +37,7 @@ def build_chat_model(spec: str) -> BaseChatModel:
     if kind == "openai":
         from parley.models.openai_provider import build_openai_model
 
-        return build_openai_model(rest)
+        return build_openai_model(rest, settings)
     try:
         factory = getattr(importlib.import_module(kind), rest)
     except (ImportError, AttributeError) as err:

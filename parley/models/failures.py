@@ -31,7 +31,6 @@ langchain-openai's subclasses of it), ``httpx`` / ``httpx2``, langchain-core's
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -39,10 +38,8 @@ from typing import Any
 from parley.errors import ModelRequestError, ParleyError, TransientError, is_transient_status
 from parley.http import parse_retry_after
 from parley.redaction import redact
+from parley.settings import Settings
 
-DEFAULT_OVERLOAD_CODES = frozenset(
-    {"2064", "overloaded", "overloaded_error", "server_overloaded", "engine_overloaded"}
-)
 _MAX_TEXT = 500
 
 _CONTEXT_OVERFLOW_MARKERS = (
@@ -55,26 +52,14 @@ _CONTEXT_OVERFLOW_MARKERS = (
 )
 
 
-def overload_codes_from_env() -> frozenset[str]:
-    """The overload codes: ``PARLEY_MODEL_OVERLOAD_CODES`` (comma-separated), else defaults.
-
-    Setting the variable replaces the defaults. A code matches an error body's
-    ``code``/``type``/``status`` exactly, or its message as a whole word; case-insensitive.
-    """
-    raw = os.environ.get("PARLEY_MODEL_OVERLOAD_CODES")
-    if raw is None or not raw.strip():
-        return DEFAULT_OVERLOAD_CODES
-    return frozenset(code.strip().lower() for code in raw.split(",") if code.strip())
-
-
 def classify_model_error(
     exc: BaseException, *, overload_codes: frozenset[str] | None = None
 ) -> ParleyError | None:
     """The Parley error for a failed model call, or ``None`` if ``exc`` is not recognised.
 
-    ``overload_codes`` defaults to :func:`overload_codes_from_env`, read at each call.
+    ``overload_codes`` defaults to the worker's ``PARLEY_MODEL_OVERLOAD_CODES``.
     """
-    codes = overload_codes_from_env() if overload_codes is None else overload_codes
+    codes = Settings.from_env().model_overload_codes if overload_codes is None else overload_codes
     codes = frozenset(c.lower() for c in codes)
     if isinstance(exc, ParleyError):
         return exc

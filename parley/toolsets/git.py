@@ -31,6 +31,7 @@ from pydantic import BaseModel, Field, StringConstraints, ValidationError, field
 
 from parley.contracts import ToolContext
 from parley.errors import ToolInputError, ToolPermissionError
+from parley.settings import Settings
 from parley.tools import ParleyTool, auto, confirm
 
 BRANCH_KINDS = ("feat", "fix", "chore", "docs", "refactor", "test")
@@ -314,16 +315,17 @@ def build_git_toolset(registry_path: Path, worktrees_dir: Path | None = None) ->
             confirm(git_push_branch)]  # fmt: skip
 
 
-def toolset() -> list[ParleyTool]:
-    """The toolset for ``PARLEY_TOOLS=parley.toolsets.git:toolset``, configured from env."""
-    registry = os.environ.get("PARLEY_GIT_PROJECTS")
-    if not registry:
+def toolset(settings: Settings | None = None) -> list[ParleyTool]:
+    """The toolset for ``PARLEY_TOOLS=parley.toolsets.git:toolset``: the worker's
+    settings (``PARLEY_GIT_PROJECTS``, ``PARLEY_GIT_WORKTREES``)."""
+    settings = settings or Settings.from_env()
+    if not settings.git_projects:
         raise ValueError(
             "PARLEY_GIT_PROJECTS is not set: point it at a git project registry file "
             "(e.g. the projects.json that `parley dev` writes)"
         )
-    worktrees = os.environ.get("PARLEY_GIT_WORKTREES")
-    return build_git_toolset(Path(registry), Path(worktrees) if worktrees else None)
+    worktrees = Path(settings.git_worktrees) if settings.git_worktrees else None
+    return build_git_toolset(Path(settings.git_projects), worktrees)
 
 
 # --- demo -------------------------------------------------------------------------

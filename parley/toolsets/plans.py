@@ -17,7 +17,6 @@ The reference backend is ``parley.plans_service`` (``parley plans-service``).
 
 from __future__ import annotations
 
-import os
 from typing import Annotated, Any
 
 import httpx
@@ -26,10 +25,10 @@ from langchain_core.tools import InjectedToolArg, tool
 from parley.contracts import ToolContext
 from parley.errors import ToolInputError
 from parley.http import JsonApiClient
+from parley.settings import Settings
 from parley.titles import normalize_plan_title
 from parley.tools import ParleyTool, auto, confirm
 
-DEFAULT_PLANS_URL = "http://127.0.0.1:8765"
 SERVICE_NAME = "the plans service"
 TITLE_MAX = 80
 DESCRIPTION_MAX = 4000
@@ -146,13 +145,13 @@ def build_plans_toolset(
     ]
 
 
-def toolset() -> list[ParleyTool]:
-    """The toolset for ``PARLEY_TOOLS=parley.toolsets.plans:toolset``, configured from env."""
-    api_key = os.environ.get("PARLEY_PLANS_API_KEY", "").strip()
-    if not api_key:
+def toolset(settings: Settings | None = None) -> list[ParleyTool]:
+    """The toolset for ``PARLEY_TOOLS=parley.toolsets.plans:toolset``: the worker's
+    settings (``PARLEY_PLANS_URL``, ``PARLEY_PLANS_API_KEY``)."""
+    settings = settings or Settings.from_env()
+    if not settings.plans_api_key:
         raise ValueError(
             "PARLEY_PLANS_API_KEY is not set: give the worker the API key of the plans "
             "service at PARLEY_PLANS_URL"
         )
-    base_url = os.environ.get("PARLEY_PLANS_URL", "").strip() or DEFAULT_PLANS_URL
-    return build_plans_toolset(base_url, api_key)
+    return build_plans_toolset(settings.plans_url, settings.plans_api_key)
