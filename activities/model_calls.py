@@ -127,7 +127,9 @@ def _with_unique_ids(reply: AIMessage, transcript_length: int, used: set[str]) -
     )
 
 
-def _model_failure(exc: Exception, overload_codes: frozenset[str]) -> ApplicationError:
+def _model_failure(
+    exc: Exception, overload_codes: frozenset[str] = DEFAULT_OVERLOAD_CODES
+) -> ApplicationError:
     """The one mapping from a failed model call to the retry contract, redacted."""
     classified = classify_model_error(exc, overload_codes=overload_codes)  # ParleyError: as is
     if isinstance(classified, TransientError):
