@@ -1,137 +1,206 @@
 """``parley chat``: an interactive conversation in the terminal. Client side.
 
 Messages go through ``send``; when calls wait for a decision, each is shown with its
-arguments and the user answers approve / edit / reject / respond; all decisions go to
-the workflow at once. Reads plain lines from stdin, so it can be scripted too.
+whole arguments and the user answers approve / edit / reject / respond (or a / e / r /
+s); all decisions go to the workflow at once. ``/show`` prints the conversation,
+``/quit`` (or end of input, or Ctrl-C) leaves. Reads plain lines from stdin, so it can be
+scripted too.
+
+Prompts are read in the main thread, between calls to Temporal (each one run to its end
+on one event loop): Ctrl-C at a prompt leaves at once, and Ctrl-C while a turn runs
+stops waiting for it (the turn goes on in Temporal).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
+from parley.cli import print_call, print_snapshot, render_turn
 from parley.client import ConversationRefused, Conversations, check_identity, connect
-from parley.contracts import Decision, PendingCall, TurnResult
+from parley.contracts import Decision, DecisionAction, PendingCall, StateQuery, TurnResult
+from parley.errors import ErrorType
 from parley.settings import Settings
 
-ACTIONS = {"a": "approve", "e": "edit", "r": "reject", "s": "respond"}
+T = TypeVar("T")
+
+#: One-letter answers to an approval prompt. A longer answer is a decision's name or an
+#: unambiguous beginning of one ("app", "rej", "res").
+SHORTCUTS: dict[str, DecisionAction] = {"a": "approve", "e": "edit", "r": "reject", "s": "respond"}
+DECISIONS: tuple[DecisionAction, ...] = ("approve", "edit", "reject", "respond")
+ASK_DECISION = "approve, edit, reject or respond? [a/e/r/s] "
+#: How many of the latest messages ``/show`` prints.
+SHOWN_MESSAGES = 20
+#: The exit status of a program stopped with Ctrl-C (128 + SIGINT).
+INTERRUPTED = 130
 
 
 class _Closed(Exception):
-    """Standard input ended."""
+    """Standard input ended, or the user asked to leave."""
 
 
-async def _ask(prompt: str) -> str:
-    try:
-        return (await asyncio.to_thread(input, prompt)).strip()
-    except EOFError:
-        raise _Closed from None
+def parse_decision(answer: str) -> DecisionAction | None:
+    """``a``/``e``/``r``/``s``, a decision's name, or an unambiguous beginning of one."""
+    answer = answer.strip().lower()
+    if answer in SHORTCUTS:
+        return SHORTCUTS[answer]
+    if len(answer) < 2:
+        return None
+    matches = [name for name in DECISIONS if name.startswith(answer)]
+    return matches[0] if len(matches) == 1 else None
 
 
-async def run_chat(session: str, user: str, settings: Settings, *, console: Console) -> None:
+def run_chat(session: str, user: str, settings: Settings, *, console: Console) -> int:
+    """Chat until /quit, end of input or Ctrl-C; returns the exit status."""
     check_identity(session, user)
-    conversations = Conversations(await connect(settings), settings)
-    console.print(
-        f"Chatting in [bold]{escape(session)}[/] as {escape(user)}. "
-        "/quit leaves, /show shows the state."
-    )
-    pending = await _pending_on_resume(conversations, session, user)
-    try:
-        while True:
-            if pending:
-                result = await _decide_all(conversations, session, user, pending, console)
-            else:
-                text = await _ask("you> ")
-                if text in ("/quit", "/exit"):
-                    return
-                if text == "/show":
-                    state = await conversations.state(session, user)
-                    console.print(f"status {state.status}, {len(state.transcript)} messages")
-                    continue
-                if not text:
-                    continue
-                try:
-                    result = await conversations.send(session, user, text)
-                except ConversationRefused as refused:
-                    console.print(f"[red]refused:[/] {escape(refused.message)}", highlight=False)
-                    continue
-            _show(result, console)
-            pending = result.pending
-    except _Closed:
-        return
-
-
-async def _pending_on_resume(conv: Conversations, session: str, user: str) -> list[PendingCall]:
-    try:
-        return (await conv.state(session, user)).pending
-    except ConversationRefused as refused:
-        if refused.error_type == "NotFound":
-            return []
-        raise
-
-
-async def _decide_all(
-    conv: Conversations, session: str, user: str, pending: list[PendingCall], console: Console
-) -> TurnResult:
-    while True:
-        decisions = [await _decision_for(call, console) for call in pending]
+    with asyncio.Runner() as runner:
         try:
-            return await conv.decide(session, user, decisions)
-        except ConversationRefused as refused:
-            console.print(f"[red]refused:[/] {escape(refused.message)}", highlight=False)
-            if refused.error_type != "InvalidDecision":
-                raise
+            return _Chat(runner, session, user, settings, console).run()
+        except KeyboardInterrupt:
+            console.print()
+            console.print(
+                Text("interrupted; a turn under way goes on in Temporal (see parley show)")
+            )
+            return INTERRUPTED
 
 
-async def _decision_for(call: PendingCall, console: Console) -> Decision:
-    console.print(
-        f"[bold yellow]{call.name}[/] ({escape(call.tool_call_id)}) wants to run with "
-        + escape(json.dumps(call.args, ensure_ascii=False)),
-        highlight=False,
-    )
-    while True:
-        answer = (await _ask("approve / edit / reject / respond? ")).lower()
-        action = ACTIONS.get(answer[:1]) if answer else None
-        if action is None or not action.startswith(answer):
-            console.print("Please answer approve, edit, reject or respond.")
-            continue
-        if action == "edit":
-            args = await _ask_json("new args (JSON object): ", console)
-            return Decision(tool_call_id=call.tool_call_id, action="edit", args=args)
-        if action == "reject":
-            reason = await _ask("reason (optional): ")
-            return Decision(tool_call_id=call.tool_call_id, action="reject", message=reason or None)
-        if action == "respond":
-            message = ""
-            while not message:
-                message = await _ask("your answer for the model: ")
-            return Decision(tool_call_id=call.tool_call_id, action="respond", message=message)
-        return Decision(tool_call_id=call.tool_call_id, action="approve")
+class _Chat:
+    def __init__(
+        self,
+        runner: asyncio.Runner,
+        session: str,
+        user: str,
+        settings: Settings,
+        console: Console,
+    ) -> None:
+        self._runner = runner
+        self._session = session
+        self._user = user
+        self._console = console
+        self._conv = Conversations(self._call(connect(settings)), settings)
 
+    def _call(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run one call to Temporal to its end (Ctrl-C stops it: KeyboardInterrupt)."""
+        return self._runner.run(work)
 
-async def _ask_json(prompt: str, console: Console) -> dict[str, Any]:
-    while True:
-        raw = await _ask(prompt)
+    def _ask(self, prompt: str) -> str:
         try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as problem:
-            console.print(escape(f"not JSON: {problem.msg}; try again"))
-            continue
-        if isinstance(value, dict):
-            return value
-        console.print('a JSON object is needed, e.g. {"title": "Q3 review"}')
+            return input(prompt).strip()
+        except EOFError:
+            raise _Closed from None
 
-
-def _show(result: TurnResult, console: Console) -> None:
-    for item in result.results:
-        console.print(
-            escape(f"  [{item.status}] {item.name}: {item.content[:1000]}"), highlight=False
+    def run(self) -> int:
+        self._console.print(
+            Text.assemble(
+                "Chatting in ",
+                (self._session, "bold"),
+                f" as {self._user}. /show shows the conversation, /quit leaves.",
+            )
         )
-    if result.reply:
-        console.print(escape(f"parley> {result.reply}"), highlight=False)
-    if result.status == "failed":
-        console.print(f"[red]turn failed:[/] {escape(result.error or '')}", highlight=False)
+        try:
+            pending = self._pending()
+            while True:
+                if pending:
+                    result = self._decide_all(pending)
+                else:
+                    text = self._ask("you> ")
+                    if text in ("/quit", "/exit"):
+                        return 0
+                    if text == "/show":
+                        self._show()
+                        continue
+                    if not text:
+                        continue
+                    try:
+                        result = self._call(self._conv.send(self._session, self._user, text))
+                    except ConversationRefused as refused:
+                        self._refused(refused)
+                        if refused.error_type == ErrorType.DECISIONS_OWED:
+                            pending = self._pending()
+                        continue
+                render_turn(result, self._console)
+                if result.status == "failed":
+                    self._console.print(Text.assemble(("turn failed: ", "red"), result.error or ""))
+                pending = result.pending
+        except _Closed:
+            return 0
+
+    def _refused(self, refused: ConversationRefused) -> None:
+        self._console.print(Text.assemble(("refused: ", "red"), refused.message))
+
+    def _pending(self) -> list[PendingCall]:
+        try:
+            return self._call(self._conv.state(self._session, self._user)).pending
+        except ConversationRefused as refused:
+            if refused.error_type == "NotFound":
+                return []
+            raise
+
+    def _show(self) -> None:
+        query = StateQuery(user_id=self._user, transcript_limit=SHOWN_MESSAGES, audit_limit=0)
+        try:
+            snapshot = self._call(self._conv.state(self._session, self._user, query))
+        except ConversationRefused as refused:
+            if refused.error_type != "NotFound":
+                raise
+            self._console.print(Text(f"no conversation {self._session} yet: say something"))
+            return
+        print_snapshot(snapshot, self._console, audit=False, hint=False)
+
+    def _decide_all(self, pending: list[PendingCall]) -> TurnResult:
+        while True:
+            decisions = [self._decision_for(call) for call in pending]
+            try:
+                return self._call(self._conv.decide(self._session, self._user, decisions))
+            except ConversationRefused as refused:
+                self._refused(refused)
+                if refused.error_type != ErrorType.INVALID_DECISION:
+                    raise
+
+    def _decision_for(self, call: PendingCall) -> Decision:
+        self._console.print(Text("Waiting for your decision:", style="bold yellow"))
+        print_call(call, self._console)
+        while True:
+            answer = self._ask(ASK_DECISION)
+            if answer in ("/quit", "/exit"):
+                raise _Closed
+            if answer == "/show":
+                self._show()
+                continue
+            action = parse_decision(answer)
+            if action is None:
+                self._console.print(
+                    Text("Please answer approve, edit, reject or respond (or a, e, r, s).")
+                )
+                continue
+            if action == "edit":
+                args = self._ask_json("new args (JSON object): ")
+                return Decision(tool_call_id=call.tool_call_id, action="edit", args=args)
+            if action == "reject":
+                reason = self._ask("reason (optional): ")
+                return Decision(
+                    tool_call_id=call.tool_call_id, action="reject", message=reason or None
+                )
+            if action == "respond":
+                message = ""
+                while not message:
+                    message = self._ask("your answer for the model: ")
+                return Decision(tool_call_id=call.tool_call_id, action="respond", message=message)
+            return Decision(tool_call_id=call.tool_call_id, action="approve")
+
+    def _ask_json(self, prompt: str) -> dict[str, Any]:
+        while True:
+            raw = self._ask(prompt)
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError as problem:
+                self._console.print(Text(f"not JSON: {problem.msg}; try again"))
+                continue
+            if isinstance(value, dict):
+                return value
+            self._console.print(Text('a JSON object is needed, e.g. {"title": "Q3 review"}'))

@@ -11,19 +11,39 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+from langchain_core.messages import AnyMessage
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
-from parley.client import ConversationRefused, Conversations, check_identity, connect
-from parley.contracts import Decision, DecisionAction, StateQuery, TurnResult
+from parley.client import (
+    ConversationRefused,
+    Conversations,
+    ConversationSummary,
+    check_identity,
+    connect,
+)
+from parley.contracts import (
+    ConversationSnapshot,
+    Decision,
+    DecisionAction,
+    PendingCall,
+    StateQuery,
+    TurnResult,
+    check_user_id,
+)
 from parley.settings import Settings
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
+    from parley.tools import ToolRegistry
 
 
 class _Cli(typer.Typer):
@@ -51,8 +71,11 @@ app = _Cli(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console()
-err = Console(stderr=True)
+# What users typed (messages, ids, configuration) is printed as it is: never read as Rich
+# markup or ``:emoji:`` codes, never wrapped or cut to the terminal's width (text that
+# is copied back, JSON, paths, must stay whole; the terminal folds long lines itself).
+out = Console(emoji=False, highlight=False, soft_wrap=True)
+err = Console(stderr=True, emoji=False, highlight=False, soft_wrap=True)
 T = TypeVar("T")
 
 Session = Annotated[str, typer.Option("--session", "-s", help="Conversation (session) id.")]
@@ -65,8 +88,13 @@ CallIds = Annotated[
 
 
 def fail(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    """Print ``message`` as one line on stderr; raise the result to exit with code 1."""
+    err.print(Text.assemble(("error: ", "bold red"), " ".join(message.split("\n"))))
     return typer.Exit(1)
+
+
+def warn(message: str) -> None:
+    err.print(Text.assemble(("warning: ", "bold yellow"), message))
 
 
 def run_async(work: Callable[[], Awaitable[T]]) -> T:
@@ -146,13 +174,72 @@ def worker() -> None:
     """Run a worker against TEMPORAL_ADDRESS with PARLEY_MODEL and PARLEY_TOOLS."""
     import logging
 
-    from worker import run_worker
-
     logging.basicConfig(level=logging.INFO)
+    config = settings()
+    # A bad configuration is reported before the cluster is even contacted.
     try:
-        run_async(lambda: run_worker(settings()))
+        registry, model = load_tools_and_model(config, warn=warn)
+    except ValueError as problem:
+        raise fail(str(problem)) from None
+    try:
+        run_async(lambda: serve_worker(config, registry, model))
     except KeyboardInterrupt:
         out.print("stopped")
+
+
+def load_tools_and_model(
+    settings: Settings, *, warn: Callable[[str], None]
+) -> tuple[ToolRegistry, BaseChatModel]:
+    """The worker's tools (``PARLEY_TOOLS``) and model (``PARLEY_MODEL``), loaded before
+    anything starts. Whatever a toolset or a model factory raises becomes one
+    ``ValueError`` naming the setting; a worker with no tools is ``warn``-ed about."""
+    from parley.models import build_chat_model
+    from parley.tools import load_registry
+
+    try:
+        registry = load_registry(settings.tools)
+    except ValueError:
+        raise
+    except Exception as problem:  # a toolset's own code may raise anything
+        raise ValueError(
+            f"PARLEY_TOOLS={settings.tools!r}: {type(problem).__name__}: {problem}"
+        ) from None
+    try:
+        model = build_chat_model(settings.model)
+    except ValueError:
+        raise
+    except Exception as problem:  # so may a model factory
+        raise ValueError(
+            f"PARLEY_MODEL={settings.model!r}: {type(problem).__name__}: {problem}"
+        ) from None
+    if not len(registry):
+        warn(
+            f"no tools: PARLEY_TOOLS={settings.tools!r} loads none, so the model can only "
+            "talk (set PARLEY_TOOLS=module:attr[,module:attr...])"
+        )
+    return registry, model
+
+
+async def serve_worker(config: Settings, registry: ToolRegistry, model: BaseChatModel) -> None:
+    """``worker.run_worker`` with the tools and model already loaded (and checked)."""
+    import logging
+
+    from parley.http import aclose_shared_client
+    from worker import build_worker, ensure_search_attributes
+
+    client = await connect(config)
+    await ensure_search_attributes(client, config.namespace)
+    running = build_worker(client, config, registry=registry, model=model)
+    logging.getLogger("parley.worker").info(
+        "worker on task queue %r, model %r, %d tools",
+        config.task_queue,
+        config.model,
+        len(registry),
+    )
+    try:
+        await running.run()
+    finally:
+        await aclose_shared_client()
 
 
 # --- conversations --------------------------------------------------------------------
@@ -160,9 +247,21 @@ def worker() -> None:
 
 @app.command()
 def send(
-    text: Annotated[str, typer.Argument(help="The message.")],
     session: Session,
     user: User,
+    text: Annotated[
+        str | None,
+        typer.Argument(
+            help="The message. '-', or nothing when input is piped in, reads it from "
+            "standard input."
+        ),
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file", "-f", help="Read the message from this file (UTF-8).", dir_okay=False
+        ),
+    ] = None,
     message_id: Annotated[
         str | None,
         typer.Option(
@@ -172,14 +271,52 @@ def send(
     ] = None,
     as_json: AsJson = False,
 ) -> None:
-    """Send a message (starting the conversation if new) and print the turn's result."""
+    """Send a message (starting the conversation if new) and print the turn's result.
+    The message is TEXT, the file of --file, or standard input (TEXT '-', or piped in)."""
+    try:
+        check_identity(session, user)
+    except ConversationRefused as refused:
+        raise fail(refused.message) from None
+    message = message_text(text, file)
 
     async def work() -> TurnResult:
         return await (await conversations(session, user)).send(
-            session, user, text, message_id=message_id
+            session, user, message, message_id=message_id
         )
 
-    print_turn(run_async(work), as_json)
+    print_turn(run_async(work), as_json, session, user)
+
+
+def message_text(text: str | None, file: Path | None) -> str:
+    """The message to send: TEXT, or read from --file or standard input (as UTF-8, without
+    its trailing newlines). An empty message is refused before anything is started."""
+    if file is not None and text is not None:
+        raise fail("give the message as TEXT or with --file, not both")
+    if file is not None:
+        try:
+            raw, source = file.read_bytes(), str(file)
+        except OSError as problem:
+            raise fail(f"cannot read {file}: {problem.strerror or problem}") from None
+    elif text == "-" or (text is None and sys.stdin is not None and not sys.stdin.isatty()):
+        raw, source = sys.stdin.buffer.read(), "standard input"
+    elif text is None:
+        raise fail(
+            "no message: give it as TEXT, with --file PATH, or on standard input "
+            "(TEXT '-' or a pipe)"
+        )
+    else:
+        raw, source = None, ""
+    if raw is not None:
+        try:
+            text = raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as problem:
+            raise fail(
+                f"{source} is not UTF-8 text ({problem.reason} at byte {problem.start})"
+            ) from None
+    assert text is not None
+    if not text.strip():
+        raise fail("the message is empty")
+    return text
 
 
 Message = Annotated[
@@ -261,7 +398,7 @@ def decide(
         ]
         return await conv.decide(session, user, decisions)
 
-    print_turn(run_async(work), as_json)
+    print_turn(run_async(work), as_json, session, user)
 
 
 @app.command()
@@ -272,7 +409,10 @@ def show(
         int | None,
         typer.Option(help="First message to show (0 is the first); default: the latest.", min=0),
     ] = None,
-    limit: Annotated[int, typer.Option(help="How many messages to show.", min=1, max=1000)] = 50,
+    limit: Annotated[
+        int,
+        typer.Option(help="How many messages (and latest audit entries) to show.", min=1, max=1000),
+    ] = 50,
     as_json: AsJson = False,
 ) -> None:
     """Show a conversation: status, pending calls, a page of the transcript, audit log."""
@@ -282,7 +422,9 @@ def show(
         snapshot = await conv.state(
             session,
             user,
-            StateQuery(user_id=user, transcript_offset=offset, transcript_limit=limit),
+            StateQuery(
+                user_id=user, transcript_offset=offset, transcript_limit=limit, audit_limit=limit
+            ),
         )
         if offset is not None and offset < snapshot.transcript_offset:
             older = await conv.transcript(session, user, offset, limit)
@@ -295,20 +437,53 @@ def show(
     if as_json:
         print(snapshot.model_dump_json(indent=2))
         return
-    out.print(
-        f"[bold]{escape(snapshot.session_id)}[/] ({escape(snapshot.user_id)}): {snapshot.status}"
-    )
-    first, total = snapshot.transcript_offset, snapshot.transcript_total
-    if first > 0 or first + len(snapshot.transcript) < total:
-        out.print(
-            f"[dim]messages {first}-{first + len(snapshot.transcript) - 1} of {total}; "
-            "page with --offset/--limit[/]"
+    print_snapshot(snapshot, out, audit=True, hint=True)
+
+
+@app.command("list")
+def list_(
+    user: User,
+    limit: Annotated[
+        int, typer.Option(help="Show at most this many conversations.", min=1, max=1000)
+    ] = 50,
+    as_json: AsJson = False,
+) -> None:
+    """List your conversations (from Temporal's visibility; no worker needed): those
+    waiting for your decision first, then the others, the most recent first."""
+    try:
+        check_user_id(user)
+    except ValueError as problem:
+        raise fail(str(problem)) from None
+
+    async def work() -> list[ConversationSummary]:
+        config = settings()
+        return await Conversations(await connect(config), config).list(user)
+
+    found = run_async(work)
+    shown = found[:limit]
+    if as_json:
+        print(json.dumps([c.model_dump(mode="json") for c in shown], indent=2))
+        return
+    if not found:
+        out.print(Text(f"no conversations of {user}"))
+        return
+    rows = [("SESSION", "STATUS", "PENDING TOOLS", "STARTED (UTC)", "LAST ACTIVITY (UTC)")]
+    for c in shown:
+        rows.append(
+            (
+                c.session_id,
+                c.status,
+                ",".join(c.pending_tools) or "-",
+                c.started_at.strftime("%Y-%m-%d %H:%M:%S"),
+                c.last_activity_at.strftime("%Y-%m-%d %H:%M:%S"),
+            )
         )
-    for message in snapshot.transcript:
-        out.print(f"[dim]{message.type:>6}[/] {escape(message.text[:300])}", highlight=False)
-        for tool_call in getattr(message, "tool_calls", []) or []:
-            out.print(escape(f"       → {tool_call['name']} {json.dumps(tool_call['args'])}"))
-    print_pending(snapshot.pending)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for number, row in enumerate(rows):
+        line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+        out.print(Text(f"{line}  {row[-1]}", style="bold" if number == 0 else ""))
+    if len(found) > len(shown):
+        out.print(Text(f"({len(found) - len(shown)} more; see them with --limit)", style="dim"))
 
 
 @app.command()
@@ -348,15 +523,22 @@ def end(
         return await conv.end(session, user)
 
     run_async(work)
-    out.print(f"conversation {session} {'was terminated' if force else 'is ending'}")
+    out.print(Text(f"conversation {session} {'was terminated' if force else 'is ending'}"))
 
 
 @app.command()
 def chat(session: Session, user: User) -> None:
-    """Talk to a conversation; answer approval prompts with approve/edit/reject/respond."""
+    """Talk to a conversation; answer approval prompts with approve/edit/reject/respond
+    (a/e/r/s). /show shows the conversation; /quit, Ctrl-D or Ctrl-C leaves."""
     from parley.chat import run_chat
 
-    run_async(lambda: run_chat(session, user, settings(), console=out))
+    try:
+        code = run_chat(session, user, settings(), console=out)
+    except ConversationRefused as refused:
+        raise fail(refused.message) from None
+    except (ValueError, FileNotFoundError) as problem:
+        raise fail(str(problem)) from None
+    raise typer.Exit(code)
 
 
 # --- output ---------------------------------------------------------------------------
@@ -374,39 +556,160 @@ def parse_args_option(raw: str | None) -> dict[str, Any] | None:
     return value
 
 
-def print_turn(result: TurnResult, as_json: bool) -> None:
+def print_turn(
+    result: TurnResult, as_json: bool, session: str | None = None, user: str | None = None
+) -> None:
     if as_json:
         print(result.model_dump_json(indent=2))
     else:
-        for item in result.results:
-            colour = "green" if item.status == "success" else "yellow"
-            out.print(f"[{colour}]{item.status}[/] {item.name} ({escape(item.tool_call_id)})")
-        if result.reply:
-            out.print(result.reply, highlight=False, markup=False)
-        print_pending(result.pending)
+        render_turn(result, out)
+        print_pending(result.pending, out, session=session, user=user)
     if result.status == "failed":
-        err.print(f"[bold red]turn failed:[/] {escape(result.error or '')}", highlight=False)
+        err.print(Text.assemble(("turn failed: ", "bold red"), result.error or ""))
         raise typer.Exit(1)
 
 
-def print_pending(pending: list[Any]) -> None:
+def _quoted_whole(content: str, reply: str | None) -> bool:
+    """Whether ``reply`` repeats ``content`` whole (as the offline model does): then the
+    content is printed once, in the reply."""
+    return reply is not None and len(content) >= 16 and content in reply
+
+
+def render_turn(result: TurnResult, console: Console) -> None:
+    """A turn's tool results (each once), then the reply."""
+    for item in result.results:
+        line = Text.assemble(
+            (item.status, "green" if item.status == "success" else "yellow"),
+            f" {item.name} ({item.tool_call_id})",
+        )
+        if item.content and not _quoted_whole(item.content, result.reply):
+            line.append(f": {item.content}")
+        console.print(line)
+    if result.reply:
+        console.print(Text(result.reply))
+
+
+def print_pending(
+    pending: Sequence[PendingCall],
+    console: Console,
+    *,
+    session: str | None = None,
+    user: str | None = None,
+) -> None:
+    """Each pending call with its whole arguments (indented JSON: a long value is never
+    cut, whatever the terminal's width), and how to decide."""
     if not pending:
         return
-    table = Table(title="Waiting for your decision", title_justify="left")
-    for column in ("call id", "tool", "args", "expires"):
-        table.add_column(column)
+    console.print(Text("Waiting for your decision:", style="bold yellow"))
     for call in pending:
-        table.add_row(
-            call.tool_call_id,
-            call.name,
-            json.dumps(call.args, ensure_ascii=False),
-            call.expires_at.strftime("%Y-%m-%d %H:%M UTC"),
+        print_call(call, console)
+    if session is not None and user is not None:
+        who = f"--session {shlex.quote(session)} --user {shlex.quote(user)}"
+        console.print(Text(f"Decide with: parley approve|edit|reject|respond {who} [CALL_ID…]"))
+
+
+def print_call(call: PendingCall, console: Console) -> None:
+    console.print(
+        Text.assemble(
+            "  ",
+            (call.name, "bold"),
+            f" ({call.tool_call_id}), expires {call.expires_at:%Y-%m-%d %H:%M} UTC, with:",
         )
-    out.print(table)
-    out.print(
-        "Decide with: parley approve|edit|reject|respond --session … --user … [CALL_ID…]",
-        markup=False,
     )
+    args = json.dumps(call.args, ensure_ascii=False, indent=2, default=str)
+    console.print(Text("\n".join("    " + line for line in args.splitlines())))
+
+
+def print_snapshot(
+    snapshot: ConversationSnapshot, console: Console, *, audit: bool, hint: bool
+) -> None:
+    """A conversation: status, a page of the transcript (each message whole, each tool
+    result once), the audit log if asked, the pending calls."""
+    console.print(
+        Text.assemble(
+            (snapshot.session_id, "bold"), f" ({snapshot.user_id}): status {snapshot.status}"
+        )
+    )
+    first, total = snapshot.transcript_offset, snapshot.transcript_total
+    if first > 0 or first + len(snapshot.transcript) < total:
+        console.print(
+            Text(
+                f"messages {first}-{first + len(snapshot.transcript) - 1} of {total}; "
+                "page with parley show --offset/--limit",
+                style="dim",
+            )
+        )
+    print_messages(snapshot.transcript, console)
+    if audit:
+        print_audit(snapshot, console)
+    print_pending(
+        snapshot.pending,
+        console,
+        session=snapshot.session_id if hint else None,
+        user=snapshot.user_id if hint else None,
+    )
+
+
+def _label(kind: str) -> tuple[str, str]:
+    return (f"{kind:>6} ", "dim")
+
+
+def print_messages(messages: Sequence[AnyMessage], console: Console) -> None:
+    for index, message in enumerate(messages):
+        text = message.text
+        if message.type == "tool":
+            artifact = getattr(message, "artifact", None)
+            status = (artifact or {}).get("status") if isinstance(artifact, dict) else None
+            status = status or getattr(message, "status", "")
+            line = Text.assemble(
+                _label("tool"),
+                f"{getattr(message, 'name', None) or 'tool'} "
+                f"({getattr(message, 'tool_call_id', '')}) ",
+                (status, "green" if status == "success" else "yellow"),
+            )
+            if _quoted_whole(text, _next_reply(messages, index)):
+                line.append(": quoted whole in the reply below", style="dim")
+            elif text:
+                line.append(f": {text}")
+            console.print(line)
+            continue
+        calls = getattr(message, "tool_calls", None) or []
+        if text or not calls:
+            console.print(Text.assemble(_label(message.type), text))
+        for number, call in enumerate(calls):
+            args = json.dumps(call["args"], ensure_ascii=False, default=str)
+            lead = _label(message.type) if number == 0 and not text else " " * 7
+            console.print(Text.assemble(lead, f"→ {call['name']} ({call.get('id')}) {args}"))
+
+
+def _next_reply(messages: Sequence[AnyMessage], index: int) -> str | None:
+    """The text of the model's message that follows the tool results after ``index``."""
+    for message in messages[index + 1 :]:
+        if message.type != "tool":
+            return message.text if message.type == "ai" else None
+    return None
+
+
+def print_audit(snapshot: ConversationSnapshot, console: Console) -> None:
+    if not snapshot.audit:
+        return
+    first = snapshot.audit_offset
+    console.print(
+        Text(
+            f"Audit log (entries {first}-{first + len(snapshot.audit) - 1} of "
+            f"{snapshot.audit_total}):",
+            style="bold",
+        )
+    )
+    for entry in snapshot.audit:
+        parts = [f"{entry.at:%Y-%m-%d %H:%M:%S}", f"{entry.event:<11}", entry.actor]
+        if entry.name:
+            parts.append(entry.name)
+        if entry.tool_call_id:
+            parts.append(f"({entry.tool_call_id})")
+        if entry.detail:
+            parts.append(json.dumps(entry.detail, ensure_ascii=False, default=str))
+        console.print(Text("  " + "  ".join(parts)))
 
 
 def main() -> None:  # pragma: no cover - console script entry

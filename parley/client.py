@@ -12,18 +12,26 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Sequence
+from datetime import UTC, datetime
 from typing import TypeVar
 
 from langchain_core.messages import AnyMessage
+from pydantic import BaseModel
+from temporalio.api.common.v1 import WorkflowExecution as ExecutionRef
 from temporalio.api.enums.v1 import PendingWorkflowTaskState, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.api.workflowservice.v1 import (
+    DescribeTaskQueueRequest,
+    GetWorkflowExecutionHistoryReverseRequest,
+)
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
+    WorkflowExecution,
     WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowQueryFailedError,
@@ -40,8 +48,10 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from parley.contracts import (
+    PARLEY_PENDING_TOOLS,
     PARLEY_STATUS,
     PARLEY_USER,
+    WORKFLOW_ID_PREFIX,
     ConversationSnapshot,
     ConversationStart,
     DecideInput,
@@ -84,9 +94,40 @@ async def connect(settings: Settings) -> Client:
         )
     except RuntimeError as err:
         raise ConversationRefused(
-            f"cannot reach Temporal at {settings.temporal_address}: {err}. Is `parley dev` "
-            "running, or TEMPORAL_ADDRESS set to your cluster?"
+            f"cannot reach Temporal at {settings.temporal_address} ({_connect_reason(err)}). "
+            "Is `parley dev` running, or TEMPORAL_ADDRESS set to your cluster?",
+            "Unreachable",
         ) from err
+
+
+def _connect_reason(err: Exception) -> str:
+    """Why a connection failed, in the words of the OS or the server, without the Rust
+    transport's type names (``tonic::transport::Error(Transport, ConnectError(...``)."""
+    text = str(err)
+    for pattern in (r'message: "([^"]+)"', r'error: "([^"]+)"'):
+        found = re.findall(pattern, text)
+        if found:
+            return found[-1]  # the innermost: the OS's or the server's own words
+    text = re.split(r"tonic::|hyper::|Status \{|\(", text, maxsplit=1)[0]
+    text = text.removeprefix("Failed client connect:").strip(" :")
+    return text or "the connection failed"
+
+
+class ConversationSummary(BaseModel):
+    """One conversation as ``Conversations.list`` finds it in Temporal's visibility."""
+
+    session_id: str
+    workflow_id: str
+    #: The status at rest (``ParleyStatus``: awaiting_approval, idle, failed), or
+    #: ``ended`` once the workflow has closed (ended, terminated, timed out...).
+    status: str
+    #: The tools whose calls wait for a decision (``ParleyPendingTools``).
+    pending_tools: list[str]
+    started_at: datetime
+    #: When the conversation last changed: its close time, or its latest history event.
+    last_activity_at: datetime
+    #: Temporal's status of the workflow execution: running, completed, terminated...
+    execution_status: str
 
 
 class Conversations:
@@ -285,6 +326,75 @@ class Conversations:
         except RPCError as err:
             raise _refusal(err, session_id, ended=f"conversation {session_id} has ended") from err
 
+    async def list(self, user_id: str, limit: int = 1_000) -> list[ConversationSummary]:
+        """The user's conversations, from Temporal's visibility (no worker needed):
+        those awaiting a decision first, then the others, most recent first. At most
+        ``limit`` workflow runs are read."""
+        user_id = _user(user_id)
+        query = f"WorkflowType = {_literal(ConversationWorkflow.__name__)}"
+        if '"' in user_id or "\\" in user_id:
+            # Temporal's SQL visibility never matches such a keyword with ``=``: select
+            # by the part before it, and keep the exact owner below.
+            prefix = re.split(r'["\\]', user_id, maxsplit=1)[0]
+            if prefix:
+                query += f" AND ParleyUser STARTS_WITH {_literal(prefix)}"
+        else:
+            query += f" AND ParleyUser = {_literal(user_id)}"
+        runs: dict[str, list[WorkflowExecution]] = {}
+        try:
+            async for execution in self._client.list_workflows(query, limit=limit):
+                if execution.typed_search_attributes.get(PARLEY_USER) == user_id:
+                    runs.setdefault(execution.id, []).append(execution)
+        except RPCError as err:
+            raise ConversationRefused(
+                f"Temporal refused to list conversations: {err.message}", "RPCError"
+            ) from err
+        lookups = asyncio.Semaphore(16)  # one history read per open conversation
+
+        async def summary(group: list[WorkflowExecution]) -> ConversationSummary:
+            async with lookups:
+                return await self._summary(group)
+
+        found = await asyncio.gather(*(summary(group) for group in runs.values()))
+        return sorted(
+            found,
+            key=lambda c: (c.status != "awaiting_approval", -c.last_activity_at.timestamp()),
+        )
+
+    async def _summary(self, runs: list[WorkflowExecution]) -> ConversationSummary:
+        """One conversation from its runs (more than one after continue-as-new)."""
+        continued = WorkflowExecutionStatus.CONTINUED_AS_NEW
+        current = max(runs, key=lambda r: (r.status != continued, r.start_time))
+        open_ = current.status == WorkflowExecutionStatus.RUNNING
+        attributes = current.typed_search_attributes
+        last = current.close_time
+        if last is None:
+            last = await self._latest_event_time(current.id, current.run_id) or current.start_time
+        return ConversationSummary(
+            session_id=current.id.removeprefix(WORKFLOW_ID_PREFIX),
+            workflow_id=current.id,
+            status=(attributes.get(PARLEY_STATUS) or "idle") if open_ else "ended",
+            pending_tools=list(attributes.get(PARLEY_PENDING_TOOLS) or []) if open_ else [],
+            started_at=min(r.start_time for r in runs),
+            last_activity_at=last,
+            execution_status=(current.status.name if current.status else "UNKNOWN").lower(),
+        )
+
+    async def _latest_event_time(self, workflow_id: str, run_id: str) -> datetime | None:
+        try:
+            response = await self._client.workflow_service.get_workflow_execution_history_reverse(
+                GetWorkflowExecutionHistoryReverseRequest(
+                    namespace=self._client.namespace,
+                    execution=ExecutionRef(workflow_id=workflow_id, run_id=run_id),
+                    maximum_page_size=1,
+                )
+            )
+        except RPCError:
+            return None
+        if not response.history.events:
+            return None
+        return response.history.events[0].event_time.ToDatetime(tzinfo=UTC)
+
     # --- liveness: never wait on a task queue no worker serves --------------------
 
     async def workers_polling(self) -> bool:
@@ -359,6 +469,11 @@ def _decision_id(user_id: str, decisions: Sequence[Decision]) -> str:
     )
     digest = hashlib.sha256(json.dumps([user_id, ordered], sort_keys=True).encode()).hexdigest()
     return f"decide-{digest[:16]}"
+
+
+def _literal(value: str) -> str:
+    """A string literal for a visibility query."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _check_text(text: str, max_bytes: int) -> None:

@@ -5,31 +5,68 @@ persistence in the data dir), registers Parley's search attributes, writes a dem
 project of real git repositories, starts the reference plans service (SQLite, with an
 API key kept in the data dir), and runs a worker with both toolsets and the offline
 model, unless ``PARLEY_TOOLS`` / ``PARLEY_MODEL`` / ``PARLEY_PLANS_URL`` say otherwise.
+The data dir is locked (``dev.lock``) while it runs: one ``temporal.db``, one server.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import secrets
+import shlex
 import signal
 import socket
 from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
+from rich.text import Text
 from temporalio.testing import WorkflowEnvironment
 
 from parley.binaries import temporal_cli
 from parley.http import aclose_shared_client
-from parley.models import build_chat_model
 from parley.plans_service import BackgroundServer, create_app
-from parley.settings import Settings
+from parley.settings import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE, Settings
 from parley.storage import data_converter, describe_store
-from parley.tools import load_registry
 from parley.toolsets.git import create_demo_projects
 
 DEV_TOOLS = "parley.toolsets.git:toolset,parley.toolsets.plans:toolset"
+LOCK_FILE = "dev.lock"
+DEFAULT_PORT = 7233
+
+
+def _lock_data_dir(data_dir: Path) -> int:
+    """Take ``data_dir/dev.lock`` (an exclusive ``flock``, held until the returned
+    descriptor is closed or the process ends) so that two ``parley dev`` never share one
+    ``temporal.db``: SQLite would answer one of them SQLITE_BUSY."""
+    lock_path = data_dir / LOCK_FILE
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as problem:
+        raise ValueError(
+            f"cannot use {data_dir} as the data directory: {problem.strerror or problem}. "
+            "Pick another with --data-dir."
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as problem:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        if isinstance(problem, BlockingIOError):
+            who = f"process {holder}" if holder.isdigit() else "another process"
+            raise ValueError(
+                f"{data_dir} is in use by another `parley dev` ({who} holds {lock_path}), "
+                "whose Temporal server owns temporal.db: stop it, or pick another --data-dir."
+            ) from None
+        raise ValueError(
+            f"cannot lock {lock_path}: {problem.strerror or problem}. "
+            "Pick another --data-dir (on a local disk)."
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def _plans_api_key(data_dir: Path) -> str:
@@ -82,7 +119,20 @@ async def run_dev(
     data_dir: Path, *, port: int, ui_port: int, plans_port: int, console: Console
 ) -> None:
     """Run until Ctrl-C or SIGTERM; either way the dev server, the worker and the plans
-    service are shut down (a SIGTERM cancels this task, so every ``finally`` runs)."""
+    service are shut down (a SIGTERM cancels this task, so every ``finally`` runs).
+    The data dir stays locked (``dev.lock``) for as long as this runs."""
+    lock = _lock_data_dir(data_dir)
+    try:
+        await _run_dev_locked(
+            data_dir, port=port, ui_port=ui_port, plans_port=plans_port, console=console
+        )
+    finally:
+        os.close(lock)
+
+
+async def _run_dev_locked(
+    data_dir: Path, *, port: int, ui_port: int, plans_port: int, console: Console
+) -> None:
     _check_ports_free({"--port": port, "--ui-port": ui_port})
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
@@ -134,12 +184,14 @@ async def _run_dev(
 async def _run_temporal_and_worker(
     data_dir: Path, port: int, ui_port: int, console: Console
 ) -> None:
+    from parley.cli import load_tools_and_model
     from worker import build_worker, ensure_search_attributes
 
     settings = replace(Settings.from_env(), temporal_address=f"127.0.0.1:{port}")
     # A bad PARLEY_TOOLS / PARLEY_MODEL is reported before Temporal starts.
-    registry = load_registry(settings.tools)
-    model = build_chat_model(settings.model)
+    registry, model = load_tools_and_model(
+        settings, warn=lambda text: console.print(Text.assemble(("warning: ", "bold yellow"), text))
+    )
     try:
         env = await WorkflowEnvironment.start_local(
             namespace=settings.namespace,
@@ -159,21 +211,47 @@ async def _run_temporal_and_worker(
         await ensure_search_attributes(env.client, settings.namespace)
         worker = build_worker(env.client, settings, registry=registry, model=model)
         console.print(
-            "[bold green]Parley dev is running.[/]\n"
-            f"  Temporal      127.0.0.1:{port} (namespace {settings.namespace})\n"
-            f"  Temporal UI   http://127.0.0.1:{ui_port}\n"
-            f"  data          {data_dir} (temporal.db, demo repos, projects.json)\n"
-            f"  payload store {describe_store(settings.payload_store)}\n"
-            f"  worker        task queue {settings.task_queue!r}, model {settings.model!r}\n"
-            f"  tools         {settings.tools}\n"
-            f"  plans service {os.environ.get('PARLEY_PLANS_URL')}\n"
-            "Try:  parley send --session demo --user alice "
-            "'prepare a feat branch my-change in web'\n"
-            "      parley approve --session demo --user alice\n"
-            "Ctrl-C stops everything; conversations persist in temporal.db.",
-            highlight=False,
+            Text.assemble(
+                ("Parley dev is running.", "bold green"),
+                "\n",
+                _banner(settings, port, ui_port, data_dir),
+            ),
+            soft_wrap=True,
         )
         await worker.run()
     finally:
         await aclose_shared_client()
         await env.shutdown()
+
+
+def _banner(settings: Settings, port: int, ui_port: int, data_dir: Path) -> str:
+    """What runs where, and how to talk to it from another shell (with the variables a
+    client needs when this is not the default set-up)."""
+    client_env = {}
+    if port != DEFAULT_PORT:
+        client_env["TEMPORAL_ADDRESS"] = f"127.0.0.1:{port}"
+    if settings.namespace != DEFAULT_NAMESPACE:
+        client_env["TEMPORAL_NAMESPACE"] = settings.namespace
+    if settings.task_queue != DEFAULT_TASK_QUEUE:
+        client_env["PARLEY_TASK_QUEUE"] = settings.task_queue
+    if settings.payload_store:
+        client_env["PARLEY_PAYLOAD_STORE"] = settings.payload_store
+    lines = [
+        f"  Temporal      127.0.0.1:{port} (namespace {settings.namespace})",
+        f"  Temporal UI   http://127.0.0.1:{ui_port}",
+        f"  data          {data_dir} (temporal.db, demo repos, projects.json)",
+        f"  payload store {describe_store(settings.payload_store)}",
+        f"  worker        task queue {settings.task_queue!r}, model {settings.model!r}",
+        f"  tools         {settings.tools or '(none)'}",
+        f"  plans service {os.environ.get('PARLEY_PLANS_URL')}",
+    ]
+    if client_env:
+        assignments = " ".join(f"{name}={shlex.quote(value)}" for name, value in client_env.items())
+        lines.append(f"In another shell, first:  export {assignments}")
+    lines += [
+        "Try:  parley send --session demo --user alice 'prepare a feat branch my-change in web'",
+        "      parley approve --session demo --user alice",
+        "      parley list --user alice",
+        "Ctrl-C stops everything; conversations persist in temporal.db.",
+    ]
+    return "\n".join(lines)

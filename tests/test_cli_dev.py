@@ -3,14 +3,21 @@ offline model; then a scripted conversation through `parley send` / `parley appr
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
+import select
 import socket
+import struct
 import subprocess
 import sys
+import termios
+import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -49,11 +56,20 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+#: Keys of the ``dev_server`` fixture that are not environment variables.
+FIXTURE_KEYS = ("data_dir", "ui", "banner", "pid")
+
+
 @pytest.fixture(scope="module")
 def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     data_dir = tmp_path_factory.mktemp("parley-dev")
     port, ui_port, plans_port = free_port(), free_port(), free_port()
-    env = {**os.environ, "PARLEY_TASK_QUEUE": "parley-dev-test"}
+    env = {
+        **os.environ,
+        "PARLEY_TASK_QUEUE": "parley-dev-test",
+        # Large payloads of these tests go to the test's directory, not the user's.
+        "PARLEY_PAYLOAD_STORE": str(data_dir / "payloads"),
+    }
     for name in ("PARLEY_GIT_PROJECTS", "PARLEY_TOOLS", "PARLEY_PLANS_URL", "PARLEY_MODEL"):
         env.pop(name, None)
     process = subprocess.Popen(
@@ -79,12 +95,21 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
     deadline = time.monotonic() + 60
     for line in process.stdout:  # blocks on the child's output, not a sleep loop
         lines.append(line)
-        if "Parley dev is running" in line or time.monotonic() > deadline:
+        if "Ctrl-C stops everything" in line or time.monotonic() > deadline:
             break
     assert any("Parley dev is running" in line for line in lines), "".join(lines)
+    # Keep reading what the dev server prints: a full pipe would block it.
+    drain = threading.Thread(target=process.stdout.read, daemon=True)
+    drain.start()
     client_env = {**env, "TEMPORAL_ADDRESS": f"127.0.0.1:{port}"}
     try:
-        yield {"data_dir": str(data_dir), "ui": f"http://127.0.0.1:{ui_port}", **client_env}
+        yield {
+            "data_dir": str(data_dir),
+            "ui": f"http://127.0.0.1:{ui_port}",
+            "banner": "".join(lines),
+            "pid": str(process.pid),
+            **client_env,
+        }
     finally:
         children = children_of(process.pid)
         process.terminate()  # SIGTERM, as a service manager stops it
@@ -101,8 +126,14 @@ def parley(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*PARLEY, *args], capture_output=True, text=True, env=env, timeout=120)
 
 
+def parley_all(env: dict[str, str], *calls: list[str]) -> list[subprocess.CompletedProcess[str]]:
+    """Independent commands at once: the console script spends its first second importing."""
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return list(pool.map(lambda args: parley(env, *args), calls))
+
+
 def test_dev_runs_a_scripted_conversation_with_send_and_approve(dev_server) -> None:
-    env = {k: v for k, v in dev_server.items() if k not in ("data_dir", "ui")}
+    env = without_paths(dev_server)
     who = ["--session", "cli-demo", "--user", "alice", "--json"]
 
     listed = parley(env, "send", *who, "list the repositories of project demo")
@@ -142,7 +173,7 @@ def test_dev_runs_a_scripted_conversation_with_send_and_approve(dev_server) -> N
 
 
 def test_dev_serves_the_plans_toolset(dev_server) -> None:
-    env = {k: v for k, v in dev_server.items() if k not in ("data_dir", "ui")}
+    env = without_paths(dev_server)
     who = ["--session", "cli-plans", "--user", "bob", "--json"]
     proposed = json.loads(
         parley(env, "send", *who, "please create a plan called Q3 review for next week").stdout
@@ -157,7 +188,7 @@ def test_dev_serves_the_plans_toolset(dev_server) -> None:
 
 
 def test_cli_refuses_bad_input_with_one_line(dev_server) -> None:
-    env = {k: v for k, v in dev_server.items() if k not in ("data_dir", "ui")}
+    env = without_paths(dev_server)
     for args, expected in [
         (["send", "--session", "x", "--user", "default", "hi"], "'default' is not a user id"),
         (["send", "--session", "bad id!", "--user", "bob", "hi"], "session id"),
@@ -171,7 +202,7 @@ def test_cli_refuses_bad_input_with_one_line(dev_server) -> None:
 
 
 def test_chat_answers_approval_prompts(dev_server) -> None:
-    env = {k: v for k, v in dev_server.items() if k not in ("data_dir", "ui")}
+    env = without_paths(dev_server)
     typed = "\n".join(
         [
             "prepare a fix branch chat-change in api",
@@ -203,7 +234,8 @@ def test_chat_answers_approval_prompts(dev_server) -> None:
 
 
 def without_paths(dev_server: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in dev_server.items() if k not in ("data_dir", "ui")}
+    """The environment of a client of the dev server (the fixture's own keys left out)."""
+    return {k: v for k, v in dev_server.items() if k not in FIXTURE_KEYS}
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], expected: str) -> None:
@@ -354,3 +386,335 @@ def test_decisions_with_several_pending_calls_are_clear(two_call_worker) -> None
     both = json.loads(parley(env, "approve", *who, "--json").stdout)
     assert [r["status"] for r in both["results"]] == ["success", "success"]
     assert both["reply"] == "both done"
+
+
+# --- a terminal, for `parley chat` ----------------------------------------------------
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+#: Run in the child, in its new session: make the terminal its controlling one (so the
+#: terminal's Ctrl-C reaches it), then become the command.
+TAKE_TERMINAL = (
+    "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+class Terminal:
+    """A console script on a pseudo-terminal, as a user's shell runs it: Ctrl-C typed
+    there reaches it as SIGINT, like a real keyboard's."""
+
+    def __init__(self, args: list[str], env: dict[str, str], columns: int = 200) -> None:
+        env = {**env, "COLUMNS": str(columns), "TERM": "dumb"}
+        terminal, child_end = os.openpty()
+        fcntl.ioctl(child_end, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", TAKE_TERMINAL, *args],
+            stdin=child_end,
+            stdout=child_end,
+            stderr=child_end,
+            env=env,
+            start_new_session=True,
+        )
+        os.close(child_end)
+        self.fd = terminal
+        self.raw = b""
+        self.seen = 0  # where the next expect() looks from
+
+    @property
+    def output(self) -> str:
+        text = ANSI.sub("", self.raw.decode(errors="replace"))
+        return text.replace("\r\n", "\n")
+
+    def _read(self, timeout: float) -> bool:
+        """Read what is there within ``timeout``; False once the terminal is closed."""
+        ready, _, _ = select.select([self.fd], [], [], max(timeout, 0))
+        if not ready:
+            return True
+        try:
+            chunk = os.read(self.fd, 1 << 16)
+        except OSError:  # EIO: the child has closed the terminal
+            chunk = b""
+        self.raw += chunk
+        return bool(chunk)
+
+    def expect(self, text: str, timeout: float = 30) -> str:
+        """Wait for ``text`` after what was already expected; return the output between."""
+        deadline = time.monotonic() + timeout
+        while (found := self.output.find(text, self.seen)) < 0:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0 and self._read(remaining), (
+                f"{text!r} not seen; the terminal shows:\n{self.output[self.seen :]}"
+            )
+        between = self.output[self.seen : found]
+        self.seen = found + len(text)
+        return between
+
+    def type(self, text: str) -> None:
+        os.write(self.fd, text.encode())
+
+    def wait(self, timeout: float) -> int:
+        """The exit code, once the process has ended within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while self.process.poll() is None:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"still running; the terminal shows:\n{self.output}"
+            if not self._read(min(remaining, 0.2)):
+                time.sleep(0.05)
+        while self._read(0):  # what it printed last
+            pass
+        return self.process.returncode
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        os.close(self.fd)
+
+
+@pytest.fixture
+def terminals() -> Iterator[Callable[..., Terminal]]:
+    opened: list[Terminal] = []
+
+    def open_terminal(*args: str, env: dict[str, str], columns: int = 200) -> Terminal:
+        opened.append(Terminal([*PARLEY, *args], env, columns))
+        return opened[-1]
+
+    yield open_terminal
+    for terminal in opened:
+        terminal.close()
+
+
+ASK_DECISION = "approve, edit, reject or respond? [a/e/r/s] "
+
+
+def test_chat_respond_works_show_prints_the_conversation_and_ctrl_c_leaves(
+    dev_server, terminals
+) -> None:
+    env = without_paths(dev_server)
+    long_detail = "budget-" + "0123456789" * 30  # one long word: nothing may cut it
+    chat = terminals("chat", "--session", "cli-chat-respond", "--user", "gina", env=env, columns=40)
+    chat.expect("you> ")
+    chat.type(f"please create a plan called Budget for next week; details {long_detail}\n")
+    shown = chat.expect(ASK_DECISION)
+    assert "create_plan" in shown and long_detail in shown  # the whole args, at 40 columns
+    chat.type("respond\n")  # the word, not refused any more
+    chat.expect("your answer for the model: ")
+    chat.type("not now, ask me tomorrow\n")
+    assert "Understood: create_plan was not run. not now, ask me tomorrow" in chat.expect("you> ")
+
+    chat.type("prepare a feat branch chat-respond in web\n")
+    chat.expect(ASK_DECISION)
+    chat.type("s\n")  # respond's one-letter shortcut
+    chat.expect("your answer for the model: ")
+    chat.type("use the api repository instead\n")
+    assert "git_prepare_worktree was not run" in chat.expect("you> ")
+
+    chat.type("/show\n")
+    shown = chat.expect("you> ")
+    assert "cli-chat-respond (gina): status idle" in shown
+    assert " human prepare a feat branch chat-respond in web" in shown  # the messages
+    assert "git_prepare_worktree" in shown and "rejected" in shown  # its result
+    assert "use the api repository instead" in shown
+
+    started = time.monotonic()
+    chat.type("\x03")  # Ctrl-C at the prompt
+    assert chat.wait(timeout=10) == 130
+    assert time.monotonic() - started < 5, "Ctrl-C must leave at once, not at the next Enter"
+    assert "Traceback" not in chat.output and "interrupted" in chat.output
+
+
+def test_chat_ctrl_c_at_a_decision_prompt_leaves_the_call_pending(dev_server, terminals) -> None:
+    env = without_paths(dev_server)
+    who = ["--session", "cli-chat-interrupt", "--user", "hank"]
+    chat = terminals("chat", *who, env=env)
+    chat.expect("you> ")
+    chat.type("prepare a feat branch chat-interrupt in api\n")
+    chat.expect(ASK_DECISION)
+    started = time.monotonic()
+    chat.type("\x03")
+    assert chat.wait(timeout=10) == 130 and time.monotonic() - started < 5
+    assert "Traceback" not in chat.output
+
+    again = terminals("chat", *who, env=env)  # the call still waits: asked at once
+    assert "git_prepare_worktree" in again.expect(ASK_DECISION)
+    again.type("/quit\n")
+    assert again.wait(timeout=10) == 0
+
+
+# --- list, send, show -------------------------------------------------------------------
+
+
+def test_list_shows_conversations_awaiting_approval_first(dev_server) -> None:
+    env = without_paths(dev_server)
+
+    def ivy(session: str, *args: str) -> list[str]:
+        return ["--session", session, "--user", "ivy", *args]
+
+    for result in parley_all(
+        env,
+        ["send", *ivy("cli-list-waiting", "prepare a feat branch list-me in web")],
+        ["send", *ivy("cli-list-ended", "list my plans")],
+        ["send", "--session", "cli-list-jon", "--user", "jon", "list my plans"],  # not ivy's
+    ):
+        assert result.returncode == 0, result.stderr
+    ended = parley(env, "end", *ivy("cli-list-ended", "--force"))
+    assert ended.returncode == 0, ended.stderr
+    idle = parley(env, "send", *ivy("cli-list-idle", "list my plans"))
+    assert idle.returncode == 0, idle.stderr
+
+    expected = [  # awaiting approval first, then the most recent first
+        ("cli-list-waiting", "awaiting_approval", ["git_prepare_worktree"]),
+        ("cli-list-idle", "idle", []),
+        ("cli-list-ended", "ended", []),
+    ]
+    deadline = time.monotonic() + 20  # visibility is eventually consistent
+    while True:
+        listed = parley(env, "list", "--user", "ivy", "--json")
+        assert listed.returncode == 0, listed.stderr
+        found = json.loads(listed.stdout)
+        got = [(c["session_id"], c["status"], c["pending_tools"]) for c in found]
+        if got == expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert got == expected
+    assert found[-1]["execution_status"] == "terminated"
+    assert all(c["started_at"] <= c["last_activity_at"] for c in found)
+
+    table = parley({**env, "COLUMNS": "40"}, "list", "--user", "ivy")
+    assert table.returncode == 0 and table.stderr == ""
+    lines = table.stdout.splitlines()
+    assert "SESSION" in lines[0] and "LAST ACTIVITY" in lines[0]
+    assert lines[1].split()[:3] == ["cli-list-waiting", "awaiting_approval", "git_prepare_worktree"]
+    assert [line.split()[0] for line in lines[1:]] == [c[0] for c in expected]
+
+
+def test_send_reads_a_large_message_from_stdin_or_a_file(dev_server, tmp_path: Path) -> None:
+    env = without_paths(dev_server)
+    piped = "piped: " + "a long message line\n" * 10_000  # 200 KB: too long for an argv
+    from_file = "from a file: " + "ü" * 100_000 + "\n"  # 200 KB of UTF-8
+    (tmp_path / "message.txt").write_text(from_file, encoding="utf-8")
+    assert len(piped.encode()) > 200_000 and len(from_file.encode()) > 200_000
+
+    def send(session: str, *args: str, stdin: str | None = None) -> None:
+        result = subprocess.run(
+            [*PARLEY, "send", "--session", session, "--user", "kim", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        for sent in [
+            pool.submit(send, "cli-send-stdin", stdin=piped),  # no TEXT, input piped in
+            pool.submit(send, "cli-send-file", "--file", str(tmp_path / "message.txt")),
+            pool.submit(send, "cli-send-dash", "-", stdin="a dash\n"),
+        ]:
+            sent.result()
+
+    shown = parley_all(
+        env,
+        *(
+            ["show", "--session", session, "--user", "kim", "--json"]
+            for session in ("cli-send-stdin", "cli-send-file", "cli-send-dash")
+        ),
+    )
+    humans = [
+        [m["content"] for m in json.loads(s.stdout)["transcript"] if m["type"] == "human"]
+        for s in shown
+    ]
+    # As given, without the trailing newline a file or a pipe ends with.
+    assert humans == [[piped.rstrip("\n")], [from_file.rstrip("\n")], ["a dash"]]
+
+
+def test_show_prints_whole_messages_each_result_once_and_the_audit_log(dev_server) -> None:
+    env = {**without_paths(dev_server), "COLUMNS": "40"}
+    who = ["--session", "cli-show-whole", "--user", "lee"]
+    long_text = "notes " + json.dumps({"items": [f"item number {i}" for i in range(60)]})
+    assert len(long_text) > 1000
+    assert parley(env, "send", *who, "list the repositories of project demo").returncode == 0
+    assert parley(env, "send", *who, long_text).returncode == 0
+
+    as_json, shown = parley_all(env, ["show", *who, "--json"], ["show", *who])
+    transcript = json.loads(as_json.stdout)["transcript"]
+    (result,) = [m["content"] for m in transcript if m["type"] == "tool"]
+    assert shown.returncode == 0 and shown.stderr == ""
+    assert long_text in shown.stdout  # whole, not cut at 300 characters or at 40 columns
+    assert shown.stdout.count(result) == 1  # the reply quotes it: printed once
+    audit = shown.stdout[shown.stdout.index("Audit log") :]
+    for event in ("message", "proposed", "ran"):
+        assert f"  {event} " in audit, audit
+    assert "git_list_project_repositories  (call_" in audit
+
+
+def test_pending_args_are_whole_at_any_terminal_width(dev_server) -> None:
+    env = {**without_paths(dev_server), "COLUMNS": "40"}
+    who = ["--session", "cli-narrow", "--user", "max"]
+    long_value = "quarterly-" + "x" * 300
+    sent = parley(env, "send", *who, f"please create a plan called {long_value} for next week")
+    assert sent.returncode == 0, sent.stderr
+    as_json, shown = parley_all(env, ["show", *who, "--json"], ["show", *who])
+    (pending,) = json.loads(as_json.stdout)["pending"]
+    values = [v for v in pending["args"].values() if isinstance(v, str)]
+    assert any(long_value in v for v in values)
+    for output in (sent.stdout, shown.stdout):
+        assert "Waiting for your decision" in output and pending["tool_call_id"] in output
+        for value in values:
+            assert value in output  # never cut, never folded
+
+
+# --- workers and the dev server ---------------------------------------------------------
+
+
+def test_worker_without_tools_warns_at_start(dev_server, tmp_path: Path) -> None:
+    env = {**without_paths(dev_server), "PARLEY_TOOLS": "", "PARLEY_TASK_QUEUE": "no-tools"}
+    log = tmp_path / "worker.log"
+    with log.open("w") as sink:
+        process = subprocess.Popen([*PARLEY, "worker"], env=env, stdout=sink, stderr=sink)
+    try:
+        deadline = time.monotonic() + 30
+        while "worker on task queue" not in log.read_text():
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    text = log.read_text()
+    assert "warning: no tools: PARLEY_TOOLS='' loads none" in text
+    assert text.index("warning: no tools") < text.index("worker on task queue")
+    assert "Traceback" not in text
+
+
+def test_a_second_dev_on_the_same_data_dir_is_refused(dev_server) -> None:
+    result = subprocess.run(
+        [
+            *PARLEY,
+            "dev",
+            "--data-dir",
+            dev_server["data_dir"],
+            "--port",
+            str(free_port()),
+            "--ui-port",
+            str(free_port()),
+            "--plans-port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=without_paths(dev_server),
+    )
+    assert_one_line_error(result, f"{dev_server['data_dir']} is in use by another `parley dev`")
+    assert f"process {dev_server['pid']} holds" in result.stderr
+    assert "Parley dev is running" not in result.stdout
+
+
+def test_dev_hints_name_the_address_and_queue_when_not_the_defaults(dev_server) -> None:
+    address = dev_server["TEMPORAL_ADDRESS"]
+    exports = [line for line in dev_server["banner"].splitlines() if "export " in line]
+    assert len(exports) == 1, dev_server["banner"]
+    assert f"TEMPORAL_ADDRESS={address}" in exports[0]
+    assert "PARLEY_TASK_QUEUE=parley-dev-test" in exports[0]
+    assert f"PARLEY_PAYLOAD_STORE={dev_server['PARLEY_PAYLOAD_STORE']}" in exports[0]

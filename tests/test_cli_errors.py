@@ -1,0 +1,150 @@
+"""The console script's refusals that need no Temporal server: one plain line on stderr
+(never a traceback, never user text read as Rich markup or emoji codes) and exit code 1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+# The console script the README's quick start runs (installed next to this Python).
+PARLEY = [str(Path(sys.executable).parent / "parley")]
+#: Nothing listens there: a command that got as far as connecting would say so.
+NOWHERE = {**os.environ, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+
+
+def parley(env: dict[str, str], *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*PARLEY, *args], input=stdin, capture_output=True, text=True, env=env, timeout=60
+    )
+
+
+def parley_all(
+    *calls: tuple[dict[str, str], list[str]] | tuple[dict[str, str], list[str], str],
+) -> list[subprocess.CompletedProcess[str]]:
+    """Run independent commands at once (``(env, args[, stdin])`` each): the console
+    script spends its first second importing."""
+
+    def run(call: tuple[Any, ...]) -> subprocess.CompletedProcess[str]:
+        env, args, *stdin = call
+        return parley(env, *args, stdin=stdin[0] if stdin else "")
+
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return list(pool.map(run, calls))
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], expected: str) -> None:
+    assert result.returncode == 1, result
+    assert expected in result.stderr, result.stderr
+    assert result.stderr.startswith("error: "), result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_worker_configuration_errors_are_one_plain_line(tmp_path: Path) -> None:
+    (tmp_path / "broken_tools.py").write_text(
+        "def toolset():\n    raise RuntimeError('no [bold]tools[/bold] today :factory:')\n"
+    )
+    base = {**NOWHERE, "PYTHONPATH": str(tmp_path), "PARLEY_TOOLS": ""}
+    for name in ("PARLEY_MODEL", "PARLEY_GIT_PROJECTS"):
+        base.pop(name, None)
+    no_registry = {k: v for k, v in base.items() if k != "PARLEY_TOOLS"}  # the default: git
+    cases = [
+        # user text is printed as typed: no emoji for ":factory", no markup for "[bold]"
+        ({**base, "PARLEY_MODEL": "no_such_mod:factory"}, "cannot load no_such_mod:factory"),
+        ({**base, "PARLEY_TOOLS": "[bold]nope:x"}, "toolset '[bold]nope:x': cannot import [bold]"),
+        (
+            {**base, "PARLEY_TOOLS": "broken_tools:toolset"},
+            "PARLEY_TOOLS='broken_tools:toolset': RuntimeError: no [bold]tools[/bold] today "
+            ":factory:",
+        ),
+        (no_registry, "PARLEY_GIT_PROJECTS is not set"),
+    ]
+    results = parley_all(*((env, ["worker"]) for env, _ in cases))
+    for (_, expected), result in zip(cases, results, strict=True):
+        assert_one_line_error(result, expected)
+        assert "🏭" not in result.stderr
+
+
+def test_unreachable_temporal_is_one_line() -> None:
+    show, chat, worker = parley_all(
+        (NOWHERE, ["show", "--session", "s", "--user", "bob"]),
+        (NOWHERE, ["chat", "--session", "s", "--user", "bob"]),
+        ({**NOWHERE, "PARLEY_TOOLS": "", "PARLEY_MODEL": "scripted"}, ["worker"]),
+    )
+    expected = "cannot reach Temporal at 127.0.0.1:1 (Connection refused). Is `parley dev` running"
+    for result in (show, chat):
+        assert_one_line_error(result, expected)
+        assert "tonic" not in result.stderr and "Transport" not in result.stderr
+    # A worker with no tools says so first, then why it cannot start.
+    assert worker.returncode == 1
+    warning, error = worker.stderr.splitlines()
+    assert warning.startswith("warning: no tools") and error.startswith(f"error: {expected}")
+
+
+def test_user_ids_with_spaces_are_refused() -> None:
+    for result in parley_all(
+        (NOWHERE, ["send", "--session", "s", "--user", "al ice", "hi"]),
+        (NOWHERE, ["list", "--user", "al ice"]),
+        (NOWHERE, ["chat", "--session", "s", "--user", "al ice"]),
+    ):
+        assert_one_line_error(result, "user id 'al ice' is not valid")
+
+
+def test_send_needs_one_non_empty_message(tmp_path: Path) -> None:
+    who = ["send", "--session", "s", "--user", "bob"]
+    text, binary = tmp_path / "message.txt", tmp_path / "binary.txt"
+    text.write_text("hello")
+    binary.write_bytes(b"\xff\xfe caf\xe9")
+    empty, both, not_utf8 = parley_all(
+        (NOWHERE, who, "\n"),  # piped in, and empty
+        (NOWHERE, [*who, "hi", "--file", str(text)]),
+        (NOWHERE, [*who, "--file", str(binary)]),
+    )
+    assert_one_line_error(empty, "the message is empty")
+    assert_one_line_error(both, "give the message as TEXT or with --file, not both")
+    assert_one_line_error(not_utf8, f"{binary} is not UTF-8 text")
+
+
+def test_connection_failures_are_told_in_the_words_of_the_os_or_the_server() -> None:
+    from parley.client import _connect_reason
+
+    for raw, reason in [
+        (
+            "Failed client connect: Server connection error: tonic::transport::Error(Transport, "
+            'ConnectError(ConnectError("dns error", Custom { kind: Uncategorized, error: '
+            '"failed to lookup address information: Name or service not known" })))',
+            "failed to lookup address information: Name or service not known",
+        ),
+        (
+            "Failed client connect: `get_system_info` call error after connection: Status { "
+            'code: Internal, message: "h2 protocol error: http2 error", source: Some(tonic::'
+            'transport::Error(Transport, hyper::Error(Http2, Error { kind: GoAway(b"", '
+            "FRAME_SIZE_ERROR, Library) }))) }",
+            "h2 protocol error: http2 error",
+        ),
+        ("Failed client connect: something new (tonic::x)", "something new"),
+    ]:
+        assert _connect_reason(RuntimeError(raw)) == reason
+
+
+def test_chat_answers_are_words_shortcuts_or_unambiguous_beginnings() -> None:
+    from parley.chat import parse_decision
+
+    for answer, action in [
+        ("a", "approve"),
+        ("e", "edit"),
+        ("r", "reject"),
+        ("s", "respond"),
+        ("respond", "respond"),
+        ("Respond ", "respond"),
+        ("res", "respond"),
+        ("rej", "reject"),
+        ("approve", "approve"),
+        ("re", None),  # reject or respond?
+        ("yes", None),
+        ("", None),
+    ]:
+        assert parse_decision(answer) == action, answer
