@@ -6,7 +6,7 @@ messages added since its previous model call and a reference to the stored trans
 chain (cached in memory), calls the model, stores the new messages and the reply as one
 more segment and returns the reply with the new reference. The tool catalogue comes
 back only when the workflow's copy is out of date. Provider SDK retries are off; failures
-are classified once (``parley.models.failures``) into the retry contract: transient ones
+are classified once (``parley.activities.models.failures``) into the retry contract: transient ones
 are retried by Temporal (``Retry-After`` honoured), refusals fail the turn.
 """
 
@@ -16,14 +16,14 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage
+from parley.activities.heartbeat import heartbeating
+from parley.activities.models.failures import classify_model_error
+from parley.activities.redaction import redact
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.heartbeat import heartbeating
 from parley.contracts import CALL_MODEL, CallModelInput, CallModelOutput
 from parley.errors import ErrorType, TransientError
-from parley.models.failures import classify_model_error
-from parley.redaction import redact
 from parley.settings import DEFAULT_OVERLOAD_CODES, MODEL_ACTIVITY, retry_delay
 from parley.storage import TranscriptStore
 from parley.tools import ToolRegistry

@@ -23,10 +23,11 @@ import httpx
 import pydantic
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import ToolException
+from parley.activities.heartbeat import heartbeating
+from parley.activities.redaction import redact
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.heartbeat import heartbeating
 from parley.contracts import (
     MODEL_RESULT_MAX_CHARS,
     RUN_TOOL,
@@ -43,7 +44,6 @@ from parley.errors import (
     ToolPermissionError,
     TransientError,
 )
-from parley.redaction import redact
 from parley.settings import DEFAULT_MAX_TOOL_RESULT_BYTES, TOOL_ACTIVITY, retry_delay
 from parley.tools import CONTEXT_ARG, ToolRegistry
 

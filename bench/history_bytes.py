@@ -44,6 +44,7 @@ if str(ROOT) not in sys.path:  # run as a script: make `worker`, `workflows`, `b
     sys.path.insert(0, str(ROOT))
 
 from langchain_core.tools import InjectedToolArg, tool  # noqa: E402
+from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel  # noqa: E402
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.api.history.v1 import HistoryEvent  # noqa: E402
 from temporalio.client import (  # noqa: E402
@@ -71,10 +72,9 @@ from bench.bare_workflow import (  # noqa: E402
 from parley.binaries import temporal_cli  # noqa: E402
 from parley.client import Conversations  # noqa: E402
 from parley.contracts import Decision, ToolContext  # noqa: E402
-from parley.models.script_file import ScriptEntry, ScriptFileChatModel  # noqa: E402
 from parley.settings import Settings  # noqa: E402
 from parley.tools import ToolRegistry, confirm  # noqa: E402
-from worker import build_worker  # noqa: E402
+from parley.worker import build_worker  # noqa: E402
 
 TARGET_RATIO = 1.5
 USER = "bench-user"

@@ -30,6 +30,7 @@ if str(ROOT) not in sys.path:  # run as a script: make `worker`, `workflows`, `b
     sys.path.insert(0, str(ROOT))
 
 from langchain_core.tools import tool  # noqa: E402
+from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel  # noqa: E402
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
@@ -39,9 +40,8 @@ from bench.history_bytes import bench_settings, data_converter, git_revision  # 
 from parley.binaries import temporal_cli  # noqa: E402
 from parley.client import Conversations  # noqa: E402
 from parley.contracts import workflow_id_for  # noqa: E402
-from parley.models.script_file import ScriptEntry, ScriptFileChatModel  # noqa: E402
 from parley.tools import ToolRegistry, auto  # noqa: E402
-from worker import build_worker  # noqa: E402
+from parley.worker import build_worker  # noqa: E402
 
 USER = "bench-user"
 TARGET_RATIO = 1.5

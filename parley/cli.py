@@ -161,7 +161,7 @@ def plans_service(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8765,
 ) -> None:
     """Run the reference plans REST service (API key from PARLEY_PLANS_API_KEY)."""
-    from parley.plans_service import serve
+    from parley.services.plans import serve
 
     api_key = os.environ.get("PARLEY_PLANS_API_KEY", "").strip()
     if not api_key:
@@ -182,7 +182,9 @@ def worker() -> None:
     except ValueError as problem:
         raise fail(str(problem)) from None
     try:
-        run_async(lambda: serve_worker(config, registry, model))
+        from parley.worker import run_worker
+
+        run_async(lambda: run_worker(config, registry=registry, model=model))
     except KeyboardInterrupt:
         out.print("stopped")
 
@@ -193,7 +195,7 @@ def load_tools_and_model(
     """The worker's tools (``PARLEY_TOOLS``) and model (``PARLEY_MODEL``), loaded before
     anything starts. Whatever a toolset or a model factory raises becomes one
     ``ValueError`` naming the setting; a worker with no tools is ``warn``-ed about."""
-    from parley.models import build_chat_model
+    from parley.activities.models import build_chat_model
     from parley.tools import load_registry
 
     try:
@@ -218,28 +220,6 @@ def load_tools_and_model(
             "talk (set PARLEY_TOOLS=module:attr[,module:attr...])"
         )
     return registry, model
-
-
-async def serve_worker(config: Settings, registry: ToolRegistry, model: BaseChatModel) -> None:
-    """``worker.run_worker`` with the tools and model already loaded (and checked)."""
-    import logging
-
-    from parley.http import aclose_shared_client
-    from worker import build_worker, ensure_search_attributes
-
-    client = await connect(config)
-    await ensure_search_attributes(client, config.namespace)
-    running = build_worker(client, config, registry=registry, model=model)
-    logging.getLogger("parley.worker").info(
-        "worker on task queue %r, model %r, %d tools",
-        config.task_queue,
-        config.model,
-        len(registry),
-    )
-    try:
-        await running.run()
-    finally:
-        await aclose_shared_client()
 
 
 # --- conversations --------------------------------------------------------------------

@@ -68,7 +68,7 @@ from parley.contracts import (
 from parley.errors import ErrorType
 from parley.settings import Settings
 from parley.storage import TranscriptStore, data_converter, driver_of
-from workflows.conversation import ConversationWorkflow
+from parley.workflows.conversation import ConversationWorkflow
 
 T = TypeVar("T")
 

@@ -24,14 +24,14 @@ from rich.console import Console
 from rich.text import Text
 from temporalio.testing import WorkflowEnvironment
 
+from parley.activities.http import aclose_shared_client
+from parley.activities.toolsets.git import create_demo_projects
 from parley.binaries import temporal_cli
-from parley.http import aclose_shared_client
-from parley.plans_service import BackgroundServer, create_app
+from parley.services.plans import BackgroundServer, create_app
 from parley.settings import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE, Settings
 from parley.storage import data_converter, describe_store
-from parley.toolsets.git import create_demo_projects
 
-DEV_TOOLS = "parley.toolsets.git:toolset,parley.toolsets.plans:toolset"
+DEV_TOOLS = "parley.activities.toolsets.git:toolset,parley.activities.toolsets.plans:toolset"
 LOCK_FILE = "dev.lock"
 DEFAULT_PORT = 7233
 
@@ -185,7 +185,7 @@ async def _run_temporal_and_worker(
     data_dir: Path, port: int, ui_port: int, console: Console
 ) -> None:
     from parley.cli import load_tools_and_model
-    from worker import build_worker, ensure_search_attributes
+    from parley.worker import build_worker, ensure_search_attributes
 
     settings = replace(Settings.from_env(), temporal_address=f"127.0.0.1:{port}")
     # A bad PARLEY_TOOLS / PARLEY_MODEL is reported before Temporal starts.

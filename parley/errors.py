@@ -102,8 +102,8 @@ class InvalidDecision(Refusal):
     error_type = ErrorType.INVALID_DECISION
 
 
-#: What an HTTP status means, for a tool's REST backend (``parley.http``) and a model
-#: provider (``parley.models.failures``) alike. 409 Conflict is an input error: the
+#: What an HTTP status means, for a tool's REST backend (``parley.activities.http``) and a model
+#: provider (``parley.activities.models.failures``) alike. 409 Conflict is an input error: the
 #: request contradicts the server's state (a duplicate, an idempotency key reused with
 #: another body), so the same request gets the same answer; the model or the user must
 #: change it. (The OpenAI SDK would retry a 409; Parley does not.)

@@ -18,7 +18,7 @@ from parley.contracts import SEARCH_ATTRIBUTES
 from parley.settings import Settings
 from parley.storage import LocalFileStorageDriver, data_converter
 from parley.tools import ToolRegistry
-from worker import build_worker
+from parley.worker import build_worker
 
 WorkerFactory = Callable[..., AbstractAsyncContextManager[Conversations]]
 

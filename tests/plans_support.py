@@ -10,14 +10,14 @@ from collections.abc import Iterable
 from typing import Any
 
 import httpx
+from parley.activities.toolsets.plans import build_plans_toolset
+from parley.services.plans import BackgroundServer
 from temporalio.api.history.v1 import History
 from temporalio.client import Client, WorkflowHandle
 
 from parley.client import Conversations
 from parley.contracts import Decision, TurnResult
-from parley.plans_service import BackgroundServer
 from parley.tools import ToolRegistry
-from parley.toolsets.plans import build_plans_toolset
 
 #: Every secret these tests hand to a worker contains this marker, so one search of a
 #: history finds any of them.

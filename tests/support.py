@@ -7,10 +7,10 @@ import asyncio
 from typing import Annotated, Any
 
 from langchain_core.tools import InjectedToolArg, tool
+from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel
 
 from parley.contracts import ToolContext
 from parley.errors import ToolInputError, TransientError
-from parley.models.script_file import ScriptEntry, ScriptFileChatModel
 from parley.tools import ParleyTool, ToolRegistry, auto, confirm, deny
 
 RUNS: list[dict[str, Any]] = []

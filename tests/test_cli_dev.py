@@ -359,7 +359,7 @@ def two_call_worker(dev_server, tmp_path: Path) -> Iterator[dict[str, str]]:
         **without_paths(dev_server),
         "PARLEY_TASK_QUEUE": "parley-dev-two-calls",
         "PARLEY_MODEL": f"script:{script}",
-        "PARLEY_TOOLS": "parley.toolsets.git:toolset",
+        "PARLEY_TOOLS": "parley.activities.toolsets.git:toolset",
         "PARLEY_GIT_PROJECTS": str(projects),
     }
     process = subprocess.Popen(

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.outputs import ChatResult
+from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel
+from parley.workflows.conversation import ConversationWorkflow
 from pydantic import Field
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.testing import WorkflowEnvironment
@@ -28,13 +30,11 @@ from parley.binaries import temporal_test_server
 from parley.client import ConversationRefused, Conversations
 from parley.contracts import SEARCH_ATTRIBUTES, Decision
 from parley.errors import ErrorType
-from parley.models.script_file import ScriptEntry, ScriptFileChatModel
 from parley.settings import Settings
 from parley.storage import LocalFileStorageDriver, data_converter
+from parley.worker import _indexed_type, build_worker
 from tests.checks import envelope_status, new_session, runs_in, tool_messages
 from tests.support import call, registry
-from worker import _indexed_type, build_worker
-from workflows.conversation import ConversationWorkflow
 
 PROPOSE_WRITE = {"content": "Shall I?", "tool_calls": [call("write_record", "c1", title="Q3")]}
 AFTER_EXPIRY = {"content": "The write expired; ask again if you still want it."}

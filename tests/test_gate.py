@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from parley.workflows import gate
 from temporalio.exceptions import ApplicationError
 
 from parley.contracts import (
@@ -17,7 +18,6 @@ from parley.contracts import (
     ToolSpec,
 )
 from parley.errors import ErrorType
-from workflows import gate
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 SCHEMA = {

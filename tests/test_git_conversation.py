@@ -7,10 +7,11 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from parley.activities.models.scripted import ScriptedChatModel
+from parley.activities.toolsets.git import build_git_toolset, create_demo_projects
+
 from parley.contracts import Decision
-from parley.models.scripted import ScriptedChatModel
 from parley.tools import ToolRegistry
-from parley.toolsets.git import build_git_toolset, create_demo_projects
 from tests.checks import envelope_status, new_session, tool_messages
 
 

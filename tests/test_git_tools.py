@@ -8,16 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from parley.contracts import ToolContext
-from parley.errors import ToolInputError, ToolPermissionError
-from parley.tools import CONTEXT_ARG, ParleyTool
-from parley.toolsets.git import (
+from parley.activities.toolsets.git import (
     build_git_toolset,
     create_demo_projects,
     load_registry,
     toolset,
 )
+
+from parley.contracts import ToolContext
+from parley.errors import ToolInputError, ToolPermissionError
+from parley.tools import CONTEXT_ARG, ParleyTool
 
 CONTEXT = ToolContext(user_id="u1", session_id="s", workflow_id="conversation-s", tool_call_id="c1")
 

@@ -11,9 +11,7 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-
-from parley.errors import ParleyError, ToolInputError, ToolPermissionError, TransientError
-from parley.http import (
+from parley.activities.http import (
     HttpStatusError,
     HttpTransportError,
     JsonApiClient,
@@ -22,7 +20,9 @@ from parley.http import (
     shared_client,
     to_tool_error,
 )
-from parley.plans_service import BackgroundServer
+from parley.services.plans import BackgroundServer
+
+from parley.errors import ParleyError, ToolInputError, ToolPermissionError, TransientError
 
 API_KEY = "sk-test-very-secret-key"
 

@@ -22,9 +22,9 @@ from parley.contracts import Decision
 from parley.errors import ErrorType
 from parley.settings import Settings
 from parley.storage import LocalFileStorageDriver
+from parley.worker import build_worker
 from tests.checks import new_session, runs_in, tool_messages
 from tests.support import GATE, SLOW_STARTED, call, registry, script
-from worker import build_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from parley.activities.models import build_chat_model
+from parley.activities.models.script_file import ScriptFileChatModel
+from parley.activities.models.scripted import ScriptedChatModel
 
 from parley.errors import ModelRequestError
-from parley.models import build_chat_model
-from parley.models.script_file import ScriptFileChatModel
-from parley.models.scripted import ScriptedChatModel
 from parley.tools import ParleyTool, ToolRegistry, load_registry
 from tests.support import drop_tables, read_records, write_record
 
@@ -176,8 +176,8 @@ def test_scripted_model_answers_only_with_tools_it_has() -> None:
 def test_scripted_model_reads_requests(
     tmp_path: Path, request_text: str, name: str, args: dict
 ) -> None:
-    from parley.toolsets.git import build_git_toolset, create_demo_projects
-    from parley.toolsets.plans import build_plans_toolset
+    from parley.activities.toolsets.git import build_git_toolset, create_demo_projects
+    from parley.activities.toolsets.plans import build_plans_toolset
 
     tools = [
         *build_git_toolset(create_demo_projects(tmp_path)),
@@ -192,8 +192,9 @@ def test_a_toolset_factory_takes_the_workers_settings_not_the_environment(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """``parley dev`` hands the worker a Settings; nothing rewrites os.environ."""
+    from parley.activities.toolsets.git import create_demo_projects
+
     from parley.settings import Settings
-    from parley.toolsets.git import create_demo_projects
 
     monkeypatch.delenv("PARLEY_PLANS_API_KEY", raising=False)
     monkeypatch.delenv("PARLEY_GIT_PROJECTS", raising=False)
@@ -203,9 +204,10 @@ def test_a_toolset_factory_takes_the_workers_settings_not_the_environment(
         git_projects=str(create_demo_projects(tmp_path)),
     )
     registry = load_registry(
-        "parley.toolsets.plans:toolset,parley.toolsets.git:toolset", settings=settings
+        "parley.activities.toolsets.plans:toolset,parley.activities.toolsets.git:toolset",
+        settings=settings,
     )
     names = {spec.name for spec in registry.catalogue().tools}
     assert {"create_plan", "git_push_branch"} <= names
     with pytest.raises(ValueError, match="PARLEY_PLANS_API_KEY is not set"):
-        load_registry("parley.toolsets.plans:toolset", settings=Settings())
+        load_registry("parley.activities.toolsets.plans:toolset", settings=Settings())

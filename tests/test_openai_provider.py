@@ -1,7 +1,7 @@
 """``openai:`` models: the real ChatOpenAI client against a local OpenAI-protocol server.
 
 Every test goes over HTTP to ``FakeOpenAI`` on 127.0.0.1; the failures are classified by
-``parley.models.failures`` exactly as ``call_model`` will classify them.
+``parley.activities.models.failures`` exactly as ``call_model`` will classify them.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
-
-from parley.errors import ModelRequestError, TransientError
-from parley.models.failures import (
+from parley.activities.models.failures import (
     classify_model_error,
 )
-from parley.models.openai_provider import build_openai_model
+from parley.activities.models.openai_provider import build_openai_model
+
+from parley.errors import ModelRequestError, TransientError
 from parley.settings import DEFAULT_OVERLOAD_CODES, Settings
 from tests.openai_fake import OVERLOAD_2064, FakeOpenAI, error_body
 

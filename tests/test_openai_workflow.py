@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 from langchain_core.language_models import BaseChatModel
+from parley.activities.models.openai_provider import build_openai_model
+from parley.activities.toolsets.plans import build_plans_toolset
+from parley.services.plans import BackgroundServer, create_app
 from temporalio.client import Client
 
 from parley.contracts import CALL_MODEL, RUN_TOOL, Decision
 from parley.errors import ErrorType
-from parley.models.openai_provider import build_openai_model
-from parley.plans_service import BackgroundServer, create_app
 from parley.tools import ToolRegistry
-from parley.toolsets.plans import build_plans_toolset
 from tests.checks import new_session, runs_in, tool_messages
 from tests.openai_fake import OVERLOAD_2064, FakeOpenAI, error_body
 from tests.plans_support import (

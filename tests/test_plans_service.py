@@ -7,8 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from parley.plans_service import BackgroundServer, create_app
+from parley.services.plans import BackgroundServer, create_app
 
 API_KEY = "plans-test-key-123"
 ERROR_KEYS = {"code", "message", "details", "hint"}

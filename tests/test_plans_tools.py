@@ -9,14 +9,14 @@ from typing import Any
 import httpx
 import pytest
 from langchain_core.tools import BaseTool
+from parley.activities.toolsets import plans as plans_toolset
+from parley.activities.toolsets.plans import build_plans_toolset, toolset
+from parley.services.plans import BackgroundServer, create_app
 
 from parley.contracts import ToolContext
 from parley.errors import ToolInputError, ToolPermissionError, TransientError
-from parley.plans_service import BackgroundServer, create_app
 from parley.settings import DEFAULT_PLANS_URL
 from parley.tools import ParleyTool, ToolRegistry
-from parley.toolsets import plans as plans_toolset
-from parley.toolsets.plans import build_plans_toolset, toolset
 
 API_KEY = "plans-tools-test-key"
 ALICE = ToolContext(
@@ -224,6 +224,6 @@ def test_toolset_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     ],
 )
 def test_create_plan_args_are_prepared_before_approval(args: dict, expected: dict) -> None:
-    from parley.toolsets.plans import prepare_create_plan_args
+    from parley.activities.toolsets.plans import prepare_create_plan_args
 
     assert prepare_create_plan_args(args) == expected

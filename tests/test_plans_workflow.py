@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 from langchain_core.messages import ToolMessage
+from parley.activities.models.scripted import FIXED_NOTE, ScriptedChatModel
+from parley.services.plans import BackgroundServer, create_app
 from temporalio.client import Client
 
 from parley.contracts import RUN_TOOL
 from parley.errors import ErrorType
-from parley.models.scripted import FIXED_NOTE, ScriptedChatModel
-from parley.plans_service import BackgroundServer, create_app
 from tests.checks import new_session, tool_messages
 from tests.plans_support import (
     PLANS_KEY,

@@ -7,20 +7,20 @@ import asyncio
 import uuid
 
 import pytest
+from parley.activities.tool_calls import ToolActivities
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.tool_calls import ToolActivities
 from parley.client import ConversationRefused, Conversations
 from parley.contracts import Decision, RunToolInput
 from parley.errors import ErrorType
 from parley.settings import Settings
 from parley.tools import ToolRegistry, confirm, deny
+from parley.worker import build_worker
 from tests.checks import new_session, runs_in, tool_messages
 from tests.support import GATE, SLOW_STARTED, call, drop_tables, registry, script, write_record
-from worker import build_worker
 
 WRITE = {"content": "", "tool_calls": [call("write_record", "c1", title="once")]}
 

@@ -14,6 +14,7 @@ import json
 import os
 from pathlib import Path
 
+from parley.workflows.conversation import ConversationWorkflow
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
@@ -22,7 +23,6 @@ from parley.contracts import ConversationSnapshot, Decision
 from parley.storage import LocalFileStorageDriver, data_converter
 from tests.checks import new_session, tool_messages
 from tests.support import call, registry, script
-from workflows.conversation import ConversationWorkflow
 
 FIXTURE = Path(__file__).parent / "histories" / "conversation.json"
 FIXTURE_WORKFLOW_ID = "conversation-replay-fixture"

@@ -10,8 +10,8 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
 
 from parley.contracts import PARLEY_PENDING_TOOLS, PARLEY_STATUS, PARLEY_USER, Decision
+from parley.worker import ensure_search_attributes
 from tests.support import call, registry, script
-from worker import ensure_search_attributes
 
 
 async def test_search_attributes_summaries_and_details(parley_worker, client: Client) -> None:

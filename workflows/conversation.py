@@ -25,6 +25,11 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from langchain_core.messages import HumanMessage
+    from parley.workflows import gate
+    from parley.workflows.events import EventLog
+    from parley.workflows.ledger import Ledger
+    from parley.workflows.publishing import publish_owner, publish_status
+    from parley.workflows.turns import TurnEngine
 
     from parley.contracts import (
         ConversationSnapshot,
@@ -41,11 +46,6 @@ with workflow.unsafe.imports_passed_through():
         TurnResult,
     )
     from parley.errors import ConversationEnded
-    from workflows import gate
-    from workflows.events import EventLog
-    from workflows.ledger import Ledger
-    from workflows.publishing import publish_owner, publish_status
-    from workflows.turns import TurnEngine
 
 
 #: How many update results to keep for deduplicating client retries.

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 from langchain_core.messages import AIMessage, ToolMessage
+from parley.workflows.events import EventLog
 from temporalio import workflow
 
 from parley.contracts import (
@@ -40,7 +41,6 @@ from parley.contracts import (
     turn_tool_result,
 )
 from parley.errors import ErrorType, model_visible_text
-from workflows.events import EventLog
 
 AuditEvent = Literal["ran", "failed", "refused", "decided", "expired"]
 

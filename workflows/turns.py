@@ -15,6 +15,10 @@ from datetime import timedelta
 from typing import Any
 
 from langchain_core.messages import AIMessage
+from parley.workflows.events import EventLog
+from parley.workflows.gate import args_error
+from parley.workflows.ledger import Ledger, error_result
+from parley.workflows.publishing import set_status
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
@@ -40,10 +44,6 @@ from parley.contracts import (
 )
 from parley.errors import MODEL_VISIBLE_TOOL_ERRORS, ErrorType
 from parley.settings import MODEL_ACTIVITY, TOOL_ACTIVITY
-from workflows.events import EventLog
-from workflows.gate import args_error
-from workflows.ledger import Ledger, error_result
-from workflows.publishing import set_status
 
 
 class TurnFailed(Exception):

@@ -6,7 +6,7 @@ Works for OpenAI, DeepSeek, vLLM, Ollama and anything else speaking the protocol
 (``OPENAI_BASE_URL`` points at it).
 
 The SDK's own retries are off (``max_retries=0``): Temporal's retry policy for the model
-activity is the only retry loop, and ``parley.models.failures`` decides what it retries.
+activity is the only retry loop, and ``parley.activities.models.failures`` decides what it retries.
 """
 
 from __future__ import annotations

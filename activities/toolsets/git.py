@@ -316,7 +316,7 @@ def build_git_toolset(registry_path: Path, worktrees_dir: Path | None = None) ->
 
 
 def toolset(settings: Settings | None = None) -> list[ParleyTool]:
-    """The toolset for ``PARLEY_TOOLS=parley.toolsets.git:toolset``: the worker's
+    """The toolset for ``PARLEY_TOOLS=parley.activities.toolsets.git:toolset``: the worker's
     settings (``PARLEY_GIT_PROJECTS``, ``PARLEY_GIT_WORKTREES``)."""
     settings = settings or Settings.from_env()
     if not settings.git_projects:

@@ -1,7 +1,7 @@
 """Chat models for ``PARLEY_MODEL``. Activity side: only ``call_model`` builds them.
 
 - ``scripted`` (default): offline and deterministic; understands the shipped toolsets'
-  requests in plain English (see ``parley.models.scripted``).
+  requests in plain English (see ``parley.activities.models.scripted``).
 - ``script:<file>``: replays a JSON list of assistant messages, for tests and demos.
 - ``openai:<model>``: any OpenAI-compatible server through langchain-openai.
 - ``<module>:<factory>``: any langchain-core ``BaseChatModel`` a factory returns.
@@ -21,7 +21,7 @@ def build_chat_model(spec: str, settings: Settings | None = None) -> BaseChatMod
     """The chat model ``PARLEY_MODEL`` names; ``openai:`` takes the worker's settings."""
     spec = spec.strip()
     if spec == "scripted":
-        from parley.models.scripted import ScriptedChatModel
+        from parley.activities.models.scripted import ScriptedChatModel
 
         return ScriptedChatModel()
     kind, sep, rest = spec.partition(":")
@@ -31,11 +31,11 @@ def build_chat_model(spec: str, settings: Settings | None = None) -> BaseChatMod
             "'openai:<model>' or '<module>:<factory>'"
         )
     if kind == "script":
-        from parley.models.script_file import ScriptFileChatModel
+        from parley.activities.models.script_file import ScriptFileChatModel
 
         return ScriptFileChatModel.from_file(rest)
     if kind == "openai":
-        from parley.models.openai_provider import build_openai_model
+        from parley.activities.models.openai_provider import build_openai_model
 
         return build_openai_model(rest, settings)
     try:

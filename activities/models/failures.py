@@ -35,9 +35,10 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from parley.activities.http import parse_retry_after
+from parley.activities.redaction import redact
+
 from parley.errors import ModelRequestError, ParleyError, TransientError, is_transient_status
-from parley.http import parse_retry_after
-from parley.redaction import redact
 from parley.settings import Settings
 
 _MAX_TEXT = 500

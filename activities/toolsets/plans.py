@@ -7,12 +7,13 @@ on the worker, which alone holds the backend's URL and API key (``PARLEY_PLANS_U
 Every request carries the conversation's ``user_id`` (``X-Parley-User``); every write
 carries ``Idempotency-Key: <workflow_id>:<tool_call_id>``, so an activity retried after
 a lost answer never creates or changes twice. ``create_plan`` normalizes the title
-first (``parley.titles``): a whole request sentence becomes the title it names, and the
-sentence is kept in the description. Failures come from ``parley.http``'s one mapping:
+first (``parley.activities.toolsets.titles``): a whole request sentence becomes the
+title it names, and the sentence is kept in the description. Failures come from
+``parley.activities.http``'s one mapping:
 422/400/404/409 are ``ToolInputError`` the model can fix, 401/403 a neutral
 ``ToolPermissionError``, 408/429/5xx and connection failures a retried ``TransientError``.
 
-The reference backend is ``parley.plans_service`` (``parley plans-service``).
+The reference backend is ``parley.services.plans`` (``parley plans-service``).
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from typing import Annotated, Any
 
 import httpx
 from langchain_core.tools import InjectedToolArg, tool
+from parley.activities.http import JsonApiClient
+from parley.activities.toolsets.titles import normalize_plan_title
 
 from parley.contracts import ToolContext
 from parley.errors import ToolInputError
-from parley.http import JsonApiClient
 from parley.settings import Settings
-from parley.titles import normalize_plan_title
 from parley.tools import ParleyTool, auto, confirm
 
 SERVICE_NAME = "the plans service"
@@ -146,7 +147,7 @@ def build_plans_toolset(
 
 
 def toolset(settings: Settings | None = None) -> list[ParleyTool]:
-    """The toolset for ``PARLEY_TOOLS=parley.toolsets.plans:toolset``: the worker's
+    """The toolset for ``PARLEY_TOOLS=parley.activities.toolsets.plans:toolset``: the worker's
     settings (``PARLEY_PLANS_URL``, ``PARLEY_PLANS_API_KEY``)."""
     settings = settings or Settings.from_env()
     if not settings.plans_api_key:

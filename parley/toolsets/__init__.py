@@ -1,1 +1,0 @@
-"""Toolsets Parley ships: load one with ``PARLEY_TOOLS=parley.toolsets.<name>:toolset``."""

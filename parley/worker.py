@@ -1,0 +1,139 @@
+"""Builds the Temporal client and runs Parley's worker: wiring only, no logic.
+
+The worker hosts ``ConversationWorkflow`` and the activities, with the tools of
+``PARLEY_TOOLS`` and the model of ``PARLEY_MODEL``. Secrets (API keys) are read here,
+on the worker, and never enter workflow input or history. The client's data converter
+(``parley.storage.data_converter``) decides where large payloads and transcript segments
+go; ``call_model`` writes its transcript chain to the same store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+from langchain_core.language_models import BaseChatModel
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
+from temporalio.client import Client
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+
+from parley.activities.http import aclose_shared_client
+from parley.activities.model_calls import ModelActivities
+from parley.activities.models import build_chat_model
+from parley.activities.tool_calls import ToolActivities
+from parley.client import connect
+from parley.contracts import SEARCH_ATTRIBUTES
+from parley.settings import Settings
+from parley.storage import TranscriptStore, driver_of
+from parley.tools import ToolRegistry, load_registry
+from parley.workflows.conversation import ConversationWorkflow
+
+log = logging.getLogger("parley.worker")
+
+
+def build_worker(
+    client: Client,
+    settings: Settings,
+    *,
+    registry: ToolRegistry | None = None,
+    model: BaseChatModel | None = None,
+) -> Worker:
+    registry = (
+        registry if registry is not None else load_registry(settings.tools, settings=settings)
+    )
+    model = model if model is not None else build_chat_model(settings.model, settings)
+    transcripts = TranscriptStore(driver_of(client.data_converter))
+    model_activities = ModelActivities(
+        model, registry, transcripts, overload_codes=settings.model_overload_codes
+    )
+    tool_activities = ToolActivities(registry, max_result_bytes=settings.max_tool_result_bytes)
+    return Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=[ConversationWorkflow],
+        activities=[model_activities.call_model, tool_activities.run_tool],
+        # Let running activities finish (or heartbeat out) on SIGTERM.
+        graceful_shutdown_timeout=timedelta(seconds=30),
+    )
+
+
+async def ensure_search_attributes(client: Client, namespace: str) -> None:
+    """Register Parley's search attributes if the namespace lacks them (idempotent):
+    the workflow upserts them, and an unregistered one would stall it. Where the
+    operator API is not allowed (Temporal Cloud), say how to register them instead."""
+    service = client.operator_service
+    try:
+        existing = await service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=namespace)
+        )
+        missing = {
+            key.name: _indexed_type(key)
+            for key in SEARCH_ATTRIBUTES
+            if key.name not in existing.custom_attributes
+        }
+        if missing:
+            await service.add_search_attributes(
+                AddSearchAttributesRequest(namespace=namespace, search_attributes=missing)
+            )
+            log.info("registered search attributes %s", ", ".join(missing))
+    except RPCError as err:
+        wanted = " ".join(
+            f"--name {key.name} --type {key._metadata_type}"  # type: ignore[attr-defined]
+            for key in SEARCH_ATTRIBUTES
+        )
+        log.warning(
+            "could not check Parley's search attributes (%s); if they are missing, "
+            "register them: temporal operator search-attribute create %s",
+            err.message,
+            wanted,
+        )
+
+
+def _indexed_type(key: object) -> IndexedValueType.ValueType:
+    return {
+        "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+        "KeywordList": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD_LIST,
+    }[key._metadata_type]  # type: ignore[attr-defined]
+
+
+async def run_worker(
+    settings: Settings,
+    *,
+    registry: ToolRegistry | None = None,
+    model: BaseChatModel | None = None,
+) -> None:
+    """Connect, register the search attributes and run until stopped. Callers that
+    check the configuration first (``parley worker``) pass the tools and model they
+    loaded; otherwise they are loaded here, before the cluster is contacted."""
+    registry = (
+        registry if registry is not None else load_registry(settings.tools, settings=settings)
+    )
+    model = model if model is not None else build_chat_model(settings.model, settings)
+    client = await connect(settings)
+    await ensure_search_attributes(client, settings.namespace)
+    worker = build_worker(client, settings, registry=registry, model=model)
+    log.info(
+        "worker on task queue %r, model %r, %d tools",
+        settings.task_queue,
+        settings.model,
+        len(registry),
+    )
+    try:
+        await worker.run()
+    finally:
+        await aclose_shared_client()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO)
+    asyncio.run(run_worker(Settings.from_env()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Reference services Parley's toolsets talk to (not part of the product)."""
