@@ -163,7 +163,7 @@ def plans_service(
     """Run the reference plans REST service (API key from PARLEY_PLANS_API_KEY)."""
     from parley.services.plans import serve
 
-    api_key = os.environ.get("PARLEY_PLANS_API_KEY", "").strip()
+    api_key = settings().plans_api_key
     if not api_key:
         raise fail("set PARLEY_PLANS_API_KEY: clients must send it as a bearer token")
     serve(host, port, db.resolve(), api_key)
@@ -199,7 +199,7 @@ def load_tools_and_model(
     from parley.tools import load_registry
 
     try:
-        registry = load_registry(settings.tools)
+        registry = load_registry(settings.tools, settings=settings)
     except ValueError:
         raise
     except Exception as problem:  # a toolset's own code may raise anything
@@ -207,7 +207,7 @@ def load_tools_and_model(
             f"PARLEY_TOOLS={settings.tools!r}: {type(problem).__name__}: {problem}"
         ) from None
     try:
-        model = build_chat_model(settings.model)
+        model = build_chat_model(settings.model, settings)
     except ValueError:
         raise
     except Exception as problem:  # so may a model factory

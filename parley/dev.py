@@ -160,10 +160,17 @@ async def _run_dev(
     data_dir: Path, *, port: int, ui_port: int, plans_port: int, console: Console
 ) -> None:
     projects, plans_key = await asyncio.to_thread(_prepare_data_dir, data_dir)
-    os.environ.setdefault("PARLEY_GIT_PROJECTS", str(projects))
-    os.environ.setdefault("PARLEY_TOOLS", DEV_TOOLS)
+    # The worker's settings: the environment's, with the demo's registry, tools and
+    # plans service where the environment names none (os.environ is left alone).
+    configured = os.environ.keys()
+    settings = replace(
+        Settings.from_env(),
+        temporal_address=f"127.0.0.1:{port}",
+        git_projects=Settings.from_env().git_projects or str(projects),
+        tools=Settings.from_env().tools if "PARLEY_TOOLS" in configured else DEV_TOOLS,
+    )
     plans: BackgroundServer | None = None
-    if "PARLEY_PLANS_URL" not in os.environ:
+    if "PARLEY_PLANS_URL" not in configured:
         app = create_app(data_dir / "plans.db", plans_key)
         try:
             plans = BackgroundServer(app, port=plans_port).start()
@@ -172,22 +179,20 @@ async def _run_dev(
                 f"could not start the plans service on port {plans_port}: {problem}. "
                 "Pick a free one with --plans-port."
             ) from None
-        os.environ["PARLEY_PLANS_URL"] = plans.url
-        os.environ["PARLEY_PLANS_API_KEY"] = plans_key
+        settings = replace(settings, plans_url=plans.url, plans_api_key=plans_key)
     try:
-        await _run_temporal_and_worker(data_dir, port, ui_port, console)
+        await _run_temporal_and_worker(settings, data_dir, port, ui_port, console)
     finally:
         if plans is not None:
             plans.stop()
 
 
 async def _run_temporal_and_worker(
-    data_dir: Path, port: int, ui_port: int, console: Console
+    settings: Settings, data_dir: Path, port: int, ui_port: int, console: Console
 ) -> None:
     from parley.cli import load_tools_and_model
     from parley.worker import build_worker, ensure_search_attributes
 
-    settings = replace(Settings.from_env(), temporal_address=f"127.0.0.1:{port}")
     # A bad PARLEY_TOOLS / PARLEY_MODEL is reported before Temporal starts.
     registry, model = load_tools_and_model(
         settings, warn=lambda text: console.print(Text.assemble(("warning: ", "bold yellow"), text))
@@ -243,7 +248,7 @@ def _banner(settings: Settings, port: int, ui_port: int, data_dir: Path) -> str:
         f"  payload store {describe_store(settings.payload_store)}",
         f"  worker        task queue {settings.task_queue!r}, model {settings.model!r}",
         f"  tools         {settings.tools or '(none)'}",
-        f"  plans service {os.environ.get('PARLEY_PLANS_URL')}",
+        f"  plans service {settings.plans_url}",
     ]
     if client_env:
         assignments = " ".join(f"{name}={shlex.quote(value)}" for name, value in client_env.items())
