@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 from rich.console import Console
 from rich.text import Text
 
-from parley.cli import print_call, print_snapshot, render_turn
 from parley.client import ConversationRefused, Conversations, check_identity, connect
 from parley.contracts import Decision, DecisionAction, PendingCall, StateQuery, TurnResult
 from parley.errors import ErrorType
+from parley.rendering import print_call, print_snapshot, render_turn
 from parley.settings import Settings
 
 T = TypeVar("T")

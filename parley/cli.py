@@ -4,6 +4,10 @@
 Every command has ``--help``. Scriptable commands print JSON with ``--json``; a refused
 command exits 1 with one clear line on stderr. ``TEMPORAL_ADDRESS`` and
 ``PARLEY_TASK_QUEUE`` pick the cluster and the worker.
+
+Long (about 550 lines) because it is the whole command surface in one place: each
+command is a few lines of argument parsing and help text around one client call.
+Printing is ``parley.rendering``; the interactive loop is ``parley.chat``.
 """
 
 from __future__ import annotations
@@ -11,14 +15,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shlex
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from langchain_core.messages import AnyMessage
 from rich.console import Console
 from rich.text import Text
 
@@ -30,14 +32,13 @@ from parley.client import (
     connect,
 )
 from parley.contracts import (
-    ConversationSnapshot,
     Decision,
     DecisionAction,
-    PendingCall,
     StateQuery,
     TurnResult,
     check_user_id,
 )
+from parley.rendering import print_pending, print_snapshot, render_turn
 from parley.settings import Settings
 
 if TYPE_CHECKING:
@@ -521,21 +522,6 @@ def chat(session: Session, user: User) -> None:
     raise typer.Exit(code)
 
 
-# --- output ---------------------------------------------------------------------------
-
-
-def parse_args_option(raw: str | None) -> dict[str, Any] | None:
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as problem:
-        raise fail(f"--args is not JSON: {problem.msg} at character {problem.pos}") from None
-    if not isinstance(value, dict):
-        raise fail('--args must be a JSON object, e.g. \'{"branch_slug": "my-change"}\'')
-    return value
-
-
 def print_turn(
     result: TurnResult, as_json: bool, session: str | None = None, user: str | None = None
 ) -> None:
@@ -549,151 +535,19 @@ def print_turn(
         raise typer.Exit(1)
 
 
-def _quoted_whole(content: str, reply: str | None) -> bool:
-    """Whether ``reply`` repeats ``content`` whole (as the offline model does): then the
-    content is printed once, in the reply."""
-    return reply is not None and len(content) >= 16 and content in reply
+# --- arguments ------------------------------------------------------------------------
 
 
-def render_turn(result: TurnResult, console: Console) -> None:
-    """A turn's tool results (each once), then the reply."""
-    for item in result.results:
-        line = Text.assemble(
-            (item.status, "green" if item.status == "success" else "yellow"),
-            f" {item.name} ({item.tool_call_id})",
-        )
-        if item.content and not _quoted_whole(item.content, result.reply):
-            line.append(f": {item.content}")
-        console.print(line)
-    if result.reply:
-        console.print(Text(result.reply))
-
-
-def print_pending(
-    pending: Sequence[PendingCall],
-    console: Console,
-    *,
-    session: str | None = None,
-    user: str | None = None,
-) -> None:
-    """Each pending call with its whole arguments (indented JSON: a long value is never
-    cut, whatever the terminal's width), and how to decide."""
-    if not pending:
-        return
-    console.print(Text("Waiting for your decision:", style="bold yellow"))
-    for call in pending:
-        print_call(call, console)
-    if session is not None and user is not None:
-        who = f"--session {shlex.quote(session)} --user {shlex.quote(user)}"
-        console.print(Text(f"Decide with: parley approve|edit|reject|respond {who} [CALL_ID…]"))
-
-
-def print_call(call: PendingCall, console: Console) -> None:
-    console.print(
-        Text.assemble(
-            "  ",
-            (call.name, "bold"),
-            f" ({call.tool_call_id}), expires {call.expires_at:%Y-%m-%d %H:%M} UTC, with:",
-        )
-    )
-    args = json.dumps(call.args, ensure_ascii=False, indent=2, default=str)
-    console.print(Text("\n".join("    " + line for line in args.splitlines())))
-
-
-def print_snapshot(
-    snapshot: ConversationSnapshot, console: Console, *, audit: bool, hint: bool
-) -> None:
-    """A conversation: status, a page of the transcript (each message whole, each tool
-    result once), the audit log if asked, the pending calls."""
-    console.print(
-        Text.assemble(
-            (snapshot.session_id, "bold"), f" ({snapshot.user_id}): status {snapshot.status}"
-        )
-    )
-    first, total = snapshot.transcript_offset, snapshot.transcript_total
-    if first > 0 or first + len(snapshot.transcript) < total:
-        console.print(
-            Text(
-                f"messages {first}-{first + len(snapshot.transcript) - 1} of {total}; "
-                "page with parley show --offset/--limit",
-                style="dim",
-            )
-        )
-    print_messages(snapshot.transcript, console)
-    if audit:
-        print_audit(snapshot, console)
-    print_pending(
-        snapshot.pending,
-        console,
-        session=snapshot.session_id if hint else None,
-        user=snapshot.user_id if hint else None,
-    )
-
-
-def _label(kind: str) -> tuple[str, str]:
-    return (f"{kind:>6} ", "dim")
-
-
-def print_messages(messages: Sequence[AnyMessage], console: Console) -> None:
-    for index, message in enumerate(messages):
-        text = message.text
-        if message.type == "tool":
-            artifact = getattr(message, "artifact", None)
-            status = (artifact or {}).get("status") if isinstance(artifact, dict) else None
-            status = status or getattr(message, "status", "")
-            line = Text.assemble(
-                _label("tool"),
-                f"{getattr(message, 'name', None) or 'tool'} "
-                f"({getattr(message, 'tool_call_id', '')}) ",
-                (status, "green" if status == "success" else "yellow"),
-            )
-            if _quoted_whole(text, _next_reply(messages, index)):
-                line.append(": quoted whole in the reply below", style="dim")
-            elif text:
-                line.append(f": {text}")
-            console.print(line)
-            continue
-        calls = getattr(message, "tool_calls", None) or []
-        if text or not calls:
-            console.print(Text.assemble(_label(message.type), text))
-        for number, call in enumerate(calls):
-            args = json.dumps(call["args"], ensure_ascii=False, default=str)
-            lead = _label(message.type) if number == 0 and not text else " " * 7
-            console.print(Text.assemble(lead, f"→ {call['name']} ({call.get('id')}) {args}"))
-
-
-def _next_reply(messages: Sequence[AnyMessage], index: int) -> str | None:
-    """The text of the model's message that follows the tool results after ``index``."""
-    for message in messages[index + 1 :]:
-        if message.type != "tool":
-            return message.text if message.type == "ai" else None
-    return None
-
-
-def print_audit(snapshot: ConversationSnapshot, console: Console) -> None:
-    if not snapshot.audit:
-        return
-    first = snapshot.audit_offset
-    console.print(
-        Text(
-            f"Audit log (entries {first}-{first + len(snapshot.audit) - 1} of "
-            f"{snapshot.audit_total}):",
-            style="bold",
-        )
-    )
-    for entry in snapshot.audit:
-        parts = [f"{entry.at:%Y-%m-%d %H:%M:%S}", f"{entry.event:<11}", entry.actor]
-        if entry.name:
-            parts.append(entry.name)
-        if entry.tool_call_id:
-            parts.append(f"({entry.tool_call_id})")
-        if entry.detail:
-            parts.append(json.dumps(entry.detail, ensure_ascii=False, default=str))
-        console.print(Text("  " + "  ".join(parts)))
-
-
-def main() -> None:  # pragma: no cover - console script entry
-    app()
+def parse_args_option(raw: str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as problem:
+        raise fail(f"--args is not JSON: {problem.msg} at character {problem.pos}") from None
+    if not isinstance(value, dict):
+        raise fail('--args must be a JSON object, e.g. \'{"branch_slug": "my-change"}\'')
+    return value
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,6 +4,10 @@ Client side (never imported by workflows). Every call goes through the typed han
 references of ``ConversationWorkflow`` and ``pydantic_data_converter``. A refusal by
 the workflow (not the owner, decisions owed, bad decision...) surfaces as
 ``ConversationRefused`` carrying the workflow's message and stable error type.
+
+Long (about 550 lines) because ``Conversations`` is the one client API every caller
+uses (CLI, chat, gateway, tests): each method pairs a workflow call with the refusal it
+turns into one clear line, and with the liveness watch (no worker, no silent wait).
 """
 
 from __future__ import annotations

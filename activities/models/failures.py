@@ -26,6 +26,10 @@ end up in workflow history.
 Works from the exceptions' shape as well as their class: the ``openai`` SDK (and
 langchain-openai's subclasses of it), ``httpx`` / ``httpx2``, langchain-core's
 ``ModelError`` family, and any SDK error carrying ``status_code`` and ``response``.
+
+Long (about 400 lines) because providers report failures in many shapes (status codes,
+error bodies inside a 200, SDK classes, transport errors); each reader is a small
+function next to the one table above.
 """
 
 from __future__ import annotations

@@ -12,6 +12,10 @@ Errors follow design.md: input the model can fix (bad slug, unknown project) is 
 ``ToolPermissionError``; a git command failing unexpectedly is a ``GitCommandError``,
 deliberately not a ``ParleyError``, so the turn fails closed. Git runs as a subprocess
 so the worker's event loop never blocks.
+
+About 380 lines: the registry, the git subprocess helper, the slug rules and the three
+tools belong together; ``create_demo_projects`` (the demo ``parley dev`` sets up) is the
+only part that could leave, and it shares the git environment.
 """
 
 from __future__ import annotations

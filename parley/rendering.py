@@ -1,0 +1,161 @@
+"""How the command line and ``parley chat`` print turns, pending calls and
+conversations. Client side; plain text, never Rich markup for what users or models wrote.
+
+Every message is printed whole; a tool result once (not again when the next reply
+quotes it whole); pending calls' arguments as indented JSON, never cut at any width.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+
+from langchain_core.messages import AnyMessage
+from rich.console import Console
+from rich.text import Text
+
+from parley.contracts import ConversationSnapshot, PendingCall, TurnResult
+
+
+def _quoted_whole(content: str, reply: str | None) -> bool:
+    """Whether ``reply`` repeats ``content`` whole (as the offline model does): then the
+    content is printed once, in the reply."""
+    return reply is not None and len(content) >= 16 and content in reply
+
+
+def render_turn(result: TurnResult, console: Console) -> None:
+    """A turn's tool results (each once), then the reply."""
+    for item in result.results:
+        line = Text.assemble(
+            (item.status, "green" if item.status == "success" else "yellow"),
+            f" {item.name} ({item.tool_call_id})",
+        )
+        if item.content and not _quoted_whole(item.content, result.reply):
+            line.append(f": {item.content}")
+        console.print(line)
+    if result.reply:
+        console.print(Text(result.reply))
+
+
+def print_pending(
+    pending: Sequence[PendingCall],
+    console: Console,
+    *,
+    session: str | None = None,
+    user: str | None = None,
+) -> None:
+    """Each pending call with its whole arguments (indented JSON: a long value is never
+    cut, whatever the terminal's width), and how to decide."""
+    if not pending:
+        return
+    console.print(Text("Waiting for your decision:", style="bold yellow"))
+    for call in pending:
+        print_call(call, console)
+    if session is not None and user is not None:
+        who = f"--session {shlex.quote(session)} --user {shlex.quote(user)}"
+        console.print(Text(f"Decide with: parley approve|edit|reject|respond {who} [CALL_ID…]"))
+
+
+def print_call(call: PendingCall, console: Console) -> None:
+    console.print(
+        Text.assemble(
+            "  ",
+            (call.name, "bold"),
+            f" ({call.tool_call_id}), expires {call.expires_at:%Y-%m-%d %H:%M} UTC, with:",
+        )
+    )
+    args = json.dumps(call.args, ensure_ascii=False, indent=2, default=str)
+    console.print(Text("\n".join("    " + line for line in args.splitlines())))
+
+
+def print_snapshot(
+    snapshot: ConversationSnapshot, console: Console, *, audit: bool, hint: bool
+) -> None:
+    """A conversation: status, a page of the transcript (each message whole, each tool
+    result once), the audit log if asked, the pending calls."""
+    console.print(
+        Text.assemble(
+            (snapshot.session_id, "bold"), f" ({snapshot.user_id}): status {snapshot.status}"
+        )
+    )
+    first, total = snapshot.transcript_offset, snapshot.transcript_total
+    if first > 0 or first + len(snapshot.transcript) < total:
+        console.print(
+            Text(
+                f"messages {first}-{first + len(snapshot.transcript) - 1} of {total}; "
+                "page with parley show --offset/--limit",
+                style="dim",
+            )
+        )
+    print_messages(snapshot.transcript, console)
+    if audit:
+        print_audit(snapshot, console)
+    print_pending(
+        snapshot.pending,
+        console,
+        session=snapshot.session_id if hint else None,
+        user=snapshot.user_id if hint else None,
+    )
+
+
+def _label(kind: str) -> tuple[str, str]:
+    return (f"{kind:>6} ", "dim")
+
+
+def print_messages(messages: Sequence[AnyMessage], console: Console) -> None:
+    for index, message in enumerate(messages):
+        text = message.text
+        if message.type == "tool":
+            artifact = getattr(message, "artifact", None)
+            status = (artifact or {}).get("status") if isinstance(artifact, dict) else None
+            status = status or getattr(message, "status", "")
+            line = Text.assemble(
+                _label("tool"),
+                f"{getattr(message, 'name', None) or 'tool'} "
+                f"({getattr(message, 'tool_call_id', '')}) ",
+                (status, "green" if status == "success" else "yellow"),
+            )
+            if _quoted_whole(text, _next_reply(messages, index)):
+                line.append(": quoted whole in the reply below", style="dim")
+            elif text:
+                line.append(f": {text}")
+            console.print(line)
+            continue
+        calls = getattr(message, "tool_calls", None) or []
+        if text or not calls:
+            console.print(Text.assemble(_label(message.type), text))
+        for number, call in enumerate(calls):
+            args = json.dumps(call["args"], ensure_ascii=False, default=str)
+            lead = _label(message.type) if number == 0 and not text else " " * 7
+            console.print(Text.assemble(lead, f"→ {call['name']} ({call.get('id')}) {args}"))
+
+
+def _next_reply(messages: Sequence[AnyMessage], index: int) -> str | None:
+    """The text of the model's message that follows the tool results after ``index``."""
+    for message in messages[index + 1 :]:
+        if message.type != "tool":
+            return message.text if message.type == "ai" else None
+    return None
+
+
+def print_audit(snapshot: ConversationSnapshot, console: Console) -> None:
+    if not snapshot.audit:
+        return
+    first = snapshot.audit_offset
+    console.print(
+        Text(
+            f"Audit log (entries {first}-{first + len(snapshot.audit) - 1} of "
+            f"{snapshot.audit_total}):",
+            style="bold",
+        )
+    )
+    for entry in snapshot.audit:
+        parts = [f"{entry.at:%Y-%m-%d %H:%M:%S}", f"{entry.event:<11}", entry.actor]
+        if entry.name:
+            parts.append(entry.name)
+        if entry.tool_call_id:
+            parts.append(f"({entry.tool_call_id})")
+        if entry.detail:
+            parts.append(json.dumps(entry.detail, ensure_ascii=False, default=str))
+        console.print(Text("  " + "  ".join(parts)))
