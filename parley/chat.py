@@ -137,7 +137,7 @@ class _Chat:
         try:
             return self._call(self._conv.state(self._session, self._user)).pending
         except ConversationRefused as refused:
-            if refused.error_type == "NotFound":
+            if refused.error_type == ErrorType.NOT_FOUND:
                 return []
             raise
 
@@ -146,7 +146,7 @@ class _Chat:
         try:
             snapshot = self._call(self._conv.state(self._session, self._user, query))
         except ConversationRefused as refused:
-            if refused.error_type != "NotFound":
+            if refused.error_type != ErrorType.NOT_FOUND:
                 raise
             self._console.print(Text(f"no conversation {self._session} yet: say something"))
             return

@@ -100,7 +100,7 @@ async def connect(settings: Settings) -> Client:
         raise ConversationRefused(
             f"cannot reach Temporal at {settings.temporal_address} ({_connect_reason(err)}). "
             "Is `parley dev` running, or TEMPORAL_ADDRESS set to your cluster?",
-            "Unreachable",
+            ErrorType.UNREACHABLE,
         ) from err
 
 
@@ -509,14 +509,14 @@ def _user(user_id: str) -> str:
     try:
         return check_user_id(user_id)
     except ValueError as err:
-        raise ConversationRefused(str(err), "InvalidUser") from None
+        raise ConversationRefused(str(err), ErrorType.INVALID_USER) from None
 
 
 def _workflow_id(session_id: str) -> str:
     try:
         return workflow_id_for(session_id)
     except ValueError as err:
-        raise ConversationRefused(str(err), "InvalidSession") from None
+        raise ConversationRefused(str(err), ErrorType.INVALID_SESSION) from None
 
 
 async def _settle(start: WithStartWorkflowOperation[object, object]) -> None:
@@ -536,7 +536,7 @@ def _refusal(err: Exception, session_id: str, *, ended: str | None = None) -> Co
                 ErrorType.CONVERSATION_ENDED,
             )
         if err.status == RPCStatusCode.NOT_FOUND:
-            return ConversationRefused(f"no conversation {session_id} exists", "NotFound")
+            return ConversationRefused(f"no conversation {session_id} exists", ErrorType.NOT_FOUND)
         return ConversationRefused(f"Temporal refused the call: {err.message}", "RPCError")
     if isinstance(err, WorkflowQueryFailedError):
         return ConversationRefused(str(err), "QueryFailed")

@@ -51,6 +51,11 @@ class ErrorType:
     MESSAGE_TOO_LARGE = "MessageTooLarge"
     CONVERSATION_ENDED = "ConversationEnded"
     NO_WORKER = "NoWorker"
+    # Refusals the client makes before or instead of a workflow call.
+    NOT_FOUND = "NotFound"
+    UNREACHABLE = "Unreachable"
+    INVALID_SESSION = "InvalidSession"
+    INVALID_USER = "InvalidUser"
     # A turn that could not come to rest.
     MODEL_CALL_LIMIT = "ModelCallLimitReached"
     # Tool results that are not a tool's own answer.
