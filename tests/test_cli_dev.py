@@ -393,9 +393,11 @@ def test_decisions_with_several_pending_calls_are_clear(two_call_worker) -> None
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 #: Run in the child, in its new session: make the terminal its controlling one (so the
 #: terminal's Ctrl-C reaches it), then become the command.
+# As an interactive shell starts a foreground job: the pty as controlling terminal, and
+# SIGINT at its default (a test run started in the background inherits it ignored).
 TAKE_TERMINAL = (
-    "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
-    "os.execv(sys.argv[1], sys.argv[1:])"
+    "import fcntl, os, signal, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+    "signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
 )
 
 
