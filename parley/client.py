@@ -481,7 +481,10 @@ def _literal(value: str) -> str:
 
 
 def _check_text(text: str, max_bytes: int) -> None:
-    """Refuse, before anything is sent, a message the conversation would refuse."""
+    """Refuse, before anything is sent (and so before a conversation is started for
+    it), a message the conversation would refuse."""
+    if not text.strip():
+        raise ConversationRefused("the message is empty", ErrorType.INVALID_MESSAGE)
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError as err:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -178,7 +179,11 @@ def load_toolset(reference: str, settings: Settings | None = None) -> list[Parle
         raise ValueError(
             f"toolset {reference!r} is a {type(value).__name__}, not a toolset; {TOOLSET_SHAPE}"
         )
-    tools = list(value)
+    tools = list(itertools.islice(value, MAX_TOOLS + 1))  # an endless iterator must not hang
+    if len(tools) > MAX_TOOLS:
+        raise ValueError(
+            f"toolset {reference!r} yields more than {MAX_TOOLS} tools; {TOOLSET_SHAPE}"
+        )
     for item in tools:
         if not isinstance(item, ParleyTool | BaseTool):
             raise ValueError(
@@ -186,6 +191,9 @@ def load_toolset(reference: str, settings: Settings | None = None) -> list[Parle
             )
     return tools
 
+
+#: More tools than any model can choose from: a toolset past this is a mistake.
+MAX_TOOLS = 1_000
 
 TOOLSET_SHAPE = (
     "a toolset is a list of tools (ParleyTool or langchain-core BaseTool) "

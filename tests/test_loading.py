@@ -211,3 +211,8 @@ def test_a_toolset_factory_takes_the_workers_settings_not_the_environment(
     assert {"create_plan", "git_push_branch"} <= names
     with pytest.raises(ValueError, match="PARLEY_PLANS_API_KEY is not set"):
         load_registry("parley.activities.toolsets.plans:toolset", settings=Settings())
+
+
+def test_an_endless_toolset_is_refused_not_loaded_for_ever() -> None:
+    with pytest.raises(ValueError, match="more than 1000 tools"):
+        load_registry("itertools:count")

@@ -129,3 +129,14 @@ async def test_a_decision_after_end_is_refused_and_nothing_runs(parley_worker) -
 
         assert refused.value.error_type == ErrorType.CONVERSATION_ENDED
         assert runs_in(sid, "write_record") == []
+
+
+async def test_an_empty_message_starts_nothing(parley_worker) -> None:
+    async with parley_worker(registry(), script(DONE)) as conversations:
+        sid = new_session()
+        with pytest.raises(ConversationRefused) as refused:
+            await conversations.send(sid, "alice", "  \n")
+        assert refused.value.error_type == ErrorType.INVALID_MESSAGE
+        with pytest.raises(RPCError) as missing:
+            await conversations.handle(sid).describe()
+        assert missing.value.status == RPCStatusCode.NOT_FOUND
