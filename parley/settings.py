@@ -106,6 +106,11 @@ class Settings:
     #: How long a client waits for a worker to take an update before it says none is
     #: serving the task queue.
     worker_wait_seconds: float = 10.0
+    # --- the worker's capacity (the SDK's defaults) ---
+    #: Workflows kept in the worker's cache (a conversation replays when evicted).
+    max_cached_workflows: int = 1000
+    max_concurrent_activities: int = 100
+    max_concurrent_workflow_tasks: int = 100
     # --- the shipped toolsets (worker) ---
     #: The git project registry file (JSON or TOML), and where worktrees go.
     git_projects: str | None = None
@@ -147,6 +152,11 @@ class Settings:
             ),
             worker_wait_seconds=_positive_number(
                 env, "PARLEY_WORKER_WAIT_SECONDS", 10.0, example="10", most=3600
+            ),
+            max_cached_workflows=_positive_int(env, "PARLEY_MAX_CACHED_WORKFLOWS", 1000),
+            max_concurrent_activities=_positive_int(env, "PARLEY_MAX_CONCURRENT_ACTIVITIES", 100),
+            max_concurrent_workflow_tasks=_positive_int(
+                env, "PARLEY_MAX_CONCURRENT_WORKFLOW_TASKS", 100
             ),
             git_projects=env.get("PARLEY_GIT_PROJECTS") or None,
             git_worktrees=env.get("PARLEY_GIT_WORKTREES") or None,

@@ -60,6 +60,9 @@ def build_worker(
         activities=[model_activities.call_model, tool_activities.run_tool],
         # Let running activities finish (or heartbeat out) on SIGTERM.
         graceful_shutdown_timeout=timedelta(seconds=30),
+        max_cached_workflows=settings.max_cached_workflows,
+        max_concurrent_activities=settings.max_concurrent_activities,
+        max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
     )
 
 

@@ -69,3 +69,27 @@ def test_bad_values_are_one_clear_error(
     assert "\n" not in message
     if name != EXPIRY:
         assert "whole number of at least 1" in message
+
+
+async def test_worker_capacity_comes_from_settings(monkeypatch: pytest.MonkeyPatch, client) -> None:  # type: ignore[no-untyped-def]
+    """PARLEY_MAX_CACHED_WORKFLOWS / _CONCURRENT_ACTIVITIES / _CONCURRENT_WORKFLOW_TASKS
+    reach the Temporal worker."""
+    from parley.activities.models.script_file import ScriptFileChatModel
+
+    from parley.tools import ToolRegistry
+    from parley.worker import build_worker
+
+    monkeypatch.setenv("PARLEY_MAX_CACHED_WORKFLOWS", "50")
+    monkeypatch.setenv("PARLEY_MAX_CONCURRENT_ACTIVITIES", "7")
+    monkeypatch.setenv("PARLEY_MAX_CONCURRENT_WORKFLOW_TASKS", "3")
+    worker = build_worker(
+        client,
+        Settings.from_env(),
+        registry=ToolRegistry([]),
+        model=ScriptFileChatModel(entries=[]),
+    )
+    async with worker:  # it starts and stops with them
+        config = worker.config()
+    assert config["max_cached_workflows"] == 50
+    assert config["max_concurrent_activities"] == 7
+    assert config["max_concurrent_workflow_tasks"] == 3
