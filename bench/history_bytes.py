@@ -146,24 +146,28 @@ def _is_repeated(fd: Any) -> bool:
     return fd.label == fd.LABEL_REPEATED
 
 
-def _payload_bytes(message: Any) -> int:
-    """Bytes of every ``Payload`` inside a proto message (inputs, results, headers,
+def payload_sizes(message: Any) -> list[int]:
+    """The size of every ``Payload`` inside a proto message (inputs, results, headers,
     memo, search attributes, user metadata such as summaries)."""
     if message.DESCRIPTOR.full_name == PAYLOAD_TYPE:
-        return message.ByteSize()
-    total = 0
+        return [message.ByteSize()]
+    sizes: list[int] = []
     for fd, value in message.ListFields():
         if fd.type != fd.TYPE_MESSAGE:
             continue
         if fd.message_type.GetOptions().map_entry:
             value_fd = fd.message_type.fields_by_name["value"]
             if value_fd.type == value_fd.TYPE_MESSAGE:
-                total += sum(_payload_bytes(v) for v in value.values())
+                sizes += [size for v in value.values() for size in payload_sizes(v)]
         elif _is_repeated(fd):
-            total += sum(_payload_bytes(v) for v in value)
+            sizes += [size for v in value for size in payload_sizes(v)]
         else:
-            total += _payload_bytes(value)
-    return total
+            sizes += payload_sizes(value)
+    return sizes
+
+
+def _payload_bytes(message: Any) -> int:
+    return sum(payload_sizes(message))
 
 
 def measure(events: list[HistoryEvent]) -> Measure:

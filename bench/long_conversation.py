@@ -36,7 +36,12 @@ from temporalio.client import Client  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 import parley.contracts  # noqa: E402
-from bench.history_bytes import bench_settings, data_converter, git_revision  # noqa: E402
+from bench.history_bytes import (  # noqa: E402
+    bench_settings,
+    data_converter,
+    git_revision,
+    payload_sizes,
+)
 from parley.binaries import temporal_cli  # noqa: E402
 from parley.client import Conversations  # noqa: E402
 from parley.contracts import workflow_id_for  # noqa: E402
@@ -45,7 +50,6 @@ from parley.worker import build_worker  # noqa: E402
 
 USER = "bench-user"
 TARGET_RATIO = 1.5
-PAYLOAD_TYPE = "temporal.api.common.v1.Payload"
 
 
 def page_tool(size: int) -> Any:
@@ -65,24 +69,6 @@ def script(turns: int) -> ScriptFileChatModel:
         entries.append(ScriptEntry.model_validate({"content": "", "tool_calls": [call]}))
         entries.append(ScriptEntry.model_validate({"content": f"read page {n}"}))
     return ScriptFileChatModel(entries=entries)
-
-
-def payload_sizes(message: Any) -> list[int]:
-    if message.DESCRIPTOR.full_name == PAYLOAD_TYPE:
-        return [message.ByteSize()]
-    sizes: list[int] = []
-    for fd, value in message.ListFields():
-        if fd.type != fd.TYPE_MESSAGE:
-            continue
-        if fd.message_type.GetOptions().map_entry:
-            sizes += [
-                s for v in value.values() if hasattr(v, "DESCRIPTOR") for s in payload_sizes(v)
-            ]
-        elif getattr(fd, "is_repeated", False) or getattr(fd, "label", 0) == 3:
-            sizes += [s for v in value for s in payload_sizes(v)]
-        else:
-            sizes += payload_sizes(value)
-    return sizes
 
 
 async def turn_bytes(client: Client, conversations: Conversations, session: str, n: int) -> int:
