@@ -37,10 +37,11 @@ class ModelActivities:
         transcripts: TranscriptStore,
         *,
         overload_codes: frozenset[str] = DEFAULT_OVERLOAD_CODES,
+        notifications: bool = False,
     ) -> None:
         self._overload_codes = overload_codes
         self._registry = registry
-        self._catalogue = registry.catalogue()
+        self._catalogue = registry.catalogue(notifications=notifications)
         self._transcripts = transcripts
         tools = registry.langchain_tools()
         self._model = model.bind_tools(tools) if tools else model

@@ -63,13 +63,14 @@ from parley.contracts import (
     EndInput,
     EventPage,
     EventsQuery,
+    EventsWait,
     SendMessageInput,
     StateQuery,
     TurnResult,
     check_user_id,
     workflow_id_for,
 )
-from parley.errors import ErrorType
+from parley.errors import NOT_OWNER_MESSAGE, ErrorType
 from parley.settings import Settings
 from parley.storage import TranscriptStore, data_converter, driver_of
 from parley.workflows.conversation import ConversationWorkflow
@@ -138,6 +139,14 @@ class Conversations:
     def __init__(self, client: Client, settings: Settings) -> None:
         self._client = client
         self._settings = settings
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @property
+    def temporal(self) -> Client:
+        return self._client
 
     def handle(self, session_id: str) -> WorkflowHandle[ConversationWorkflow, object]:
         return self._client.get_workflow_handle_for(
@@ -278,12 +287,32 @@ class Conversations:
         older = stored[offset : min(offset + limit, snapshot.transcript_offset)]
         return (older + snapshot.transcript)[:limit]
 
-    async def events(self, session_id: str, user_id: str, after: int = -1) -> EventPage:
+    async def events(
+        self, session_id: str, user_id: str, after: int = -1, limit: int = 500
+    ) -> EventPage:
         try:
             return await self.handle(session_id).query(
-                ConversationWorkflow.events, EventsQuery(user_id=_user(user_id), after=after)
+                ConversationWorkflow.events,
+                EventsQuery(user_id=_user(user_id), after=after, limit=limit),
             )
         except (WorkflowQueryFailedError, RPCError) as err:
+            raise _refusal(err, session_id) from err
+
+    async def wait_for_events(self, session_id: str, user_id: str, after: int) -> int:
+        """Block until the conversation has an event after ``after`` (or ends, or hands
+        over to a new run); return its latest offset. One call per conversation at a
+        time is enough for any number of readers: the gateway shares it."""
+        try:
+            return await self.handle(session_id).execute_update(
+                ConversationWorkflow.wait_for_events,
+                EventsWait(user_id=_user(user_id), after=after),
+                id=f"events-{uuid.uuid4().hex[:16]}",
+            )
+        except (
+            WorkflowUpdateFailedError,
+            WorkflowUpdateRPCTimeoutOrCancelledError,
+            RPCError,
+        ) as err:
             raise _refusal(err, session_id) from err
 
     async def end(self, session_id: str, user_id: str) -> ConversationSnapshot:
@@ -318,9 +347,7 @@ class Conversations:
         owner = description.typed_search_attributes.get(PARLEY_USER)
         if owner != user_id:
             # Same words as the workflow's own refusal: it names no one.
-            raise ConversationRefused(
-                "this conversation belongs to another user", ErrorType.NOT_OWNER
-            )
+            raise ConversationRefused(NOT_OWNER_MESSAGE, ErrorType.NOT_OWNER)
         if description.status != WorkflowExecutionStatus.RUNNING:
             raise ConversationRefused(
                 f"conversation {session_id} has ended", ErrorType.CONVERSATION_ENDED
@@ -542,6 +569,8 @@ def _refusal(err: Exception, session_id: str, *, ended: str | None = None) -> Co
             return ConversationRefused(f"no conversation {session_id} exists", ErrorType.NOT_FOUND)
         return ConversationRefused(f"Temporal refused the call: {err.message}", "RPCError")
     if isinstance(err, WorkflowQueryFailedError):
+        if err.message == NOT_OWNER_MESSAGE:
+            return ConversationRefused(err.message, ErrorType.NOT_OWNER)
         return ConversationRefused(str(err), "QueryFailed")
     if isinstance(err, WorkflowUpdateRPCTimeoutOrCancelledError):
         return ConversationRefused(

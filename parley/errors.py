@@ -50,6 +50,7 @@ class ErrorType:
     INVALID_MESSAGE = "InvalidMessage"
     MESSAGE_TOO_LARGE = "MessageTooLarge"
     CONVERSATION_ENDED = "ConversationEnded"
+    HANDING_OVER = "ConversationHandingOver"
     NO_WORKER = "NoWorker"
     # Refusals the client makes before or instead of a workflow call.
     NOT_FOUND = "NotFound"
@@ -75,12 +76,23 @@ class Refusal(ApplicationError):
         super().__init__(message, type=self.error_type, non_retryable=True)
 
 
+#: The one text of a ``NotOwner`` refusal: it names no one. (A failed query carries
+#: only its message, so clients recognise the refusal by it.)
+NOT_OWNER_MESSAGE = "this conversation belongs to another user"
+
+
 class NotOwner(Refusal):
     error_type = ErrorType.NOT_OWNER
 
 
 class ConversationEnded(Refusal):
     error_type = ErrorType.CONVERSATION_ENDED
+
+
+class ConversationHandingOver(Refusal):
+    """A ``wait_for_events`` that arrived while the run continues-as-new: wait again."""
+
+    error_type = ErrorType.HANDING_OVER
 
 
 class TurnInProgress(Refusal):

@@ -26,6 +26,9 @@ DEFAULT_MODEL = "scripted"
 DEFAULT_TOOLS = "parley.activities.toolsets.git:toolset"
 DEFAULT_MAX_TOOL_RESULT_BYTES = 16 * 1024 * 1024
 DEFAULT_PLANS_URL = "http://127.0.0.1:8765"
+DEFAULT_GATEWAY_HOST = "127.0.0.1"
+DEFAULT_GATEWAY_PORT = 8770
+DEFAULT_TEMPORAL_UI_URL = "http://localhost:8233"
 DEFAULT_MODEL_TIMEOUT_SECONDS = 120.0
 #: Codes in a provider's error body that mean "overloaded, retry" (any HTTP status).
 DEFAULT_OVERLOAD_CODES = frozenset(
@@ -72,6 +75,18 @@ TOOL_ACTIVITY = ActivityOptions(
         backoff_coefficient=2.0,
         maximum_interval=timedelta(seconds=30),
         maximum_attempts=5,
+    ),
+)
+
+NOTIFY_ACTIVITY = ActivityOptions(
+    start_to_close=timedelta(seconds=30),
+    # A reviewer's webhook may be down for a while: keep trying for about an hour, then
+    # record the failure in the audit log (the conversation does not depend on it).
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=2),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(minutes=10),
+        maximum_attempts=10,
     ),
 )
 
@@ -122,6 +137,25 @@ class Settings:
     openai_base_url: str | None = None
     model_timeout_seconds: float = DEFAULT_MODEL_TIMEOUT_SECONDS
     model_overload_codes: frozenset[str] = DEFAULT_OVERLOAD_CODES
+    # --- the gateway (``parley gateway``) ---
+    gateway_host: str = DEFAULT_GATEWAY_HOST
+    gateway_port: int = DEFAULT_GATEWAY_PORT
+    #: Where people reach the gateway's page (links in notifications); by default the
+    #: host and port it listens on.
+    gateway_public_url: str | None = None
+    #: The bearer tokens file: one ``<user id> <token>`` per line (``#`` comments).
+    gateway_tokens_file: str | None = None
+    #: The Temporal Web UI, for links from the page to a conversation's workflow.
+    temporal_ui_url: str = DEFAULT_TEMPORAL_UI_URL
+    # --- notifications (worker) ---
+    #: A webhook called when a conversation starts waiting for a decision.
+    notify_url: str | None = None
+
+    @property
+    def gateway_url(self) -> str:
+        return (
+            self.gateway_public_url or f"http://{self.gateway_host}:{self.gateway_port}"
+        ).rstrip("/")
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -172,6 +206,14 @@ class Settings:
                 most=3600,
             ),
             model_overload_codes=_codes(env, "PARLEY_MODEL_OVERLOAD_CODES", DEFAULT_OVERLOAD_CODES),
+            gateway_host=env.get("PARLEY_GATEWAY_HOST", "").strip() or DEFAULT_GATEWAY_HOST,
+            gateway_port=_port(env, "PARLEY_GATEWAY_PORT", DEFAULT_GATEWAY_PORT),
+            gateway_public_url=env.get("PARLEY_GATEWAY_URL", "").strip() or None,
+            gateway_tokens_file=env.get("PARLEY_GATEWAY_TOKENS_FILE", "").strip() or None,
+            temporal_ui_url=(
+                env.get("PARLEY_TEMPORAL_UI_URL", "").strip() or DEFAULT_TEMPORAL_UI_URL
+            ),
+            notify_url=env.get("PARLEY_NOTIFY_URL", "").strip() or None,
         )
 
 
@@ -206,6 +248,13 @@ def _codes(env: Env, name: str, default: frozenset[str]) -> frozenset[str]:
     if raw is None or not raw.strip():
         return default
     return frozenset(code.strip().lower() for code in raw.split(",") if code.strip())
+
+
+def _port(env: Env, name: str, default: int) -> int:
+    value = _positive_int(env, name, default)
+    if value > 65535:
+        raise ValueError(f"{name}={value} is not a TCP port; set e.g. {name}={default}")
+    return value
 
 
 def _positive_int(env: Env, name: str, default: int) -> int:

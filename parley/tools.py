@@ -140,13 +140,15 @@ class ToolRegistry:
         may ask, and is then told it may not)."""
         return [t.tool for t in self._tools.values()]
 
-    def catalogue(self) -> ToolCatalogue:
-        """The tools as the workflow sees them, with a version digest of their specs."""
+    def catalogue(self, *, notifications: bool = False) -> ToolCatalogue:
+        """The tools as the workflow sees them, with a version digest of their specs
+        (and of whether the worker notifies a webhook)."""
         specs = [t.spec() for t in self._tools.values()]
-        digest = hashlib.sha256(
-            json.dumps([s.model_dump(mode="json") for s in specs], sort_keys=True).encode()
-        ).hexdigest()[:16]
-        return ToolCatalogue(tools=specs, version=digest)
+        described = [s.model_dump(mode="json") for s in specs]
+        if notifications:
+            described.append({"notifications": True})
+        digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
+        return ToolCatalogue(tools=specs, version=digest, notifications=notifications)
 
     def __len__(self) -> int:
         return len(self._tools)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from temporalio.api.enums.v1 import IndexedValueType
@@ -26,6 +28,7 @@ from temporalio.worker import Worker
 from parley.activities.http import aclose_shared_client
 from parley.activities.model_calls import ModelActivities
 from parley.activities.models import build_chat_model
+from parley.activities.notifications import NotifyActivities
 from parley.activities.tool_calls import ToolActivities
 from parley.client import connect
 from parley.contracts import SEARCH_ATTRIBUTES
@@ -50,14 +53,21 @@ def build_worker(
     model = model if model is not None else build_chat_model(settings.model, settings)
     transcripts = TranscriptStore(driver_of(client.data_converter))
     model_activities = ModelActivities(
-        model, registry, transcripts, overload_codes=settings.model_overload_codes
+        model,
+        registry,
+        transcripts,
+        overload_codes=settings.model_overload_codes,
+        notifications=settings.notify_url is not None,
     )
     tool_activities = ToolActivities(registry, max_result_bytes=settings.max_tool_result_bytes)
+    activities: list[Callable[..., Any]] = [model_activities.call_model, tool_activities.run_tool]
+    if settings.notify_url:
+        activities.append(NotifyActivities(settings.notify_url, settings.gateway_url).notify)
     return Worker(
         client,
         task_queue=settings.task_queue,
         workflows=[ConversationWorkflow],
-        activities=[model_activities.call_model, tool_activities.run_tool],
+        activities=activities,
         # Let running activities finish (or heartbeat out) on SIGTERM.
         graceful_shutdown_timeout=timedelta(seconds=30),
         max_cached_workflows=settings.max_cached_workflows,

@@ -7,7 +7,13 @@ update-with-start on the first message. The user talks to it through updates:
   become pending, and the update returns a ``TurnResult`` when the turn comes to rest;
 - ``decide`` answers every pending call at once (approve, edit, reject, respond) and
   returns the ``TurnResult`` of the turn it resumes;
-- ``end`` closes the conversation once the turn in flight is done.
+- ``end`` closes the conversation once the turn in flight is done;
+- ``wait_for_events`` returns once the AG-UI event log has an event after a given
+  offset (a blocking read for the gateway's one subscription per conversation; the
+  events themselves are read with the ``events`` query, so they do not enter history);
+- the ``decide_signal`` signal carries the same decision as ``decide`` for channels that
+  cannot wait for an answer; it is applied between turns, and one that no longer fits
+  is recorded as refused (audit log and a ``CUSTOM`` event), never dropped.
 
 This module holds the handlers, their deduplication and the run loop (deadlines,
 continue-as-new, the end). The rest is in one module per job: ``gate`` (the checks that
@@ -20,6 +26,7 @@ by name; these modules import only ``parley`` contracts, passed through the sand
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from temporalio import workflow
 
@@ -39,17 +46,29 @@ with workflow.unsafe.imports_passed_through():
         EndInput,
         EventPage,
         EventsQuery,
+        EventsWait,
         OffsetEvent,
         PendingCall,
         SendMessageInput,
         StateQuery,
         TurnResult,
     )
-    from parley.errors import ConversationEnded
+    from parley.errors import (
+        ConversationEnded,
+        ConversationHandingOver,
+        InvalidDecision,
+        Refusal,
+    )
 
 
 #: How many update results to keep for deduplicating client retries.
 RECENT_RESULTS_KEPT = 32
+#: How many ``wait_for_events`` calls may wait at once. A newer one releases the
+#: oldest, so subscribers that went away (a gateway restarted) never pile up against
+#: Temporal's limit on updates in flight, which a decision must never meet.
+EVENT_WAITERS_KEPT = 4
+#: How many ``decide_signal`` decisions may wait for the turn in flight.
+QUEUED_DECISIONS_KEPT = 16
 
 
 @workflow.defn
@@ -65,6 +84,10 @@ class ConversationWorkflow:
         self._turns = TurnEngine(self._state, start, self._ledger, self._events)
         #: ``state.runs`` when this run began: a run continues-as-new only after a turn.
         self._runs_at_start = self._state.runs
+        #: One token per waiting ``wait_for_events``, oldest first.
+        self._event_waiters: list[object] = []
+        #: Set when this run hands over to the next (continue-as-new): waiters are let go.
+        self._handing_over = False
 
     # --- run: the conversation's lifetime -------------------------------------------
 
@@ -81,6 +104,7 @@ class ConversationWorkflow:
                     lambda deadline=deadline: (
                         self._state.ended
                         or (not self._state.turn_running and self._expired_calls() != [])
+                        or (not self._state.turn_running and self._state.queued_decisions != [])
                         or self._should_continue_as_new()
                         or self._next_deadline() != deadline
                     ),
@@ -92,13 +116,21 @@ class ConversationWorkflow:
                 break
             if not self._state.turn_running and self._expired_calls():
                 await self._expire_due_calls()
+            elif not self._state.turn_running and self._state.queued_decisions:
+                await self._apply_queued_decision()
             elif self._should_continue_as_new():
+                self._handing_over = True
+                self._event_waiters.clear()
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 if not self._state.turn_running and not self._state.ended:
                     self._state.counters.continued_as_new += 1
                     workflow.continue_as_new(
                         start.model_copy(update={"carried_state": self._state})
                     )
+                self._handing_over = False
+        self._event_waiters.clear()
+        for task in self._turns.notifying:
+            task.cancel()  # the conversation ended: nobody need be told it waits
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._close()
         return self._ledger.snapshot(StateQuery(user_id=self._state.user_id))
@@ -117,7 +149,12 @@ class ConversationWorkflow:
         """Carry the state into a fresh run before history gets long: only between turns,
         so no activity or handler is cut off, and only after a turn in this run, so an
         idle conversation with a small threshold does not continue-as-new in a loop."""
-        if self._state.turn_running or self._state.runs == self._runs_at_start:
+        if (
+            self._state.turn_running
+            or self._state.runs == self._runs_at_start
+            or self._state.queued_decisions
+            or self._turns.notifying  # a notification in flight finishes in this run
+        ):
             return False
         info = workflow.info()
         return (
@@ -191,6 +228,82 @@ class ConversationWorkflow:
         if self._state.ended:
             raise ConversationEnded("this conversation has ended")
 
+    @workflow.update
+    async def wait_for_events(self, request: EventsWait) -> int:
+        """Wait until the event log has an event after ``request.after`` (or the
+        conversation ends, or this run hands over); return the latest offset. Costs two
+        small history events per wake-up; the events are read with the query."""
+        token = object()
+        self._event_waiters.append(token)
+        if len(self._event_waiters) > EVENT_WAITERS_KEPT:
+            self._event_waiters.pop(0)
+        try:
+            await workflow.wait_condition(
+                lambda: (
+                    self._events.last_offset > request.after
+                    or self._state.ended
+                    or token not in self._event_waiters
+                )
+            )
+        finally:
+            if token in self._event_waiters:
+                self._event_waiters.remove(token)
+        return self._events.last_offset
+
+    @wait_for_events.validator
+    def _validate_wait_for_events(self, request: EventsWait) -> None:
+        gate.check_owner(self._state, request.user_id)
+        if self._state.ended:
+            raise ConversationEnded("this conversation has ended")
+        if self._handing_over:
+            raise ConversationHandingOver(
+                "this conversation is moving to a new run; wait again in a moment"
+            )
+
+    @workflow.signal
+    def decide_signal(self, decision: Any) -> None:
+        """The ``decide`` update's decision, fire-and-forget. Applied between turns;
+        refused ones are recorded (audit log and a ``CUSTOM`` event), never dropped."""
+        try:
+            request = DecideInput.model_validate(decision)
+        except ValueError as err:
+            decided_by = decision.get("decided_by") if isinstance(decision, dict) else None
+            self._record_refused_decision(
+                str(decided_by or "unknown"),
+                InvalidDecision(f"decision refused: not a valid decision: {err}"),
+            )
+            return
+        if len(self._state.queued_decisions) >= QUEUED_DECISIONS_KEPT:
+            self._record_refused_decision(
+                request.decided_by,
+                InvalidDecision(
+                    f"decision refused: {QUEUED_DECISIONS_KEPT} decisions already wait for "
+                    "the turn in flight; send it again when the turn is done"
+                ),
+                request,
+            )
+            return
+        self._state.queued_decisions.append(request)
+
+    async def _apply_queued_decision(self) -> None:
+        request = self._state.queued_decisions.pop(0)
+        try:
+            gate.check_decisions(self._state, request, workflow.now())
+        except Refusal as refusal:
+            self._record_refused_decision(request.decided_by, refusal, request)
+            return
+        self._state.turn_running = True
+        await self._turns.run(decisions=request)
+
+    def _record_refused_decision(
+        self, decided_by: str, refusal: Refusal, request: DecideInput | None = None
+    ) -> None:
+        detail: dict[str, Any] = {"type": refusal.type, "message": refusal.message}
+        if request is not None:
+            detail["decisions"] = [d.model_dump(exclude_none=True) for d in request.decisions]
+        self._ledger.audit("decision_refused", decided_by, detail=detail)
+        self._events.decision_refused(decided_by, refusal.type or "", refusal.message)
+
     def _earlier_result(self) -> TurnResult | None:
         """The result this update id already had. Temporal deduplicates update ids within
         a run; this keeps a client's retry safe across continue-as-new too."""
@@ -220,7 +333,12 @@ class ConversationWorkflow:
         kept = self._state.events[start - first_kept : start - first_kept + query.limit]
         page = [OffsetEvent(offset=start + i, event=event) for i, event in enumerate(kept)]
         next_after = page[-1].offset if page else max(query.after, start - 1)
-        return EventPage(events=page, next_after=next_after, first_kept=first_kept)
+        return EventPage(
+            events=page,
+            next_after=next_after,
+            first_kept=first_kept,
+            latest=self._events.last_offset,
+        )
 
     def _check_message(self, message: SendMessageInput) -> None:
         gate.check_message(self._state, message, self._start.max_message_bytes)

@@ -15,6 +15,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from ag_ui.core import (
         BaseEvent,
+        CustomEvent,
         Interrupt,
         RunErrorEvent,
         RunFinishedEvent,
@@ -30,7 +31,33 @@ with workflow.unsafe.imports_passed_through():
         ToolCallStartEvent,
     )
 
-    from parley.contracts import ConversationState, PendingCall
+    from parley.contracts import ConversationState, PendingCall, ToolCatalogue
+
+#: The AG-UI ``CUSTOM`` event that records a decision refused after it was received
+#: (a ``decide_signal`` that no longer fits): ``value`` has the error type and message.
+DECISION_REFUSED = "parley.decision_refused"
+
+
+def decision_schema(call: PendingCall, catalogue: ToolCatalogue) -> dict[str, Any]:
+    """The JSON Schema of an answer to ``call``'s interrupt: one ``Decision`` (its
+    ``tool_call_id`` is the interrupt's id). ``args`` is the tool's own schema."""
+    spec = catalogue.get(call.name)
+    args_schema: dict[str, Any] = dict(spec.args_schema) if spec else {"type": "object"}
+    if spec and not spec.extra_args_allowed:
+        args_schema["additionalProperties"] = False
+    return {
+        "type": "object",
+        "required": ["action"],
+        "additionalProperties": False,
+        "properties": {
+            "action": {"enum": ["approve", "edit", "reject", "respond"]},
+            "args": {**args_schema, "description": "the new arguments (edit only)"},
+            "message": {
+                "type": "string",
+                "description": "why (reject), or the answer the model reads (respond)",
+            },
+        },
+    }
 
 
 class EventLog:
@@ -78,17 +105,22 @@ class EventLog:
             )
         )
 
-    def run_finished(self, run_id: str, pending: list[PendingCall]) -> None:
+    def run_finished(
+        self, run_id: str, pending: list[PendingCall], catalogue: ToolCatalogue
+    ) -> None:
+        """Ends a turn; one interrupt per pending call, answered by a resume entry whose
+        ``payload`` is a decision (``responseSchema``)."""
         outcome: RunFinishedInterruptOutcome | RunFinishedSuccessOutcome
         if pending:
             outcome = RunFinishedInterruptOutcome(
                 interrupts=[
                     Interrupt(
                         id=call.tool_call_id,
-                        reason="tool_approval",
-                        message=f"{call.name} waits for your decision",
+                        reason="tool_call",
+                        message=f"{call.name} waits for your decision: {call.description}",
                         tool_call_id=call.tool_call_id,
                         expires_at=call.expires_at.isoformat(),
+                        response_schema=decision_schema(call, catalogue),
                         metadata={"name": call.name, "args": call.args},
                     )
                     for call in pending
@@ -100,3 +132,16 @@ class EventLog:
 
     def run_error(self, message: str, code: str) -> None:
         self._emit(RunErrorEvent(message=message, code=code))
+
+    def decision_refused(self, decided_by: str, error_type: str, message: str) -> None:
+        self._emit(
+            CustomEvent(
+                name=DECISION_REFUSED,
+                value={"decided_by": decided_by, "type": error_type, "message": message},
+            )
+        )
+
+    @property
+    def last_offset(self) -> int:
+        """The offset of the latest event (-1 before the first)."""
+        return self._state.events_offset + len(self._state.events) - 1

@@ -23,6 +23,7 @@ from parley.contracts import (
     ToolCatalogue,
 )
 from parley.errors import (
+    NOT_OWNER_MESSAGE,
     ConversationEnded,
     DecisionsOwed,
     InvalidDecision,
@@ -36,7 +37,7 @@ from parley.errors import (
 
 def check_owner(state: ConversationState, user_id: str) -> None:
     if user_id != state.user_id:
-        raise NotOwner("this conversation belongs to another user")
+        raise NotOwner(NOT_OWNER_MESSAGE)
 
 
 def check_open(state: ConversationState) -> None:

@@ -10,6 +10,7 @@ after a decision (F3). Whatever happens, every call of the transcript ends answe
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import timedelta
 from typing import Any
@@ -24,6 +25,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from parley.contracts import (
     CALL_MODEL,
+    NOTIFY,
     PREVIEW_ARGS_CHARS,
     RUN_TOOL,
     CallModelInput,
@@ -32,6 +34,7 @@ from parley.contracts import (
     ConversationState,
     DecideInput,
     Decision,
+    NotifyInput,
     PendingCall,
     RunToolInput,
     RunToolOutput,
@@ -43,7 +46,7 @@ from parley.contracts import (
     call_summary,
 )
 from parley.errors import MODEL_VISIBLE_TOOL_ERRORS, ErrorType
-from parley.settings import MODEL_ACTIVITY, TOOL_ACTIVITY
+from parley.settings import MODEL_ACTIVITY, NOTIFY_ACTIVITY, TOOL_ACTIVITY
 
 
 class TurnFailed(Exception):
@@ -71,6 +74,8 @@ class TurnEngine:
         self._start = start
         self._ledger = ledger
         self._events = events
+        #: ``notify`` calls in flight: the run waits for them before continue-as-new.
+        self.notifying: set[asyncio.Task[None]] = set()
 
     async def run(
         self, *, decisions: DecideInput | None = None, expired: list[PendingCall] | None = None
@@ -81,6 +86,7 @@ class TurnEngine:
         state.runs += 1
         run_id = f"run-{state.runs}"
         state.turn_results = []
+        pending_before = {call.tool_call_id for call in state.pending}
         self._events.run_started(run_id)
         set_status(state, "running")
         try:
@@ -104,16 +110,47 @@ class TurnEngine:
         finally:
             state.turn_running = False
         if result.status == "awaiting_approval":
-            self._events.run_finished(run_id, state.pending)
+            self._events.run_finished(run_id, state.pending, self._catalogue())
             set_status(state, "awaiting_approval")
+            if {c.tool_call_id for c in state.pending} - pending_before:
+                self._notify(run_id)
         elif result.status == "completed":
-            self._events.run_finished(run_id, [])
+            self._events.run_finished(run_id, [], self._catalogue())
             set_status(state, "idle")
         else:
             set_status(state, "failed")
         state.last_turn = result
         self._ledger.trim()
         return result
+
+    def _notify(self, run_id: str) -> None:
+        """Tell the worker's webhook (if it has one) that calls wait for a decision, in
+        the background: the turn's result does not wait for the webhook."""
+        if not self._catalogue().notifications:
+            return
+        request = NotifyInput(
+            session_id=self._state.session_id,
+            user_id=self._state.user_id,
+            pending=list(self._state.pending),
+            run_id=run_id,
+        )
+        task = asyncio.ensure_future(self._send_notification(request))
+        self.notifying.add(task)
+        task.add_done_callback(self.notifying.discard)
+
+    async def _send_notification(self, request: NotifyInput) -> None:
+        detail: dict[str, Any] = {"run_id": request.run_id}
+        try:
+            await workflow.execute_activity(
+                NOTIFY,
+                request,
+                start_to_close_timeout=NOTIFY_ACTIVITY.start_to_close,
+                retry_policy=NOTIFY_ACTIVITY.retry,
+            )
+        except ActivityError as err:
+            cause = err.cause
+            detail["error"] = cause.message if isinstance(cause, ApplicationError) else str(cause)
+        self._ledger.audit("notified", "worker", detail=detail)
 
     def _fail(self, failure: TurnFailed) -> TurnResult:
         self._events.run_error(failure.message, failure.code)

@@ -80,6 +80,13 @@ class EndInput(Contract):
     user_id: str
 
 
+class EventsWait(Contract):
+    """``wait_for_events``: return once the event log has an event after ``after``."""
+
+    user_id: str
+    after: int = -1
+
+
 class ToolCall(Contract):
     """A tool call as the workflow handles it, from the model's proposal to its answer."""
 
@@ -121,6 +128,8 @@ class AuditEntry(Contract):
         "failed",
         "expired",
         "turn_failed",
+        "decision_refused",
+        "notified",
         "ended",
     ]
     actor: str
@@ -172,10 +181,24 @@ class ConversationState(Contract):
     #: Results of the latest updates by update id, so a client's retry of a ``send`` or
     #: ``decide`` gets the first result even after continue-as-new (bounded).
     recent_results: dict[str, TurnResult] = Field(default_factory=dict)
+    #: Decisions received by the ``decide_signal`` signal, applied in order between
+    #: turns (bounded: past ``QUEUED_DECISIONS_KEPT`` a new one is refused and recorded).
+    queued_decisions: list[DecideInput] = Field(default_factory=list)
 
     @property
     def transcript_length(self) -> int:
         return self.transcript_offset + len(self.transcript)
+
+
+class NotifyInput(Contract):
+    """``notify``: tell the worker's webhook that calls wait for a decision."""
+
+    session_id: str
+    user_id: str
+    pending: list[PendingCall]
+    #: Which turn left them pending (``run-N``): with the session, the webhook's
+    #: idempotency key.
+    run_id: str
 
 
 class ConversationSnapshot(Contract):
@@ -228,6 +251,8 @@ class EventPage(Contract):
     events: list[OffsetEvent]
     next_after: int
     first_kept: int = 0
+    #: The offset of the conversation's latest event (-1: none yet).
+    latest: int = -1
 
 
 ConversationStart.model_rebuild()

@@ -12,6 +12,7 @@ from temporalio.common import SearchAttributeKey
 # Activity names: shared by the workflow, the worker and the tests' fakes.
 CALL_MODEL = "parley.call_model"
 RUN_TOOL = "parley.run_tool"
+NOTIFY = "parley.notify"
 
 #: Matched against the whole string (``\A``/``\Z``): ``$`` would accept "abc\n".
 SESSION_ID_PATTERN = re.compile(r"\A[A-Za-z0-9._-]{1,128}\Z")

@@ -30,6 +30,9 @@ class ToolCatalogue(Contract):
     #: A digest of ``tools``, set by the worker: the workflow asks for the catalogue
     #: again only when the worker's version differs.
     version: str = ""
+    #: Whether the worker has a webhook to tell when calls wait for a decision
+    #: (``PARLEY_NOTIFY_URL``): the workflow runs ``notify`` only then.
+    notifications: bool = False
 
     def get(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)

@@ -1,0 +1,63 @@
+"""The ``notify`` activity: tell a webhook that a conversation waits for a decision.
+Activity side (network I/O through the worker's shared httpx client).
+
+Configured on the worker: ``PARLEY_NOTIFY_URL`` (the webhook) and ``PARLEY_GATEWAY_URL``
+(where the approval page is, for the link). The workflow runs ``notify`` only when the
+worker's catalogue says it has a webhook, in the background of the turn, retried by
+Temporal (``NOTIFY_ACTIVITY``). The webhook gets one JSON POST::
+
+    {"event": "awaiting_decision", "session_id": ..., "user_id": ...,
+     "pending": [{"tool_call_id", "name", "args", "description", "expires_at"}],
+     "url": "<gateway>/#c=<session_id>", "run_id": "run-N"}
+
+with an ``Idempotency-Key`` header (``<workflow id>:<run_id>``, the same on every retry),
+so a receiver that saw the first attempt can drop the next. Failures follow the HTTP
+error table (``parley.activities.http``): 408/429/5xx and network errors are retried,
+other answers are not.
+"""
+
+from __future__ import annotations
+
+import httpx
+from parley.activities.http import (
+    IDEMPOTENCY_HEADER,
+    HttpStatusError,
+    HttpTransportError,
+    shared_client,
+    to_tool_error,
+)
+from temporalio import activity
+
+from parley.contracts import NOTIFY, NotifyInput, workflow_id_for
+
+
+class NotifyActivities:
+    def __init__(self, webhook_url: str, page_url: str, *, timeout: float = 10.0) -> None:
+        self._webhook_url = webhook_url
+        self._page_url = page_url.rstrip("/")
+        self._timeout = timeout
+
+    @activity.defn(name=NOTIFY)
+    async def notify(self, request: NotifyInput) -> None:
+        body = {
+            "event": "awaiting_decision",
+            "session_id": request.session_id,
+            "user_id": request.user_id,
+            "pending": [call.model_dump(mode="json") for call in request.pending],
+            "url": f"{self._page_url}/#c={request.session_id}",
+            "run_id": request.run_id,
+        }
+        key = f"{workflow_id_for(request.session_id)}:{request.run_id}"
+        try:
+            response = await shared_client().post(
+                self._webhook_url,
+                json=body,
+                headers={IDEMPOTENCY_HEADER: key},
+                timeout=self._timeout,
+            )
+        except httpx.TransportError as err:
+            failure = HttpTransportError.from_httpx("POST", self._webhook_url, err)
+            raise to_tool_error(failure, service="the notification webhook") from None
+        if not response.is_success:
+            failure = HttpStatusError.from_response(response)
+            raise to_tool_error(failure, service="the notification webhook") from None
