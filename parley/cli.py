@@ -135,9 +135,16 @@ def dev(
     plans_port: Annotated[
         int, typer.Option(help="Reference plans service port (0: any free one).", min=0, max=65535)
     ] = 8765,
+    gateway_port: Annotated[
+        int, typer.Option(help="Gateway (HTTP API and approval page) port.", min=1, max=65535)
+    ] = 8770,
+    user: Annotated[
+        str, typer.Option("--user", "-u", help="The user the gateway's printed token signs in.")
+    ] = "alice",
 ) -> None:
     """Run everything locally: Temporal dev server with UI, demo git projects, the
-    reference plans service, and a worker with the offline model."""
+    reference plans service, a worker with the offline model, and the gateway with
+    its approval page (a token for --user is printed)."""
     from parley.dev import run_dev
 
     try:
@@ -147,12 +154,59 @@ def dev(
                 port=port,
                 ui_port=ui_port,
                 plans_port=plans_port,
+                gateway_port=gateway_port,
+                user=user,
                 console=out,
             )
         )  # returns once a SIGTERM has stopped everything
     except KeyboardInterrupt:
         pass
     out.print("stopped")
+
+
+@app.command()
+def gateway(
+    host: Annotated[
+        str | None, typer.Option(help="Interface to listen on [PARLEY_GATEWAY_HOST].")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help="Port [PARLEY_GATEWAY_PORT].", min=1, max=65535)
+    ] = None,
+) -> None:
+    """Run the HTTP gateway: REST + AG-UI event streams + the approval page at /.
+    Bearer tokens come from PARLEY_GATEWAY_TOKENS_FILE ('<user id> <token>' lines)."""
+    import logging
+
+    from parley.gateway.access import TokenTable
+    from parley.gateway.server import run_gateway
+
+    logging.basicConfig(level=logging.INFO)
+    config = settings()
+    if not config.gateway_tokens_file:
+        raise fail(
+            "set PARLEY_GATEWAY_TOKENS_FILE to a file of '<user id> <token>' lines: the "
+            "gateway takes the user from the token"
+        )
+    try:
+        tokens = TokenTable.from_file(config.gateway_tokens_file)
+    except ValueError as problem:
+        raise fail(str(problem)) from None
+    if not len(tokens):
+        raise fail(f"{config.gateway_tokens_file} has no tokens: add '<user id> <token>' lines")
+    bind_host = host or config.gateway_host
+    bind_port = port or config.gateway_port
+
+    async def work() -> None:
+        conversations = Conversations(await connect(config), config)
+        out.print(f"gateway on http://{bind_host}:{bind_port} ({len(tokens)} token(s))")
+        await run_gateway(conversations, tokens, bind_host, bind_port)
+
+    try:
+        run_async(work)
+    except OSError as problem:
+        raise fail(f"could not listen on {bind_host}:{bind_port}: {problem}") from None
+    except KeyboardInterrupt:
+        out.print("stopped")
 
 
 @app.command("plans-service")

@@ -27,6 +27,10 @@ from temporalio.testing import WorkflowEnvironment
 from parley.activities.http import aclose_shared_client
 from parley.activities.toolsets.git import create_demo_projects
 from parley.binaries import temporal_cli
+from parley.client import Conversations
+from parley.contracts import check_user_id
+from parley.gateway.access import TokenTable, write_tokens_file
+from parley.gateway.server import serving
 from parley.services.plans import BackgroundServer, create_app
 from parley.settings import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE, Settings
 from parley.storage import data_converter, describe_store
@@ -111,12 +115,20 @@ def _check_ports_free(ports: dict[str, int]) -> None:
                 raise ValueError(
                     f"port {port} ({option}) on 127.0.0.1 is not free "
                     f"({problem.strerror or problem}); "
-                    "is another Temporal server running? Pick free ports with --port/--ui-port."
+                    "is another Parley dev running? Pick free ports with "
+                    "--port/--ui-port/--gateway-port."
                 ) from None
 
 
 async def run_dev(
-    data_dir: Path, *, port: int, ui_port: int, plans_port: int, console: Console
+    data_dir: Path,
+    *,
+    port: int,
+    ui_port: int,
+    plans_port: int,
+    console: Console,
+    gateway_port: int = 8770,
+    user: str = "alice",
 ) -> None:
     """Run until Ctrl-C or SIGTERM; either way the dev server, the worker and the plans
     service are shut down (a SIGTERM cancels this task, so every ``finally`` runs).
@@ -124,16 +136,30 @@ async def run_dev(
     lock = _lock_data_dir(data_dir)
     try:
         await _run_dev_locked(
-            data_dir, port=port, ui_port=ui_port, plans_port=plans_port, console=console
+            data_dir,
+            port=port,
+            ui_port=ui_port,
+            plans_port=plans_port,
+            gateway_port=gateway_port,
+            user=user,
+            console=console,
         )
     finally:
         os.close(lock)
 
 
 async def _run_dev_locked(
-    data_dir: Path, *, port: int, ui_port: int, plans_port: int, console: Console
+    data_dir: Path,
+    *,
+    port: int,
+    ui_port: int,
+    plans_port: int,
+    gateway_port: int,
+    user: str,
+    console: Console,
 ) -> None:
-    _check_ports_free({"--port": port, "--ui-port": ui_port})
+    check_user_id(user)
+    _check_ports_free({"--port": port, "--ui-port": ui_port, "--gateway-port": gateway_port})
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     assert main is not None
@@ -147,7 +173,15 @@ async def _run_dev_locked(
 
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     try:
-        await _run_dev(data_dir, port=port, ui_port=ui_port, plans_port=plans_port, console=console)
+        await _run_dev(
+            data_dir,
+            port=port,
+            ui_port=ui_port,
+            plans_port=plans_port,
+            gateway_port=gateway_port,
+            user=user,
+            console=console,
+        )
     except asyncio.CancelledError:
         if not terminated:
             raise
@@ -157,7 +191,14 @@ async def _run_dev_locked(
 
 
 async def _run_dev(
-    data_dir: Path, *, port: int, ui_port: int, plans_port: int, console: Console
+    data_dir: Path,
+    *,
+    port: int,
+    ui_port: int,
+    plans_port: int,
+    gateway_port: int,
+    user: str,
+    console: Console,
 ) -> None:
     projects, plans_key = await asyncio.to_thread(_prepare_data_dir, data_dir)
     # The worker's settings: the environment's, with the demo's registry, tools and
@@ -168,7 +209,13 @@ async def _run_dev(
         temporal_address=f"127.0.0.1:{port}",
         git_projects=Settings.from_env().git_projects or str(projects),
         tools=Settings.from_env().tools if "PARLEY_TOOLS" in configured else DEV_TOOLS,
+        gateway_port=gateway_port,
+        temporal_ui_url=f"http://127.0.0.1:{ui_port}",
     )
+    token = None  # printed only when dev made the tokens file
+    if not settings.gateway_tokens_file:
+        settings = replace(settings, gateway_tokens_file=str(data_dir / "gateway-tokens"))
+        token = await asyncio.to_thread(write_tokens_file, data_dir / "gateway-tokens", user)
     plans: BackgroundServer | None = None
     if "PARLEY_PLANS_URL" not in configured:
         app = create_app(data_dir / "plans.db", plans_key)
@@ -181,14 +228,19 @@ async def _run_dev(
             ) from None
         settings = replace(settings, plans_url=plans.url, plans_api_key=plans_key)
     try:
-        await _run_temporal_and_worker(settings, data_dir, port, ui_port, console)
+        await _run_temporal_and_worker(settings, data_dir, port, ui_port, token, console)
     finally:
         if plans is not None:
             plans.stop()
 
 
 async def _run_temporal_and_worker(
-    settings: Settings, data_dir: Path, port: int, ui_port: int, console: Console
+    settings: Settings,
+    data_dir: Path,
+    port: int,
+    ui_port: int,
+    token: str | None,
+    console: Console,
 ) -> None:
     from parley.cli import load_tools_and_model
     from parley.worker import build_worker, ensure_search_attributes
@@ -215,21 +267,26 @@ async def _run_temporal_and_worker(
     try:
         await ensure_search_attributes(env.client, settings.namespace)
         worker = build_worker(env.client, settings, registry=registry, model=model)
-        console.print(
-            Text.assemble(
-                ("Parley dev is running.", "bold green"),
-                "\n",
-                _banner(settings, port, ui_port, data_dir),
-            ),
-            soft_wrap=True,
-        )
-        await worker.run()
+        tokens = TokenTable.from_file(settings.gateway_tokens_file or "")
+        conversations = Conversations(env.client, settings)
+        async with serving(conversations, tokens, settings.gateway_host, settings.gateway_port):
+            console.print(
+                Text.assemble(
+                    ("Parley dev is running.", "bold green"),
+                    "\n",
+                    _banner(settings, port, ui_port, data_dir, token),
+                ),
+                soft_wrap=True,
+            )
+            await worker.run()
     finally:
         await aclose_shared_client()
         await env.shutdown()
 
 
-def _banner(settings: Settings, port: int, ui_port: int, data_dir: Path) -> str:
+def _banner(
+    settings: Settings, port: int, ui_port: int, data_dir: Path, token: str | None = None
+) -> str:
     """What runs where, and how to talk to it from another shell (with the variables a
     client needs when this is not the default set-up)."""
     client_env = {}
@@ -249,7 +306,10 @@ def _banner(settings: Settings, port: int, ui_port: int, data_dir: Path) -> str:
         f"  worker        task queue {settings.task_queue!r}, model {settings.model!r}",
         f"  tools         {settings.tools or '(none)'}",
         f"  plans service {settings.plans_url}",
+        f"  gateway       {settings.gateway_url} (API docs at /docs)",
     ]
+    if token:
+        lines.append(f"  approval page {settings.gateway_url}/#token={token}")
     if client_env:
         assignments = " ".join(f"{name}={shlex.quote(value)}" for name, value in client_env.items())
         lines.append(f"In another shell, first:  export {assignments}")

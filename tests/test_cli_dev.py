@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 
 # The console script the README's quick start runs (installed next to this Python).
@@ -57,13 +58,14 @@ def alive(pid: int) -> bool:
 
 
 #: Keys of the ``dev_server`` fixture that are not environment variables.
-FIXTURE_KEYS = ("data_dir", "ui", "banner", "pid")
+FIXTURE_KEYS = ("data_dir", "ui", "gateway", "banner", "pid")
 
 
 @pytest.fixture(scope="module")
 def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     data_dir = tmp_path_factory.mktemp("parley-dev")
     port, ui_port, plans_port = free_port(), free_port(), free_port()
+    gateway_port = free_port()
     env = {
         **os.environ,
         "PARLEY_TASK_QUEUE": "parley-dev-test",
@@ -84,6 +86,8 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
             str(ui_port),
             "--plans-port",
             str(plans_port),
+            "--gateway-port",
+            str(gateway_port),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -106,6 +110,7 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
         yield {
             "data_dir": str(data_dir),
             "ui": f"http://127.0.0.1:{ui_port}",
+            "gateway": f"http://127.0.0.1:{gateway_port}",
             "banner": "".join(lines),
             "pid": str(process.pid),
             **client_env,
@@ -262,6 +267,29 @@ def test_dev_refuses_a_port_something_else_listens_on(tmp_path: Path, option: st
     assert_one_line_error(result, f"port {port} ({option}) on 127.0.0.1 is not free")
     assert "--port/--ui-port" in result.stderr
     assert "Parley dev is running" not in result.stdout
+
+
+def test_dev_runs_the_gateway_and_prints_a_token_for_its_page(dev_server) -> None:
+    """`parley dev` starts the gateway; the banner's page link carries a token that signs
+    in as the dev user, and the conversation made with the CLI is on the page's API."""
+    match = re.search(r"approval page (http://\S+)/#token=(\S+)", dev_server["banner"])
+    assert match, dev_server["banner"]
+    base, token = match.groups()
+    assert base == dev_server["gateway"]
+    headers = {"Authorization": f"Bearer {token}"}
+    assert httpx.get(f"{base}/v1/me", headers=headers).json()["user_id"] == "alice"
+    assert "Parley" in httpx.get(f"{base}/").text
+    sent = httpx.post(
+        f"{base}/v1/conversations/dev-gateway/messages",
+        json={"text": "hello"},
+        headers=headers,
+        timeout=60,
+    )
+    assert sent.status_code == 200, sent.text
+    assert sent.json()["status"] == "completed"
+    state = httpx.get(f"{base}/v1/conversations/dev-gateway", headers=headers).json()
+    assert state["temporal_ui_url"].startswith(dev_server["ui"])
+    assert httpx.get(f"{base}/v1/me").status_code == 401
 
 
 def test_dev_names_a_bad_data_dir(tmp_path: Path) -> None:
