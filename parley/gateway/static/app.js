@@ -823,8 +823,14 @@
     input.value = "";
     setBusy(true);
     renderTranscript();
+    // The same text sent again after a failure keeps its id: the gateway applies a
+    // message id once, so a resend after a lost answer never duplicates it.
+    const retry = state.unsent && state.unsent.text === text ? state.unsent : null;
+    const messageId = retry ? retry.id : `web-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 10)}`;
+    state.unsent = { text, id: messageId };
     try {
-      const turn = await api("POST", `${conversationPath(sid)}/messages`, { text });
+      const turn = await api("POST", `${conversationPath(sid)}/messages`, { text, message_id: messageId });
+      state.unsent = null;
       if (state.sid === sid && turn && turn.status === "failed") {
         showError(`The turn failed: ${turn.error || "no detail"}`);
       }
