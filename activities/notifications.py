@@ -21,14 +21,17 @@ from __future__ import annotations
 import httpx
 from parley.activities.http import (
     IDEMPOTENCY_HEADER,
+    HttpError,
     HttpStatusError,
     HttpTransportError,
     shared_client,
     to_tool_error,
 )
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from parley.contracts import NOTIFY, NotifyInput, workflow_id_for
+from parley.errors import TransientError
 
 
 class NotifyActivities:
@@ -56,8 +59,16 @@ class NotifyActivities:
                 timeout=self._timeout,
             )
         except httpx.TransportError as err:
-            failure = HttpTransportError.from_httpx("POST", self._webhook_url, err)
-            raise to_tool_error(failure, service="the notification webhook") from None
+            raise _failure(HttpTransportError.from_httpx("POST", self._webhook_url, err)) from None
         if not response.is_success:
-            failure = HttpStatusError.from_response(response)
-            raise to_tool_error(failure, service="the notification webhook") from None
+            raise _failure(HttpStatusError.from_response(response)) from None
+
+
+def _failure(failure: HttpError) -> ApplicationError:
+    """Transient failures are retried by Temporal; any other answer is final."""
+    error = to_tool_error(failure, service="the notification webhook")
+    return ApplicationError(
+        error.message,
+        type="NotificationFailed",
+        non_retryable=not isinstance(error, TransientError),
+    )
