@@ -49,6 +49,7 @@ from temporalio.common import (
     WorkflowIDReusePolicy,
 )
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
 from parley.contracts import (
@@ -90,12 +91,14 @@ class ConversationRefused(Exception):
         self.error_type = error_type
 
 
-async def connect(settings: Settings) -> Client:
+async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
+    """A client for ``settings``' cluster; ``runtime`` (the worker's) may export metrics."""
     try:
         return await Client.connect(
             settings.temporal_address,
             namespace=settings.namespace,
             data_converter=data_converter(settings),
+            runtime=runtime,
         )
     except RuntimeError as err:
         raise ConversationRefused(

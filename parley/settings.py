@@ -126,6 +126,8 @@ class Settings:
     max_cached_workflows: int = 1000
     max_concurrent_activities: int = 100
     max_concurrent_workflow_tasks: int = 100
+    #: ``host:port`` where the worker serves Prometheus metrics (None: no endpoint).
+    metrics_address: str | None = None
     # --- the shipped toolsets (worker) ---
     #: The git project registry file (JSON or TOML), and where worktrees go.
     git_projects: str | None = None
@@ -192,6 +194,7 @@ class Settings:
             max_concurrent_workflow_tasks=_positive_int(
                 env, "PARLEY_MAX_CONCURRENT_WORKFLOW_TASKS", 100
             ),
+            metrics_address=env.get("PARLEY_METRICS_ADDRESS", "").strip() or None,
             git_projects=env.get("PARLEY_GIT_PROJECTS") or None,
             git_worktrees=env.get("PARLEY_GIT_WORKTREES") or None,
             plans_url=env.get("PARLEY_PLANS_URL", "").strip() or DEFAULT_PLANS_URL,

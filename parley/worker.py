@@ -22,6 +22,7 @@ from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
 )
 from temporalio.client import Client
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
@@ -108,6 +109,16 @@ async def ensure_search_attributes(client: Client, namespace: str) -> None:
         )
 
 
+def metrics_runtime(settings: Settings) -> Runtime | None:
+    """A Temporal runtime that serves Prometheus metrics on ``PARLEY_METRICS_ADDRESS``
+    (the SDK's ``temporal_*`` and Parley's ``parley_*``), or None for the default."""
+    if not settings.metrics_address:
+        return None
+    return Runtime(
+        telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=settings.metrics_address))
+    )
+
+
 def _indexed_type(key: object) -> IndexedValueType.ValueType:
     return {
         "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
@@ -128,7 +139,7 @@ async def run_worker(
         registry if registry is not None else load_registry(settings.tools, settings=settings)
     )
     model = model if model is not None else build_chat_model(settings.model, settings)
-    client = await connect(settings)
+    client = await connect(settings, runtime=metrics_runtime(settings))
     await ensure_search_attributes(client, settings.namespace)
     worker = build_worker(client, settings, registry=registry, model=model)
     log.info(

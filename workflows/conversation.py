@@ -32,7 +32,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from langchain_core.messages import HumanMessage
-    from parley.workflows import gate
+    from parley.workflows import gate, metrics
     from parley.workflows.events import EventLog
     from parley.workflows.ledger import Ledger
     from parley.workflows.publishing import publish_owner, publish_status
@@ -141,6 +141,7 @@ class ConversationWorkflow:
             return
         for call in self._state.pending:
             self._ledger.answer_unrun(call, "the conversation ended before anyone decided on it")
+        metrics.approvals_answered(len(self._state.pending))
         self._state.pending = []
         self._state.status = "ended"
         publish_status(self._state)
@@ -186,6 +187,7 @@ class ConversationWorkflow:
         self._state.transcript.append(HumanMessage(content=message.text, id=message.message_id))
         self._ledger.audit("message", message.user_id, detail={"message_id": message.message_id})
         self._state.counters.turns += 1
+        metrics.turn_started()
         return self._remember(await self._turns.run())
 
     @send_message.validator
@@ -347,5 +349,6 @@ class ConversationWorkflow:
         """Answer every call past its deadline ``expired`` and let the model go on."""
         self._state.turn_running = True
         due = self._expired_calls()
+        metrics.approvals_answered(len(due))
         self._state.pending = [c for c in self._state.pending if c not in due]
         await self._turns.run(expired=due)

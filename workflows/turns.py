@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from langchain_core.messages import AIMessage
+from parley.workflows import metrics
 from parley.workflows.events import EventLog
 from parley.workflows.gate import args_error
 from parley.workflows.ledger import Ledger, error_result
@@ -112,7 +113,8 @@ class TurnEngine:
         if result.status == "awaiting_approval":
             self._events.run_finished(run_id, state.pending, self._catalogue())
             set_status(state, "awaiting_approval")
-            if {c.tool_call_id for c in state.pending} - pending_before:
+            if new_pending := {c.tool_call_id for c in state.pending} - pending_before:
+                metrics.approvals_requested(len(new_pending))
                 self._notify(run_id)
         elif result.status == "completed":
             self._events.run_finished(run_id, [], self._catalogue())
@@ -267,10 +269,12 @@ class TurnEngine:
         by_id = {d.tool_call_id: d for d in decide.decisions}
         pending, self._state.pending = self._state.pending, []
         self._state.counters.decisions += len(pending)
+        metrics.approvals_answered(len(pending))
         owner_ai = self._ai_message_of(pending[0].tool_call_id)
         try:
             for call in pending:
                 decision = by_id[call.tool_call_id]
+                metrics.decided(decision.action)
                 self._ledger.audit(
                     "decided",
                     decide.decided_by,
@@ -346,6 +350,7 @@ class TurnEngine:
             result = output.result
         except ActivityError as err:
             result = self._failed(call, err)
+        metrics.tool_ran(call.name, result.status)
         if edited:
             result = result.model_copy(
                 update={
@@ -367,6 +372,7 @@ class TurnEngine:
                 f"{call.name} failed unexpectedly and the turn was stopped: {message}",
             )
             self._ledger.answer(call, failed, "failed")
+            metrics.tool_ran(call.name, "failed")
             raise TurnFailed(
                 f"tool {call.name} failed: {message}", error_type or ErrorType.TOOL_FAILED
             ) from err

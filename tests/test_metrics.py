@@ -1,0 +1,78 @@
+"""A worker with ``PARLEY_METRICS_ADDRESS`` serves Prometheus metrics: the SDK's own and
+Parley's counters (turns, decisions by action, tool runs by outcome, approvals)."""
+
+from __future__ import annotations
+
+import re
+import socket
+import uuid
+
+import httpx
+from temporalio.client import Client
+
+from parley.client import Conversations, connect
+from parley.contracts import Decision
+from parley.settings import Settings
+from parley.worker import build_worker, metrics_runtime
+from tests.checks import new_session
+from tests.support import call, registry, script
+
+PROPOSE_TWO = {
+    "content": "Two writes.",
+    "tool_calls": [call("write_record", "m1", title="A"), call("write_record", "m2", title="B")],
+}
+DONE = {"content": "Done."}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def value(metrics: str, name: str, **labels: str) -> float:
+    """The sum of the samples of ``name`` whose labels include ``labels``."""
+    total = 0.0
+    for line in metrics.splitlines():
+        match = re.match(rf"^{name}(?:_total)?(\{{[^}}]*\}})? (\S+)$", line)
+        if match and all(f'{k}="{v}"' in (match.group(1) or "") for k, v in labels.items()):
+            total += float(match.group(2))
+    return total
+
+
+async def test_the_worker_serves_sdk_and_parley_metrics(client: Client, payload_store) -> None:
+    address = f"127.0.0.1:{free_port()}"
+    settings = Settings(
+        temporal_address=client.service_client.config.target_host,
+        namespace=client.namespace,
+        task_queue=f"parley-metrics-{uuid.uuid4().hex[:8]}",
+        metrics_address=address,
+        payload_store=str(payload_store.root),
+    )
+    worker_client = await connect(settings, runtime=metrics_runtime(settings))
+    worker = build_worker(
+        worker_client, settings, registry=registry(), model=script(PROPOSE_TWO, DONE)
+    )
+    async with worker:
+        conversations = Conversations(client, settings)
+        sid = new_session()
+        turn = await conversations.send(sid, "alice", "write A and B")
+        assert turn.status == "awaiting_approval"
+        await conversations.decide(
+            sid,
+            "alice",
+            [
+                Decision(tool_call_id="m1", action="approve"),
+                Decision(tool_call_id="m2", action="reject", message="not B"),
+            ],
+        )
+        metrics = httpx.get(f"http://{address}/metrics", timeout=10).text
+
+    assert value(metrics, "parley_turns") == 1
+    assert value(metrics, "parley_decisions", action="approve") == 1
+    assert value(metrics, "parley_decisions", action="reject") == 1
+    assert value(metrics, "parley_tool_runs", tool="write_record", status="success") == 1
+    assert value(metrics, "parley_approvals_requested") == 2
+    assert value(metrics, "parley_approvals_answered") == 2
+    assert value(metrics, "temporal_workflow_task_execution_latency_count") > 0
+    assert value(metrics, "temporal_activity_execution_latency_count") > 0
