@@ -1,0 +1,165 @@
+"""docker-compose.yml's topology without Docker: a Temporal dev server with a
+persistence file, two worker processes and the gateway process. A worker SIGKILLed in
+the middle of an approved tool call; the conversation finishes on the other worker,
+with one result per call and the write done once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+from temporalio.testing import WorkflowEnvironment
+
+from parley.binaries import temporal_cli
+from parley.contracts import SEARCH_ATTRIBUTES
+from tests.support import call
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "topology-token-0123456789"
+
+
+@contextmanager
+def process(args: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("ab") as out:
+        started = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=out)
+    try:
+        yield started
+    finally:
+        if started.poll() is None:
+            started.terminate()
+            try:
+                started.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                started.kill()
+        started.wait(timeout=20)
+
+
+async def eventually(check, seconds: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            result = await check()
+        except (httpx.TransportError, OSError):
+            result = None
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+async def test_two_workers_and_the_gateway_survive_a_worker_killed_mid_call(
+    tmp_path: Path,
+) -> None:
+    env_server = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_cli(),
+        dev_server_database_filename=str(tmp_path / "temporal.db"),
+        search_attributes=SEARCH_ATTRIBUTES,
+    )
+    try:
+        await _run_topology(env_server.client.service_client.config.target_host, tmp_path)
+    finally:
+        await env_server.shutdown()
+
+
+async def _run_topology(address: str, tmp_path: Path) -> None:
+    script_file = tmp_path / "script.json"
+    script_file.write_text(
+        json.dumps(
+            [
+                {"content": "", "tool_calls": [call("slow_write", "t1", title="once")]},
+                {"content": "written once"},
+            ]
+        )
+    )
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice {TOKEN}\n")
+    tool_log = tmp_path / "tool.log"
+    gateway_port = free_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TEMPORAL_ADDRESS": address,
+        "PARLEY_TASK_QUEUE": f"parley-topology-{uuid.uuid4().hex[:8]}",
+        "PARLEY_MODEL": f"script:{script_file}",
+        "PARLEY_TOOLS": "tests.liveness_tools:toolset",
+        "PARLEY_PAYLOAD_STORE": str(tmp_path / "payloads"),
+        "PARLEY_TEST_TOOL_LOG": str(tool_log),
+        "PARLEY_GATEWAY_TOKENS_FILE": str(tokens),
+        "PARLEY_GATEWAY_PORT": str(gateway_port),
+    }
+    parley = [sys.executable, "-m", "parley.cli"]
+    hold = tool_log.with_suffix(".hold")
+    hold.touch()
+    sid = f"topology-{uuid.uuid4().hex[:8]}"
+    base = f"http://127.0.0.1:{gateway_port}"
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+
+    def starts() -> list[dict]:
+        if not tool_log.exists():
+            return []
+        return [json.loads(line) for line in tool_log.read_text().splitlines()]
+
+    with (
+        process([*parley, "worker"], env, tmp_path / "worker-1.log") as worker_1,
+        process([*parley, "worker"], env, tmp_path / "worker-2.log") as worker_2,
+        process([*parley, "gateway"], env, tmp_path / "gateway.log"),
+    ):
+        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=120) as http:
+
+            async def gateway_up() -> bool:
+                return (await http.get("/healthz")).status_code == 200
+
+            await eventually(gateway_up, 60, "the gateway")
+            sent = await http.post(
+                f"/v1/conversations/{sid}/messages", json={"text": "write it once"}
+            )
+            assert sent.status_code == 200, sent.text
+            assert sent.json()["status"] == "awaiting_approval"
+            deciding = asyncio.create_task(
+                http.post(
+                    f"/v1/conversations/{sid}/decisions",
+                    json={"decisions": [{"tool_call_id": "t1", "action": "approve"}]},
+                )
+            )
+
+            async def started() -> list[dict]:
+                return starts()
+
+            (first_start,) = await eventually(started, 60, "the tool to start")
+            victim, survivor = (
+                (worker_1, worker_2) if first_start["pid"] == worker_1.pid else (worker_2, worker_1)
+            )
+            victim.kill()  # SIGKILL, mid-call
+            victim.wait(timeout=20)
+            hold.unlink()
+            decided = await asyncio.wait_for(deciding, timeout=120)
+            assert survivor.poll() is None
+            assert decided.status_code == 200, decided.text
+            assert decided.json()["status"] == "completed"
+            assert decided.json()["reply"] == "written once"
+            state = (await http.get(f"/v1/conversations/{sid}")).json()
+
+    runs = starts()
+    assert [r["pid"] for r in runs] == [victim.pid, survivor.pid]
+    assert {r["key"] for r in runs} == {f"conversation-{sid}:t1"}
+    assert tool_log.with_suffix(".done").read_text().split() == [f"conversation-{sid}:t1"]
+    results = [m for m in state["transcript"] if m["type"] == "tool"]
+    assert [m["tool_call_id"] for m in results] == ["t1"]
+    assert results[0]["status"] == "success"
