@@ -78,6 +78,8 @@ class ToolActivities:
         if registered.wants_context:
             args[CONTEXT_ARG] = tool_context(request)
         tool = registered.tool
+        extra = {"tool_call_id": request.tool_call_id, "tool": request.name}
+        activity.logger.info("running tool %s", request.name, extra=extra)
         async with heartbeating():
             try:
                 if tool.response_format == "content_and_artifact":
@@ -92,12 +94,21 @@ class ToolActivities:
                 else:
                     output = await tool.ainvoke(args)
             except Exception as exc:
-                raise tool_failure(exc) from exc
+                failure = tool_failure(exc)
+                activity.logger.warning(
+                    "tool %s failed: %s: %s",
+                    request.name,
+                    failure.type,
+                    failure.message,
+                    extra=extra,
+                )
+                raise failure from exc
             # From here on the tool has run: no failure may be left to Temporal's retry.
             try:
                 envelope = envelope_of(output)
             except Exception as exc:
                 envelope = _unstorable(f"{type(exc).__name__}: {exc}")
+            activity.logger.info("tool %s ran: %s", request.name, envelope.status, extra=extra)
             return storable(RunToolOutput(result=envelope), self._max_result_bytes)
 
 

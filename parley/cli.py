@@ -175,13 +175,12 @@ def gateway(
 ) -> None:
     """Run the HTTP gateway: REST + AG-UI event streams + the approval page at /.
     Bearer tokens come from PARLEY_GATEWAY_TOKENS_FILE ('<user id> <token>' lines)."""
-    import logging
-
     from parley.gateway.access import TokenTable
     from parley.gateway.server import run_gateway
+    from parley.logs import configure_logging
 
-    logging.basicConfig(level=logging.INFO)
     config = settings()
+    configure_logging(config.log_format)
     if not config.gateway_tokens_file:
         raise fail(
             "set PARLEY_GATEWAY_TOKENS_FILE to a file of '<user id> <token>' lines: the "
@@ -227,10 +226,10 @@ def plans_service(
 @app.command()
 def worker() -> None:
     """Run a worker against TEMPORAL_ADDRESS with PARLEY_MODEL and PARLEY_TOOLS."""
-    import logging
+    from parley.logs import configure_logging
 
-    logging.basicConfig(level=logging.INFO)
     config = settings()
+    configure_logging(config.log_format)
     # A bad configuration is reported before the cluster is even contacted.
     try:
         registry, model = load_tools_and_model(config, warn=warn)

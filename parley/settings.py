@@ -128,6 +128,8 @@ class Settings:
     max_concurrent_workflow_tasks: int = 100
     #: ``host:port`` where the worker serves Prometheus metrics (None: no endpoint).
     metrics_address: str | None = None
+    #: ``text`` or ``json`` (one JSON object per line, with the session and tool call).
+    log_format: str = "text"
     # --- the shipped toolsets (worker) ---
     #: The git project registry file (JSON or TOML), and where worktrees go.
     git_projects: str | None = None
@@ -195,6 +197,7 @@ class Settings:
                 env, "PARLEY_MAX_CONCURRENT_WORKFLOW_TASKS", 100
             ),
             metrics_address=env.get("PARLEY_METRICS_ADDRESS", "").strip() or None,
+            log_format=_choice(env, "PARLEY_LOG_FORMAT", ("text", "json")),
             git_projects=env.get("PARLEY_GIT_PROJECTS") or None,
             git_worktrees=env.get("PARLEY_GIT_WORKTREES") or None,
             plans_url=env.get("PARLEY_PLANS_URL", "").strip() or DEFAULT_PLANS_URL,
@@ -251,6 +254,14 @@ def _codes(env: Env, name: str, default: frozenset[str]) -> frozenset[str]:
     if raw is None or not raw.strip():
         return default
     return frozenset(code.strip().lower() for code in raw.split(",") if code.strip())
+
+
+def _choice(env: Env, name: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (the first is the default)."""
+    value = env.get(name, "").strip().lower() or choices[0]
+    if value not in choices:
+        raise ValueError(f"{name}={value!r} is not one of: {', '.join(choices)}")
+    return value
 
 
 def _port(env: Env, name: str, default: int) -> int:

@@ -33,6 +33,7 @@ from parley.activities.notifications import NotifyActivities
 from parley.activities.tool_calls import ToolActivities
 from parley.client import connect
 from parley.contracts import SEARCH_ATTRIBUTES
+from parley.logs import configure_logging
 from parley.settings import Settings
 from parley.storage import TranscriptStore, driver_of
 from parley.tools import ToolRegistry, load_registry
@@ -155,8 +156,9 @@ async def run_worker(
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO)
-    asyncio.run(run_worker(Settings.from_env()))
+    settings = Settings.from_env()
+    configure_logging(settings.log_format)
+    asyncio.run(run_worker(settings))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,63 @@
+"""Logging for Parley's processes (worker, gateway): plain text, or one JSON object per
+line with ``PARLEY_LOG_FORMAT=json``. Client/worker side, never imported by workflows.
+
+A JSON line carries the conversation it is about when the log call knows it: the SDK's
+workflow and activity loggers add their context (``temporal_workflow`` /
+``temporal_activity``), from which come ``workflow_id``, ``session_id`` and the
+activity's ``attempt``; a tool run adds ``tool`` and ``tool_call_id``. Every message and
+traceback passes through ``redact``: no secret of the worker's environment, no bearer
+token or API key reaches a log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from parley.activities.redaction import redact
+from parley.contracts import WORKFLOW_ID_PREFIX
+
+#: Attributes a log call may pass in ``extra`` that go into the JSON line as they are.
+PASSED_FIELDS = ("session_id", "tool", "tool_call_id")
+
+
+class JsonLogFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": redact(record.getMessage()),
+        }
+        context = getattr(record, "temporal_activity", None) or getattr(
+            record, "temporal_workflow", None
+        )
+        if isinstance(context, dict):
+            workflow_id = context.get("workflow_id")
+            if isinstance(workflow_id, str):
+                entry["workflow_id"] = workflow_id
+                if workflow_id.startswith(WORKFLOW_ID_PREFIX):
+                    entry["session_id"] = workflow_id.removeprefix(WORKFLOW_ID_PREFIX)
+            for key in ("run_id", "workflow_run_id", "activity_type", "attempt"):
+                if key in context:
+                    entry[key] = context[key]
+        for key in PASSED_FIELDS:
+            if hasattr(record, key):
+                entry[key] = getattr(record, key)
+        if record.exc_info:
+            entry["error"] = redact(self.formatException(record.exc_info))
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def configure_logging(log_format: str, level: int = logging.INFO) -> None:
+    """Send the process's logs to stderr, as text or JSON lines."""
+    handler = logging.StreamHandler()
+    if log_format == "json":
+        handler.setFormatter(JsonLogFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
