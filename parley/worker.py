@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -133,7 +134,8 @@ async def run_worker(
     registry: ToolRegistry | None = None,
     model: BaseChatModel | None = None,
 ) -> None:
-    """Connect, register the search attributes and run until stopped. Callers that
+    """Connect, register the search attributes and run until SIGTERM or SIGINT, then
+    shut down gracefully (running activities finish or heartbeat out). Callers that
     check the configuration first (``parley worker``) pass the tools and model they
     loaded; otherwise they are loaded here, before the cluster is contacted."""
     registry = (
@@ -149,9 +151,17 @@ async def run_worker(
         settings.model,
         len(registry),
     )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
     try:
-        await worker.run()
+        async with worker:  # leaving it shuts down gracefully (graceful_shutdown_timeout)
+            await stop.wait()
+            log.info("stopping: running activities may finish for up to 30 s")
     finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
         await aclose_shared_client()
 
 

@@ -193,3 +193,64 @@ async def test_end_works_mid_turn_and_force_works_with_no_worker(parley_worker) 
     await conv.force_end(stuck, "ned")
     described = await conv.handle(stuck).describe()
     assert described.status == WorkflowExecutionStatus.TERMINATED
+
+
+async def test_sigterm_lets_the_running_tool_finish_before_the_worker_exits(
+    client: Client, payload_store: LocalFileStorageDriver, tmp_path: Path
+) -> None:
+    """A deploy stops a worker with SIGTERM: the tool call it is running finishes there
+    (not run again elsewhere), then the worker exits cleanly; the next worker goes on."""
+    queue = f"parley-term-{uuid.uuid4().hex[:8]}"
+    script_file = tmp_path / "script.json"
+    script_file.write_text(
+        json.dumps(
+            [
+                {"content": "", "tool_calls": [call("slow_write", "g1", title="once")]},
+                {"content": "written once"},
+            ]
+        )
+    )
+    tool_log = tmp_path / "tool.log"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": client.namespace,
+        "PARLEY_TASK_QUEUE": queue,
+        "PARLEY_MODEL": f"script:{script_file}",
+        "PARLEY_TOOLS": "tests.liveness_tools:toolset",
+        "PARLEY_PAYLOAD_STORE": str(payload_store.root),
+        "PARLEY_TEST_TOOL_LOG": str(tool_log),
+    }
+    conv = Conversations(client, Settings(task_queue=queue))
+    sid = new_session()
+    hold = tool_log.with_suffix(".hold")
+    hold.touch()
+
+    def starts() -> list[dict]:
+        if not tool_log.exists():
+            return []
+        return [json.loads(line) for line in tool_log.read_text().splitlines()]
+
+    with worker_process(env, tmp_path / "worker-a.log") as first:
+        await _eventually(conv.workers_polling, 60, "worker A to poll")
+        turn = await conv.send(sid, "lee", "write it once")
+        assert turn.status == "awaiting_approval"
+        deciding = asyncio.create_task(
+            conv.decide(sid, "lee", [Decision(tool_call_id="g1", action="approve")])
+        )
+
+        async def started() -> bool:
+            return len(starts()) == 1
+
+        await _eventually(started, 60, "the tool to start on worker A")
+        first.terminate()  # SIGTERM, as a deploy stops it
+        await asyncio.sleep(1)
+        assert first.poll() is None  # still finishing the running tool
+        hold.unlink()
+        assert await asyncio.to_thread(first.wait, 40) == 0
+    with worker_process(env, tmp_path / "worker-b.log"):
+        done = await asyncio.wait_for(deciding, timeout=120)
+    assert done.status == "completed" and done.reply == "written once", done
+    assert len(starts()) == 1  # it ran once, on worker A
+    assert tool_log.with_suffix(".done").read_text().split() == [f"conversation-{sid}:g1"]
