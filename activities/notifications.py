@@ -24,14 +24,15 @@ from parley.activities.http import (
     HttpError,
     HttpStatusError,
     HttpTransportError,
+    body_message,
     shared_client,
-    to_tool_error,
 )
+from parley.activities.redaction import redact
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from parley.contracts import NOTIFY, NotifyInput, workflow_id_for
-from parley.errors import TransientError
+from parley.errors import is_transient_status
 
 
 class NotifyActivities:
@@ -65,10 +66,16 @@ class NotifyActivities:
 
 
 def _failure(failure: HttpError) -> ApplicationError:
-    """Transient failures are retried by Temporal; any other answer is final."""
-    error = to_tool_error(failure, service="the notification webhook")
-    return ApplicationError(
-        error.message,
-        type="NotificationFailed",
-        non_retryable=not isinstance(error, TransientError),
-    )
+    """Transient failures are retried by Temporal; any other answer is final. The
+    message names the webhook and the status, never its URL (webhook URLs often carry
+    a token in their path), and is redacted like every activity failure."""
+    if isinstance(failure, HttpStatusError):
+        said = body_message(failure.body)
+        message = f"the notification webhook answered HTTP {failure.status_code}"
+        message += f": {said}" if said else ""
+        transient = is_transient_status(failure.status_code)
+    else:
+        kind = failure.kind if isinstance(failure, HttpTransportError) else "network"
+        message = f"could not reach the notification webhook ({kind})"
+        transient = True
+    return ApplicationError(redact(message), type="NotificationFailed", non_retryable=not transient)

@@ -22,7 +22,7 @@ from parley.workflows.gate import args_error
 from parley.workflows.ledger import Ledger, error_result
 from parley.workflows.publishing import set_status
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 from parley.contracts import (
     CALL_MODEL,
@@ -88,6 +88,10 @@ class TurnEngine:
         run_id = f"run-{state.runs}"
         state.turn_results = []
         pending_before = {call.tool_call_id for call in state.pending}
+        if decisions is not None or expired:
+            # The calls a notification announced are being answered: stop telling.
+            for task in self.notifying:
+                task.cancel()
         self._events.run_started(run_id)
         set_status(state, "running")
         try:
@@ -151,7 +155,12 @@ class TurnEngine:
             )
         except ActivityError as err:
             cause = err.cause
-            detail["error"] = cause.message if isinstance(cause, ApplicationError) else str(cause)
+            if isinstance(cause, CancelledError):
+                detail["error"] = "decided before the webhook answered; no longer sent"
+            else:
+                detail["error"] = (
+                    cause.message if isinstance(cause, ApplicationError) else str(cause)
+                )
         self._ledger.audit("notified", "worker", detail=detail)
 
     def _fail(self, failure: TurnFailed) -> TurnResult:

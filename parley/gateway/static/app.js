@@ -665,13 +665,14 @@
       editedNote.hidden = !edited;
       card.classList.toggle("edited", edited);
     });
-    approve.addEventListener("click", () => choose(p.tool_call_id, "approve"));
-    edit.addEventListener("click", () => choose(p.tool_call_id, "edit"));
-    reject.addEventListener("click", () => choose(p.tool_call_id, "reject"));
+    // The card a button sits on decides, whatever the card map holds meanwhile.
+    approve.addEventListener("click", () => choose(p.tool_call_id, "approve", card));
+    edit.addEventListener("click", () => choose(p.tool_call_id, "edit", card));
+    reject.addEventListener("click", () => choose(p.tool_call_id, "reject", card));
     reason.addEventListener("keydown", (e) => {
       if (e.key === "Enter") {
         e.preventDefault();
-        choose(p.tool_call_id, "reject");
+        choose(p.tool_call_id, "reject", card);
       }
     });
     change.addEventListener("click", () => {
@@ -710,9 +711,8 @@
     return decision;
   }
 
-  function choose(toolCallId, action) {
+  function choose(toolCallId, action, card) {
     if (state.busy) return;
-    const card = state.cards.get(toolCallId);
     if (!card) return;
     const decision = decisionFor(card, action);
     if (!decision) return;
