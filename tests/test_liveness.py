@@ -52,15 +52,18 @@ def worker_process(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[
         process.wait(timeout=30)
 
 
-async def test_a_worker_killed_during_a_confirm_tool_recovers_within_a_minute(
-    client: Client, payload_store: LocalFileStorageDriver, tmp_path: Path
-) -> None:
-    queue = f"parley-kill-{uuid.uuid4().hex[:8]}"
+def slow_write_worker(
+    client: Client, payload_store: LocalFileStorageDriver, tmp_path: Path, call_id: str
+) -> tuple[dict[str, str], Conversations, Path]:
+    """A worker process environment whose model proposes ``slow_write`` (``call_id``)
+    then answers "written once"; the conversations client for its task queue; the
+    tool's start log (``tests/liveness_tools.py``)."""
+    queue = f"parley-live-{uuid.uuid4().hex[:8]}"
     script_file = tmp_path / "script.json"
     script_file.write_text(
         json.dumps(
             [
-                {"content": "", "tool_calls": [call("slow_write", "k1", title="once")]},
+                {"content": "", "tool_calls": [call("slow_write", call_id, title="once")]},
                 {"content": "written once"},
             ]
         )
@@ -77,15 +80,26 @@ async def test_a_worker_killed_during_a_confirm_tool_recovers_within_a_minute(
         "PARLEY_PAYLOAD_STORE": str(payload_store.root),
         "PARLEY_TEST_TOOL_LOG": str(tool_log),
     }
-    conv = Conversations(client, Settings(task_queue=queue))
+    return env, Conversations(client, Settings(task_queue=queue)), tool_log
+
+
+def tool_starts(tool_log: Path) -> list[dict]:
+    """The tool runs that started, one JSON line each (key, pid)."""
+    if not tool_log.exists():
+        return []
+    return [json.loads(line) for line in tool_log.read_text().splitlines()]
+
+
+async def test_a_worker_killed_during_a_confirm_tool_recovers_within_a_minute(
+    client: Client, payload_store: LocalFileStorageDriver, tmp_path: Path
+) -> None:
+    env, conv, tool_log = slow_write_worker(client, payload_store, tmp_path, "k1")
     sid = new_session()
     hold = tool_log.with_suffix(".hold")
     hold.touch()
 
     def starts() -> list[dict]:
-        if not tool_log.exists():
-            return []
-        return [json.loads(line) for line in tool_log.read_text().splitlines()]
+        return tool_starts(tool_log)
 
     with worker_process(env, tmp_path / "worker-a.log") as first:
         await _eventually(conv.workers_polling, 60, "worker A to poll")
@@ -200,37 +214,13 @@ async def test_sigterm_lets_the_running_tool_finish_before_the_worker_exits(
 ) -> None:
     """A deploy stops a worker with SIGTERM: the tool call it is running finishes there
     (not run again elsewhere), then the worker exits cleanly; the next worker goes on."""
-    queue = f"parley-term-{uuid.uuid4().hex[:8]}"
-    script_file = tmp_path / "script.json"
-    script_file.write_text(
-        json.dumps(
-            [
-                {"content": "", "tool_calls": [call("slow_write", "g1", title="once")]},
-                {"content": "written once"},
-            ]
-        )
-    )
-    tool_log = tmp_path / "tool.log"
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": client.namespace,
-        "PARLEY_TASK_QUEUE": queue,
-        "PARLEY_MODEL": f"script:{script_file}",
-        "PARLEY_TOOLS": "tests.liveness_tools:toolset",
-        "PARLEY_PAYLOAD_STORE": str(payload_store.root),
-        "PARLEY_TEST_TOOL_LOG": str(tool_log),
-    }
-    conv = Conversations(client, Settings(task_queue=queue))
+    env, conv, tool_log = slow_write_worker(client, payload_store, tmp_path, "g1")
     sid = new_session()
     hold = tool_log.with_suffix(".hold")
     hold.touch()
 
     def starts() -> list[dict]:
-        if not tool_log.exists():
-            return []
-        return [json.loads(line) for line in tool_log.read_text().splitlines()]
+        return tool_starts(tool_log)
 
     with worker_process(env, tmp_path / "worker-a.log") as first:
         await _eventually(conv.workers_polling, 60, "worker A to poll")
