@@ -65,6 +65,10 @@ class TokenTable:
                 found = user_id
         return found
 
+    def token_of(self, user_id: str) -> str | None:
+        """A token of ``user_id``, if the table has one."""
+        return next((t for t, user in self._tokens.items() if user == user_id), None)
+
     def __len__(self) -> int:
         return len(self._tokens)
 
@@ -75,11 +79,8 @@ def new_token() -> str:
 
 def write_tokens_file(path: Path, user_id: str) -> str:
     """Create (or keep) a tokens file with a token for ``user_id``; return the token."""
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            fields = line.split("#", 1)[0].split()
-            if len(fields) == 2 and fields[0] == user_id:
-                return fields[1]
+    if path.exists() and (token := TokenTable.from_file(path).token_of(user_id)):
+        return token
     token = new_token()
     path.write_text(f"# Parley gateway tokens: <user id> <token>\n{user_id} {token}\n")
     path.chmod(0o600)

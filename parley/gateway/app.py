@@ -21,7 +21,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
-from typing import Any, Literal
+from typing import Any
 
 from ag_ui.core import (
     Event,
@@ -500,7 +500,7 @@ def last_user_message(run: RunAgentInput) -> tuple[str, str | None]:
     if not run.messages:
         raise ApiError(422, ErrorType.INVALID_MESSAGE, "the run has no messages and no resume")
     last = run.messages[-1]
-    role: Literal["user"] | str = getattr(last, "role", "")
+    role = getattr(last, "role", "")
     if role != "user":
         raise ApiError(
             422,
