@@ -243,6 +243,40 @@ def worker() -> None:
         out.print("stopped")
 
 
+@app.command()
+def deploy(
+    build_id: Annotated[
+        str, typer.Argument(help="The new workers' PARLEY_BUILD_ID, already running.")
+    ],
+    wait: Annotated[
+        float,
+        typer.Option(help="Seconds to wait for the build's workers to poll.", min=1, max=3600),
+    ] = 60.0,
+) -> None:
+    """Make BUILD_ID the current worker build (Worker Versioning) and move every running
+    conversation on an older build to it: one waiting on people moves at once, one in
+    the middle of a turn right after the turn. Keep the old workers running until
+    `temporal worker deployment describe-version` says their version is drained."""
+    from parley.deploys import DeployReport
+    from parley.deploys import deploy as deploy_build
+
+    config = settings()
+
+    async def work() -> DeployReport:  # a DeployRefused is a ValueError: one clear line
+        client = await connect(config)
+        return await deploy_build(client, config.deployment_name, build_id, wait_seconds=wait)
+
+    report = run_async(work)
+    was = f" (was {report.previous_build_id})" if report.previous_build_id else ""
+    out.print(Text(f"build {build_id} of deployment {report.deployment} is current{was}"))
+    out.print(
+        Text(
+            f"{report.signalled} running conversation(s) on other builds asked to move to it"
+            + (f"; {len(report.missed)} ended meanwhile" if report.missed else "")
+        )
+    )
+
+
 def load_tools_and_model(
     settings: Settings, *, warn: Callable[[str], None]
 ) -> tuple[ToolRegistry, BaseChatModel]:

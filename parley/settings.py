@@ -22,6 +22,7 @@ from parley.contracts import MESSAGE_MAX_BYTES_DEFAULT
 DEFAULT_TASK_QUEUE = "parley"
 DEFAULT_TEMPORAL_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
+DEFAULT_DEPLOYMENT_NAME = "parley"
 DEFAULT_MODEL = "scripted"
 DEFAULT_TOOLS = "parley.activities.toolsets.git:toolset"
 DEFAULT_MAX_TOOL_RESULT_BYTES = 16 * 1024 * 1024
@@ -126,6 +127,13 @@ class Settings:
     max_cached_workflows: int = 1000
     max_concurrent_activities: int = 100
     max_concurrent_workflow_tasks: int = 100
+    # --- Worker Versioning (safe deploys; README "Deploying a new worker build") ---
+    #: The worker's build id: when set, the worker joins the Worker Deployment
+    #: ``deployment_name`` as version ``<deployment_name>:<build_id>``, and
+    #: conversations are pinned to the build that started them until they move to
+    #: the current build at continue-as-new. None: an unversioned worker.
+    build_id: str | None = None
+    deployment_name: str = DEFAULT_DEPLOYMENT_NAME
     #: ``host:port`` where the worker serves Prometheus metrics (None: no endpoint).
     metrics_address: str | None = None
     #: ``text`` or ``json`` (one JSON object per line, with the session and tool call).
@@ -196,6 +204,9 @@ class Settings:
             max_concurrent_workflow_tasks=_positive_int(
                 env, "PARLEY_MAX_CONCURRENT_WORKFLOW_TASKS", 100
             ),
+            build_id=_version_part(env, "PARLEY_BUILD_ID", None),
+            deployment_name=_version_part(env, "PARLEY_DEPLOYMENT_NAME", DEFAULT_DEPLOYMENT_NAME)
+            or DEFAULT_DEPLOYMENT_NAME,
             metrics_address=env.get("PARLEY_METRICS_ADDRESS", "").strip() or None,
             log_format=_choice(env, "PARLEY_LOG_FORMAT", ("text", "json")),
             git_projects=env.get("PARLEY_GIT_PROJECTS") or None,
@@ -261,6 +272,20 @@ def _choice(env: Env, name: str, choices: tuple[str, ...]) -> str:
     value = env.get(name, "").strip().lower() or choices[0]
     if value not in choices:
         raise ValueError(f"{name}={value!r} is not one of: {', '.join(choices)}")
+    return value
+
+
+def _version_part(env: Env, name: str, default: str | None) -> str | None:
+    """A deployment name or build id: Temporal joins them as ``<name>.<build id>`` in
+    older APIs, so neither may contain a dot (nor a colon, its newer separator)."""
+    value = env.get(name, "").strip()
+    if not value:
+        return default
+    if any(mark in value for mark in ".: \t/") or len(value) > 255:
+        raise ValueError(
+            f"{name}={value!r} may not contain '.', ':', '/' or spaces; "
+            f"set e.g. {name}=2026-12-03-a1b2c3d"
+        )
     return value
 
 

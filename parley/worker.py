@@ -23,9 +23,10 @@ from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
 )
 from temporalio.client import Client
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from parley.activities.http import aclose_shared_client
 from parley.activities.model_calls import ModelActivities
@@ -34,6 +35,7 @@ from parley.activities.notifications import NotifyActivities
 from parley.activities.tool_calls import ToolActivities
 from parley.client import connect
 from parley.contracts import SEARCH_ATTRIBUTES
+from parley.deploys import make_current_if_none
 from parley.logs import configure_logging
 from parley.settings import Settings
 from parley.storage import TranscriptStore, driver_of
@@ -76,6 +78,21 @@ def build_worker(
         max_cached_workflows=settings.max_cached_workflows,
         max_concurrent_activities=settings.max_concurrent_activities,
         max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
+        deployment_config=deployment_config(settings),
+    )
+
+
+def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
+    """With ``PARLEY_BUILD_ID``, the worker is that build of the Worker Deployment
+    ``PARLEY_DEPLOYMENT_NAME`` (Worker Versioning; ``parley.deploys``), and conversations
+    are pinned: each run finishes on the build that started it (they move to the
+    current build at continue-as-new)."""
+    if settings.build_id is None:
+        return None
+    return WorkerDeploymentConfig(
+        version=WorkerDeploymentVersion(settings.deployment_name, settings.build_id),
+        use_worker_versioning=True,
+        default_versioning_behavior=VersioningBehavior.PINNED,
     )
 
 
@@ -146,10 +163,11 @@ async def run_worker(
     await ensure_search_attributes(client, settings.namespace)
     worker = build_worker(client, settings, registry=registry, model=model)
     log.info(
-        "worker on task queue %r, model %r, %d tools",
+        "worker on task queue %r, model %r, %d tools%s",
         settings.task_queue,
         settings.model,
         len(registry),
+        f", build {settings.deployment_name}:{settings.build_id}" if settings.build_id else "",
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -157,7 +175,13 @@ async def run_worker(
         loop.add_signal_handler(signum, stop.set)
     try:
         async with worker:  # leaving it shuts down gracefully (graceful_shutdown_timeout)
+            if settings.build_id:
+                first_build = asyncio.create_task(
+                    make_current_if_none(client, settings.deployment_name, settings.build_id)
+                )
             await stop.wait()
+            if settings.build_id:
+                first_build.cancel()
             log.info("stopping: running activities may finish for up to 30 s")
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):

@@ -11,9 +11,19 @@ update-with-start on the first message. The user talks to it through updates:
 - ``wait_for_events`` returns once the AG-UI event log has an event after a given
   offset (a blocking read for the gateway's one subscription per conversation; the
   events themselves are read with the ``events`` query, so they do not enter history);
+- the ``upgrade`` signal only wakes the conversation: a run pinned to an older worker
+  build sees that a newer build is current and moves to it (continue-as-new) as soon
+  as no turn is in flight; ``parley deploy`` sends it to conversations waiting on people;
 - the ``decide_signal`` signal carries the same decision as ``decide`` for channels that
   cannot wait for an answer; it is applied between turns, and one that no longer fits
   is recorded as refused (audit log and a ``CUSTOM`` event), never dropped.
+
+Safe deploys: on a versioned worker the workflow is *pinned* (Worker Versioning; the
+worker sets it, since Temporal refuses a pinned workflow from an unversioned worker
+such as ``parley dev``'s): a run finishes on the worker build that started it, so a
+new build never replays an old history. It moves to the current build at
+continue-as-new (``AUTO_UPGRADE``), which it does when history grows long or when
+Temporal says the target build changed.
 
 This module holds the handlers, their deduplication and the run loop (deadlines,
 continue-as-new, the end). The rest is in one module per job: ``gate`` (the checks that
@@ -71,7 +81,7 @@ EVENT_WAITERS_KEPT = 4
 QUEUED_DECISIONS_KEPT = 16
 
 
-@workflow.defn
+@workflow.defn  # pinned by the versioned worker (``parley.worker.deployment_config``)
 class ConversationWorkflow:
     @workflow.init
     def __init__(self, start: ConversationStart) -> None:
@@ -124,8 +134,18 @@ class ConversationWorkflow:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 if not self._state.turn_running and not self._state.ended:
                     self._state.counters.continued_as_new += 1
+                    if self._upgrade_due():
+                        self._record_upgrade()
+                    # A versioned run's next run starts on the task queue's current
+                    # build (the same one unless a deploy made another current), then
+                    # pins there. Temporal refuses the option from unversioned workers.
                     workflow.continue_as_new(
-                        start.model_copy(update={"carried_state": self._state})
+                        start.model_copy(update={"carried_state": self._state}),
+                        initial_versioning_behavior=(
+                            workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
+                            if _build_of_this_run()
+                            else None
+                        ),
                     )
                 self._handing_over = False
         self._event_waiters.clear()
@@ -147,21 +167,38 @@ class ConversationWorkflow:
         publish_status(self._state)
 
     def _should_continue_as_new(self) -> bool:
-        """Carry the state into a fresh run before history gets long: only between turns,
-        so no activity or handler is cut off, and only after a turn in this run, so an
-        idle conversation with a small threshold does not continue-as-new in a loop."""
+        """Carry the state into a fresh run before history gets long, or to move to a
+        newly current worker build: only between turns, so no activity or handler is
+        cut off. For history length, only after a turn in this run, so an idle
+        conversation with a small threshold does not continue-as-new in a loop."""
         if (
             self._state.turn_running
-            or self._state.runs == self._runs_at_start
             or self._state.queued_decisions
             or self._turns.notifying  # a notification in flight finishes in this run
         ):
+            return False
+        if self._upgrade_due():
+            return True
+        if self._state.runs == self._runs_at_start:
             return False
         info = workflow.info()
         return (
             info.is_continue_as_new_suggested()
             or info.get_current_history_length() >= self._start.continue_as_new_after_events
         )
+
+    def _upgrade_due(self) -> bool:
+        """Temporal says the task queue's target build is no longer this run's (a deploy
+        made a newer build current), and this run is not already the one a move from
+        this same build landed on."""
+        if not workflow.info().is_target_worker_deployment_version_changed():
+            return False
+        return _build_of_this_run() != self._state.upgraded_from
+
+    def _record_upgrade(self) -> None:
+        build = _build_of_this_run()
+        self._ledger.audit("upgraded", actor="parley", detail={"from_build": build})
+        self._state.upgraded_from = build
 
     def _expired_calls(self) -> list[PendingCall]:
         return gate.expired_calls(self._state.pending, workflow.now())
@@ -263,6 +300,12 @@ class ConversationWorkflow:
             )
 
     @workflow.signal
+    def upgrade(self) -> None:
+        """Wake up: the run loop then sees whether a newer worker build is current and,
+        if so, moves to it between turns. Temporal tells a waiting workflow nothing
+        until its next workflow task, which this signal makes."""
+
+    @workflow.signal
     def decide_signal(self, decision: Any) -> None:
         """The ``decide`` update's decision, fire-and-forget. Applied between turns;
         refused ones are recorded (audit log and a ``CUSTOM`` event), never dropped."""
@@ -352,3 +395,11 @@ class ConversationWorkflow:
         metrics.approvals_answered(len(due))
         self._state.pending = [c for c in self._state.pending if c not in due]
         await self._turns.run(expired=due)
+
+
+def _build_of_this_run() -> str | None:
+    """``<deployment>:<build id>`` of the worker running this task; None if unversioned."""
+    version = workflow.info().get_current_deployment_version()
+    if version is None or not version.deployment_name:
+        return None
+    return f"{version.deployment_name}:{version.build_id}"

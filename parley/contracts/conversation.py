@@ -130,6 +130,7 @@ class AuditEntry(Contract):
         "turn_failed",
         "decision_refused",
         "notified",
+        "upgraded",
         "ended",
     ]
     actor: str
@@ -184,6 +185,10 @@ class ConversationState(Contract):
     #: Decisions received by the ``decide_signal`` signal, applied in order between
     #: turns (bounded: past ``QUEUED_DECISIONS_KEPT`` a new one is refused and recorded).
     queued_decisions: list[DecideInput] = Field(default_factory=list)
+    #: The worker build (``<deployment>:<build id>``) of the run that last moved this
+    #: conversation to a newer build: a run on that same build never moves again, so a
+    #: target that does not change cannot start a loop of continue-as-new.
+    upgraded_from: str | None = None
 
     @property
     def transcript_length(self) -> int:
