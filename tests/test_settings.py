@@ -93,3 +93,27 @@ async def test_worker_capacity_comes_from_settings(monkeypatch: pytest.MonkeyPat
     assert config["max_cached_workflows"] == 50
     assert config["max_concurrent_activities"] == 7
     assert config["max_concurrent_workflow_tasks"] == 3
+
+
+@pytest.mark.parametrize("raw", ["v1.2", "team:v1", "a b", "x/y"])
+def test_a_build_id_temporal_cannot_name_is_refused(
+    monkeypatch: pytest.MonkeyPatch, raw: str
+) -> None:
+    monkeypatch.setenv("PARLEY_BUILD_ID", raw)
+    with pytest.raises(ValueError, match=r"PARLEY_BUILD_ID=.* may not contain"):
+        Settings.from_env()
+
+
+def test_versioning_is_off_by_default_and_named_by_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from parley.worker import deployment_config
+
+    monkeypatch.delenv("PARLEY_BUILD_ID", raising=False)
+    assert deployment_config(Settings.from_env()) is None
+    monkeypatch.setenv("PARLEY_BUILD_ID", "2026-12-03-abc123")
+    monkeypatch.setenv("PARLEY_DEPLOYMENT_NAME", "billing-agents")
+    config = deployment_config(Settings.from_env())
+    assert config is not None and config.use_worker_versioning
+    assert config.version.to_canonical_string() == "billing-agents.2026-12-03-abc123"
+    assert config.default_versioning_behavior.name == "PINNED"
