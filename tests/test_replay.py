@@ -6,10 +6,15 @@ change that breaks replay fails CI instead of stranding running conversations. W
 change to the workflow is meant to alter its commands, record the fixture again with
 ``PARLEY_RECORD_HISTORY=1 .venv/bin/pytest tests/test_replay.py`` and say why in the
 commit.
+
+A second fixture, ``tests/histories/signals_expiry_continue_as_new.json``, holds every
+run of a conversation that takes decisions by signal (one applied, one refused), a
+blocking event read, the ``upgrade`` wake-up, an expiry and continue-as-new.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -122,3 +127,101 @@ async def test_a_changed_workflow_fails_replay_of_the_committed_history() -> Non
     result = await replayer().replay_workflow(tampered_history, raise_on_replay_failure=False)
 
     assert result.replay_failure is not None
+
+
+# --- a second golden history: the channels and the clock ---------------------------
+
+CHANNELS_FIXTURE = FIXTURE.parent / "signals_expiry_continue_as_new.json"
+CHANNELS_WORKFLOW_ID = "conversation-replay-channels"
+CHANNELS_SCRIPT = [
+    {"content": "", "tool_calls": [call("write_record", "c1", title="Q1")]},
+    {"content": "Written."},
+    {"content": "", "tool_calls": [call("write_record", "c2", title="Q2")]},
+    {"content": "Not written: nobody decided."},
+    {"content": "Hello again."},
+    {"content": "Still here."},
+]
+
+
+async def hold_channels(conversations: Conversations, sid: str) -> None:
+    """A decision by signal, a refused signal, a blocking event read, the ``upgrade``
+    wake-up, an expiry and continue-as-new (a low threshold)."""
+    handle = conversations.handle(sid)
+    await conversations.send(sid, "alice", "write Q1")
+    assert await conversations.wait_for_events(sid, "alice", after=0) > 0
+    approve = {"decisions": [{"tool_call_id": "c1", "action": "approve"}], "decided_by": "alice"}
+    await handle.signal("decide_signal", approve)
+    await handle.signal("decide_signal", approve)  # stale now: recorded as refused
+    await handle.signal("upgrade")
+    for _ in range(100):
+        state = await conversations.state(sid, "alice")
+        if [e.event for e in state.audit].count("decision_refused") == 1:
+            break
+        await asyncio.sleep(0.1)
+    await conversations.send(sid, "alice", "write Q2")
+    for _ in range(100):  # the pending call expires (a 2 s deadline)
+        if not (await conversations.state(sid, "alice")).pending:
+            break
+        await asyncio.sleep(0.1)
+    await conversations.send(sid, "alice", "hello")
+    await conversations.send(sid, "alice", "are you there")
+    await conversations.end(sid, "alice")
+
+
+async def runs_of(conversations: Conversations, workflow_id: str) -> list[WorkflowHistory]:
+    client = conversations.handle("x")._client  # the conversations' own client
+    found = [
+        (execution.start_time, execution.run_id)
+        async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'")
+    ]
+    return [
+        await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        for _, run_id in sorted(found)
+    ]
+
+
+async def test_a_recorded_conversation_with_signals_expiry_and_continue_as_new_replays(
+    parley_worker,
+) -> None:
+    recording = bool(os.environ.get("PARLEY_RECORD_HISTORY"))
+    async with parley_worker(
+        registry(),
+        script(*CHANNELS_SCRIPT),
+        pending_expiry_seconds=2,
+        continue_as_new_after_events=30,
+    ) as conversations:
+        sid = CHANNELS_WORKFLOW_ID.removeprefix("conversation-") if recording else new_session()
+        await hold_channels(conversations, sid)
+        await conversations.handle(sid).result()
+        histories = await runs_of(conversations, f"conversation-{sid}")
+
+    assert len(histories) >= 2, "the conversation never continued as new"
+    for history in histories:
+        result = await replayer().replay_workflow(history)
+        assert result.replay_failure is None
+    if recording:
+        runs = [json.loads(history.to_json()) for history in histories]
+        CHANNELS_FIXTURE.write_text(json.dumps(runs, indent=1) + "\n", encoding="utf-8")
+
+
+async def test_the_committed_channels_history_replays_run_by_run() -> None:
+    runs = json.loads(CHANNELS_FIXTURE.read_text(encoding="utf-8"))
+    assert len(runs) >= 2
+    kinds = {
+        key
+        for run in runs
+        for event in run["events"]
+        for key in event
+        if key.endswith("EventAttributes")
+    }
+    # What this fixture is for: each of these is in it.
+    assert {
+        "workflowExecutionSignaledEventAttributes",
+        "workflowExecutionContinuedAsNewEventAttributes",
+        "timerFiredEventAttributes",
+        "workflowExecutionUpdateCompletedEventAttributes",
+    } <= kinds
+    for run in runs:
+        history = WorkflowHistory.from_json(CHANNELS_WORKFLOW_ID, json.dumps(run))
+        result = await replayer().replay_workflow(history)
+        assert result.replay_failure is None
