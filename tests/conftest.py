@@ -42,6 +42,23 @@ async def temporal_env(payload_store: LocalFileStorageDriver) -> AsyncIterator[W
         await env.shutdown()
 
 
+@pytest.fixture(scope="module")
+async def isolated_temporal_env(
+    payload_store: LocalFileStorageDriver,
+) -> AsyncIterator[WorkflowEnvironment]:
+    """A dev server of the module's own, for fuzzers that draw session ids at random:
+    on the shared one they would hit conversations whose worker other tests stopped."""
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_cli(),
+        search_attributes=SEARCH_ATTRIBUTES,
+        data_converter=data_converter(driver=payload_store),
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
 @pytest.fixture
 def client(temporal_env: WorkflowEnvironment) -> Client:
     return temporal_env.client

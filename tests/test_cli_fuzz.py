@@ -36,7 +36,7 @@ WAITING = f"cli-fuzz-{uuid.uuid4().hex[:8]}"
 
 @pytest.fixture(scope="module")
 def cli_env(
-    temporal_env: WorkflowEnvironment,
+    isolated_temporal_env: WorkflowEnvironment,
     payload_store: LocalFileStorageDriver,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, str]]:
@@ -51,8 +51,8 @@ def cli_env(
         )
     )
     env = {
-        "TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": temporal_env.client.namespace,
+        "TEMPORAL_ADDRESS": isolated_temporal_env.client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": isolated_temporal_env.client.namespace,
         "PARLEY_TASK_QUEUE": f"parley-cli-fuzz-{uuid.uuid4().hex[:8]}",
         "PARLEY_PAYLOAD_STORE": str(payload_store.root),
         "PARLEY_WORKER_WAIT_SECONDS": "30",

@@ -43,7 +43,7 @@ WAITING = f"fuzz-waiting-{uuid.uuid4().hex[:8]}"
 
 @pytest.fixture(scope="module")
 def gateway_url(
-    temporal_env: WorkflowEnvironment,
+    isolated_temporal_env: WorkflowEnvironment,
     payload_store: LocalFileStorageDriver,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[str]:
@@ -64,8 +64,8 @@ def gateway_url(
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
-        "TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": temporal_env.client.namespace,
+        "TEMPORAL_ADDRESS": isolated_temporal_env.client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": isolated_temporal_env.client.namespace,
         "PARLEY_TASK_QUEUE": f"parley-fuzz-{uuid.uuid4().hex[:8]}",
         "PARLEY_MODEL": f"script:{script}",
         "PARLEY_TOOLS": "tests.liveness_tools:toolset",
