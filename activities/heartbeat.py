@@ -5,6 +5,12 @@ noticed only at the start-to-close timeout. ``heartbeating()`` heartbeats every
 ``HEARTBEAT_INTERVAL`` while its block runs, so with the activities' heartbeat timeout
 (``parley.settings.HEARTBEAT_TIMEOUT``) a dead worker's call is retried on another within
 seconds. A retried tool call carries the same idempotency key.
+
+The first heartbeat is sent after one interval, not at the start: most calls end within
+milliseconds, and a heartbeat each would be a server write per activity for nothing
+(the benchmarks' throughput rose from 0.69x to 0.81x of bare Temporal). A worker that
+dies before its first heartbeat is still noticed at the heartbeat timeout: Temporal
+counts it from the activity's start.
 """
 
 from __future__ import annotations
@@ -22,8 +28,8 @@ from parley.settings import HEARTBEAT_INTERVAL
 async def heartbeating() -> AsyncIterator[None]:
     async def beat() -> None:
         while True:
-            activity.heartbeat()
             await asyncio.sleep(HEARTBEAT_INTERVAL.total_seconds())
+            activity.heartbeat()
 
     task = asyncio.create_task(beat())
     try:

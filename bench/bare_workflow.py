@@ -19,6 +19,9 @@ from typing import Any
 
 from temporalio import activity, workflow
 
+with workflow.unsafe.imports_passed_through():
+    from parley.settings import TOOL_ACTIVITY
+
 PROPOSAL_TEXT = "I will write it."
 REPLY_TEXT = "Written."
 TOOL_NAME = "write_record"
@@ -55,10 +58,19 @@ async def bare_tool(request: dict[str, Any]) -> dict[str, Any]:
 
 @workflow.defn(name="BareConversation")
 class BareConversation:
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, start: dict[str, Any]) -> None:
         self._pending: dict[str, dict[str, Any]] = {}
         self._turns = 0
         self._ended = False
+        # ``bench/recovery.py`` gives the tool Parley's heartbeat timeout and retry
+        # policy (``parley.settings.TOOL_ACTIVITY``); the other benchmarks pass neither.
+        self._tool_options: dict[str, Any] = {}
+        if start.get("tool_heartbeat_seconds"):
+            self._tool_options = {
+                "heartbeat_timeout": timedelta(seconds=start["tool_heartbeat_seconds"]),
+                "retry_policy": TOOL_ACTIVITY.retry,
+            }
 
     @workflow.run
     async def run(self, start: dict[str, Any]) -> None:
@@ -78,7 +90,10 @@ class BareConversation:
     async def approve(self, call_id: str) -> dict[str, Any]:
         call = self._pending.pop(call_id)
         result = await workflow.execute_activity(
-            bare_tool, {"name": call["name"], "args": call["args"]}, start_to_close_timeout=_TIMEOUT
+            bare_tool,
+            {"name": call["name"], "args": call["args"]},
+            start_to_close_timeout=_TIMEOUT,
+            **self._tool_options,
         )
         reply = await workflow.execute_activity(
             bare_model,

@@ -25,11 +25,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
-import importlib
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,96 +34,31 @@ import uuid
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: make `worker`, `workflows`, `bench` importable
     sys.path.insert(0, str(ROOT))
 
-from langchain_core.tools import InjectedToolArg, tool  # noqa: E402
-from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel  # noqa: E402
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.api.history.v1 import HistoryEvent  # noqa: E402
-from temporalio.client import (  # noqa: E402
-    Client,
-    WithStartWorkflowOperation,
-    WorkflowHandle,
-)
-from temporalio.common import WorkflowIDConflictPolicy  # noqa: E402
-from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
-from temporalio.converter import DataConverter  # noqa: E402
-from temporalio.testing import WorkflowEnvironment  # noqa: E402
-from temporalio.worker import Worker  # noqa: E402
+from temporalio.client import Client, WorkflowHandle  # noqa: E402
 
-import parley.contracts  # noqa: E402
-from bench.bare_workflow import (  # noqa: E402
-    PROPOSAL_TEXT,
-    REPLY_TEXT,
-    TITLE,
-    TOOL_NAME,
-    BareConversation,
-    bare_model,
-    bare_tool,
-    call_id,
+from bench._harness import (  # noqa: E402
+    bare_turn,
+    bare_worker,
+    bench_settings,
+    data_converter,
+    git_revision,
+    new_session,
+    parley_turn,
+    parley_worker,
+    start_dev_server,
 )
-from parley.binaries import temporal_cli  # noqa: E402
 from parley.client import Conversations  # noqa: E402
-from parley.contracts import Decision, ToolContext  # noqa: E402
-from parley.settings import Settings  # noqa: E402
-from parley.tools import ToolRegistry, confirm  # noqa: E402
-from parley.worker import build_worker  # noqa: E402
 
 TARGET_RATIO = 1.5
-USER = "bench-user"
-MESSAGE = f"please write a record titled {TITLE}"
 PAYLOAD_TYPE = "temporal.api.common.v1.Payload"
-
-
-# --- the Parley side: one confirm tool and a two-message script -----------------------
-
-
-@tool
-async def write_record(title: str, context: Annotated[ToolContext, InjectedToolArg]) -> dict:
-    """Write a record (changes the world, so it needs confirmation)."""
-    return {"written": title}
-
-
-def parley_registry() -> ToolRegistry:
-    return ToolRegistry([confirm(write_record)])
-
-
-def parley_model(turns: int) -> ScriptFileChatModel:
-    # The script picks its entry by the number of AI messages in the conversation, so
-    # one model serves every fresh session: per turn, one entry proposes the call and
-    # the next replies after the result. Call ids are c1, c2, ... as on the bare side.
-    entries = []
-    for turn in range(1, turns + 1):
-        call = {"name": TOOL_NAME, "id": call_id(turn), "args": {"title": TITLE}}
-        entries.append(ScriptEntry.model_validate({"content": PROPOSAL_TEXT, "tool_calls": [call]}))
-        entries.append(ScriptEntry.model_validate({"content": REPLY_TEXT}))
-    return ScriptFileChatModel(entries=entries)
-
-
-def bench_settings(task_queue: str, store_dir: str) -> Settings:
-    """Parley's defaults, on the benchmark's task queue. If Settings has a payload store
-    (``PARLEY_PAYLOAD_STORE``), point it at a temporary directory, so that the run writes
-    nothing under the user's home; a claim's size does not depend on where it is stored."""
-    settings = Settings(task_queue=task_queue)
-    if dataclasses.is_dataclass(settings) and "payload_store" in {
-        f.name for f in dataclasses.fields(settings)
-    }:
-        settings = dataclasses.replace(settings, payload_store=store_dir)  # type: ignore[call-arg]
-    return settings
-
-
-def data_converter(settings: Settings) -> tuple[DataConverter, str]:
-    """``parley.storage.data_converter(settings)`` where this checkout has it (pydantic
-    + external storage), else ``pydantic_data_converter``: the converter Parley runs
-    with. (Run in an older checkout, this measures that code as it was.)"""
-    if not (ROOT / "parley" / "storage.py").exists():
-        return pydantic_data_converter, "temporalio.contrib.pydantic.pydantic_data_converter"
-    storage = importlib.import_module("parley.storage")
-    return storage.data_converter(settings), "parley.storage.data_converter(settings)"
 
 
 # --- measuring ----------------------------------------------------------------------
@@ -227,20 +159,12 @@ def split_turns(events: list[HistoryEvent], ends: list[int]) -> Round:
 
 
 async def parley_round(conversations: Conversations, turns: int) -> Round:
-    session = f"bench-{uuid.uuid4().hex[:12]}"
+    session = new_session("bench")
     handle = conversations.handle(session)
     ends: list[int] = []
     try:
         for _ in range(turns):
-            turn = await conversations.send(session, USER, MESSAGE)
-            if turn.status != "awaiting_approval" or len(turn.pending) != 1:
-                raise RuntimeError(f"parley: expected one pending call, got {turn!r}")
-            call_id = turn.pending[0].tool_call_id
-            done = await conversations.decide(
-                session, USER, [Decision(tool_call_id=call_id, action="approve")]
-            )
-            if done.status != "completed" or done.reply != REPLY_TEXT:
-                raise RuntimeError(f"parley: expected a completed turn, got {done!r}")
+            await parley_turn(conversations, session)
             events = await settled_history(handle)
             ends.append(len(events))
         return split_turns(events, ends)
@@ -249,33 +173,12 @@ async def parley_round(conversations: Conversations, turns: int) -> Round:
 
 
 async def bare_round(client: Client, task_queue: str, turns: int) -> Round:
-    workflow_id = f"bare-{uuid.uuid4().hex[:12]}"
+    workflow_id = new_session("bare")
     handle = client.get_workflow_handle(workflow_id)
     ends: list[int] = []
     try:
         for _ in range(turns):
-            start = WithStartWorkflowOperation(
-                BareConversation.run,
-                {"session_id": workflow_id, "user_id": USER},
-                id=workflow_id,
-                task_queue=task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            )
-            proposed = await client.execute_update_with_start_workflow(
-                BareConversation.send,
-                MESSAGE,
-                start_workflow_operation=start,
-                id=f"message-{uuid.uuid4().hex}",
-            )
-            if proposed["status"] != "awaiting_approval":
-                raise RuntimeError(f"bare: expected one pending call, got {proposed!r}")
-            done = await handle.execute_update(
-                BareConversation.approve,
-                proposed["pending"][0]["id"],
-                id=f"decide-{uuid.uuid4().hex}",
-            )
-            if done["reply"] != REPLY_TEXT:
-                raise RuntimeError(f"bare: expected a completed turn, got {done!r}")
+            await bare_turn(client, task_queue, workflow_id)
             events = await settled_history(handle)
             ends.append(len(events))
         return split_turns(events, ends)
@@ -319,36 +222,6 @@ def breakdown_table(parley: Measure, bare: Measure) -> str:
     return "\n".join(lines)
 
 
-def git_revision() -> str:
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            [
-                "git",
-                "-C",
-                str(ROOT),
-                "status",
-                "--porcelain",
-                "--",
-                "parley",
-                "workflows",
-                "activities",
-                "worker.py",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        return head + (" + uncommitted changes" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 # --- main ---------------------------------------------------------------------------
 
 
@@ -360,26 +233,15 @@ async def measure_rounds(
     settings = bench_settings(f"bench-parley-{tag}", store_dir)
     bare_queue = f"bench-bare-{tag}"
     converter, converter_name = data_converter(settings)
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_cli(),
-        search_attributes=parley.contracts.SEARCH_ATTRIBUTES,
-        data_converter=converter,
-    )
+    env = await start_dev_server(converter)
     parley_rounds: list[Round] = []
     bare_rounds: list[Round] = []
     try:
         client = env.client
-        parley_worker = build_worker(
-            client, settings, registry=parley_registry(), model=parley_model(turns)
-        )
-        bare_worker = Worker(
-            client,
-            task_queue=bare_queue,
-            workflows=[BareConversation],
-            activities=[bare_model, bare_tool],
-        )
+        parley = parley_worker(client, settings, turns)
+        bare = bare_worker(client, bare_queue)
         conversations = Conversations(client, settings)
-        async with parley_worker, bare_worker:
+        async with parley, bare:
             for i in range(1, rounds + 1):
                 p = await parley_round(conversations, turns)
                 b = await bare_round(client, bare_queue, turns)
