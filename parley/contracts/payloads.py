@@ -21,6 +21,7 @@ from temporalio.contrib.pydantic import (
     PydanticJSONPlainPayloadConverter,
     PydanticPayloadConverter,
 )
+from temporalio.converter import CompositePayloadConverter, EncodingPayloadConverter
 
 #: The serialization context of every payload (:class:`PayloadConverter`). Only there
 #: does a :class:`Contract` leave out its empty fields: what users read (``--json``
@@ -83,14 +84,25 @@ class _CompactJSONConverter(PydanticJSONPlainPayloadConverter):
 
 class PayloadConverter(PydanticPayloadConverter):
     """``pydantic_data_converter``'s payload converter with compact contracts (see
-    :class:`Contract`); reading is unchanged, so it reads any pydantic-written payload."""
+    :class:`Contract`); reading is unchanged, so it reads any pydantic-written payload.
+
+    Every instance shares one set of encoding converters. The SDK builds a new payload
+    converter each time it gives a data converter a serialization or storage context
+    (dozens of times per turn); each would otherwise build its converters again and
+    start with an empty cache of pydantic type adapters, so every payload read would
+    build its type's validator anew. The converters hold no per-call state, and the
+    adapter cache is thread-safe (``functools.lru_cache``)."""
+
+    _shared: tuple[EncodingPayloadConverter, ...] | None = None
 
     def __init__(self) -> None:
-        super().__init__()
-        compact = _CompactJSONConverter()
-        self._set_converters(
-            *(compact if c.encoding == compact.encoding else c for c in self.converters.values())
-        )
+        if PayloadConverter._shared is None:
+            compact = _CompactJSONConverter()
+            PayloadConverter._shared = tuple(
+                compact if c.encoding == compact.encoding else c
+                for c in PydanticPayloadConverter().converters.values()
+            )
+        CompositePayloadConverter.__init__(self, *PayloadConverter._shared)
 
 
 def _compact_message(message: BaseMessage) -> dict[str, Any]:
