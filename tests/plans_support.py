@@ -28,8 +28,10 @@ USER = "maria.k-42"
 SENTENCE = "please create a plan called Q3 review for next week"
 
 
-def plans_registry(server: BackgroundServer, api_key: str = PLANS_KEY) -> ToolRegistry:
-    return ToolRegistry(build_plans_toolset(server.url, api_key))
+def plans_registry(
+    server: BackgroundServer, api_key: str = PLANS_KEY, *, timeout: float = 10.0
+) -> ToolRegistry:
+    return ToolRegistry(build_plans_toolset(server.url, api_key, timeout=timeout))
 
 
 def inject_faults(server: BackgroundServer, *faults: dict[str, Any]) -> None:

@@ -196,6 +196,28 @@ async def test_a_500_then_200_is_retried_to_one_plan(
         assert activity_attempts(await fetch(conversations, sid), RUN_TOOL) == [2]
 
 
+async def test_a_timeout_then_a_500_then_success_creates_one_plan(
+    parley_worker, plans: BackgroundServer
+) -> None:
+    """The nastiest order: the first request times out on our side while the slow
+    backend still commits it, the retry meets a 500, the next succeeds. The same
+    idempotency key on all three makes it one plan."""
+    sid = new_session()
+    registry = plans_registry(plans, timeout=1.0)
+    async with parley_worker(registry, ScriptedChatModel()) as conversations:
+        turn = await conversations.send(sid, USER, "create a plan called Budget 2027")
+        inject_faults(plans, {"status": 0, "delay": 2.0}, {"status": 500})
+
+        done = await conversations.decide(sid, USER, approve(turn))
+
+        assert done.status == "completed"
+        assert [r.status for r in done.results] == ["success"]
+        assert [r["title"] for r in rows(plans)] == ["Budget 2027"]
+        posts = [r for r in seen_requests(plans) if r["method"] == "POST"]
+        assert len(posts) == 3 and len({r["idempotency_key"] for r in posts}) == 1
+        assert activity_attempts(await fetch(conversations, sid), RUN_TOOL) == [3]
+
+
 async def test_the_backend_sees_the_real_user_on_every_request(
     parley_worker, plans: BackgroundServer
 ) -> None:

@@ -64,15 +64,22 @@ def prepare_create_plan_args(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_plans_toolset(
-    base_url: str, api_key: str, client: httpx.AsyncClient | None = None
+    base_url: str,
+    api_key: str,
+    client: httpx.AsyncClient | None = None,
+    *,
+    timeout: float = 10.0,
 ) -> list[ParleyTool]:
     """The four plan tools against the backend at ``base_url``.
 
-    ``client`` defaults to the worker's one shared ``httpx.AsyncClient``.
+    ``client`` defaults to the worker's one shared ``httpx.AsyncClient``; ``timeout``
+    bounds each request (seconds); a timeout is transient, retried with the same key.
     """
     if not api_key:
         raise ValueError("the plans toolset needs an API key (PARLEY_PLANS_API_KEY)")
-    api = JsonApiClient(base_url, api_key=api_key, client=client, service_name=SERVICE_NAME)
+    api = JsonApiClient(
+        base_url, api_key=api_key, client=client, timeout=timeout, service_name=SERVICE_NAME
+    )
 
     @tool(parse_docstring=True)
     async def create_plan(

@@ -25,13 +25,16 @@ Test hooks, off unless ``create_app(..., enable_test_hooks=True)``:
 ``POST /_test/faults`` queues answers for the next requests (``{"faults": [{"status":
 503, "retry_after": "2", "body": {...}}]}``; ``"raw"`` gives a non-JSON body;
 ``"lose_response": true`` processes the request first, then answers the fault instead,
-as when a committed write's answer is lost on the way back),
+as when a committed write's answer is lost on the way back; ``"delay": 2`` answers
+2 s late, and with ``"status": 0`` then processes the request as usual, as a slow
+backend does after its caller gave up),
 ``GET /_test/requests`` lists what the service saw (method, path, user, idempotency
 key, status), ``DELETE /_test/requests`` and ``DELETE /_test/faults`` clear them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import threading
 from collections import deque
@@ -62,6 +65,8 @@ class Fault:
     raw: str | None = None
     #: Process the request (commit the write), then answer this fault: a lost response.
     lose_response: bool = False
+    #: Seconds to wait before answering; with ``status`` 0, then answer as usual.
+    delay: float = 0.0
 
 
 @dataclass
@@ -122,6 +127,10 @@ def create_app(db_path: Path, api_key: str, *, enable_test_hooks: bool = False) 
             "status": None,
         }
         fault = _next_fault(hooks) if enable_test_hooks else None
+        if fault is not None and fault.delay:
+            await asyncio.sleep(fault.delay)
+            if not fault.status:
+                fault = None  # only slow: the request is processed as usual
         if fault is not None and not fault.lose_response:
             response = _fault_response(fault)
         else:
