@@ -244,6 +244,11 @@ async def test_a_client_following_the_stream_resumes_across_a_gateway_restart(
                     await asyncio.wait_for(following, 60)
             conv = await rig.conversations()
             await finished_once(conv, rig, sid)
+            history = await conv.handle(sid).fetch_history()
     assert seen == list(range(len(seen))), f"events lost or repeated: {seen}"
+    # The bearer token is in no history and no log line of the processes it crossed.
+    assert TOKEN.encode() not in history.to_json().encode()
+    for log in tmp_path.glob("*.log"):
+        assert TOKEN not in log.read_text(), log.name
     assert types.count("RUN_FINISHED") == 2 and "TOOL_CALL_RESULT" in types
     assert len(tool_starts(rig.tool_log)) == 1
