@@ -37,6 +37,7 @@ from parley.contracts import (
     ToolContext,
     ToolErrorInfo,
     ToolResult,
+    evaluate,
 )
 from parley.errors import (
     ErrorType,
@@ -55,6 +56,16 @@ class ToolActivities:
         self._registry = registry
         self._max_result_bytes = max_result_bytes
 
+    def _rule_made_auto(self, request: RunToolInput) -> bool:
+        """Whether this worker's own rules, evaluated with the workflow's inputs, make
+        the call ``auto`` by the rule the workflow named."""
+        if request.rule is None or request.evaluated_at is None:
+            return False
+        outcome = evaluate(
+            self._registry.rules, request.name, request.args, request.evaluated_at, "confirm"
+        )
+        return outcome.policy == "auto" and outcome.rule == request.rule
+
     @activity.defn(name=RUN_TOOL)
     async def run_tool(self, request: RunToolInput) -> RunToolOutput:
         registered = self._registry.get(request.name)
@@ -65,7 +76,9 @@ class ToolActivities:
                 non_retryable=True,
             )
         if registered.policy == "deny" or (
-            registered.policy == "confirm" and not request.approved_by
+            registered.policy == "confirm"
+            and not request.approved_by
+            and not self._rule_made_auto(request)
         ):
             # The workflow's catalogue came from some worker; this one's policy wins.
             raise ApplicationError(

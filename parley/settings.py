@@ -110,6 +110,8 @@ class Settings:
     task_queue: str = DEFAULT_TASK_QUEUE
     model: str = DEFAULT_MODEL
     tools: str = DEFAULT_TOOLS
+    #: The policy file (TOML ``[[rule]]`` tables; ``parley.policies``), or None.
+    policies_file: str | None = None
     pending_expiry_seconds: float = 24 * 3600
     max_model_calls_per_turn: int = 8
     continue_as_new_after_events: int = 10_000
@@ -178,6 +180,7 @@ class Settings:
             task_queue=env.get("PARLEY_TASK_QUEUE", DEFAULT_TASK_QUEUE),
             model=env.get("PARLEY_MODEL", DEFAULT_MODEL),
             tools=env.get("PARLEY_TOOLS", DEFAULT_TOOLS),
+            policies_file=env.get("PARLEY_POLICIES", "").strip() or None,
             pending_expiry_seconds=_positive_number(
                 env,
                 "PARLEY_PENDING_EXPIRY_SECONDS",

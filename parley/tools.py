@@ -26,8 +26,9 @@ from typing import Any
 
 from langchain_core.tools import BaseTool
 
-from parley.contracts import ToolCatalogue, ToolPolicy, ToolSpec
+from parley.contracts import PolicyRule, ToolCatalogue, ToolPolicy, ToolSpec
 from parley.loading import takes_no_arguments, wants_settings
+from parley.policies import load_policies
 from parley.settings import Settings
 
 CONTEXT_ARG = "context"
@@ -120,9 +121,13 @@ def deny(tool: BaseTool) -> ParleyTool:
 
 
 class ToolRegistry:
-    """The tools this worker can run, by name."""
+    """The tools this worker can run, by name, and its policy rules
+    (``parley.contracts.policies``; the first rule that matches a call decides)."""
 
-    def __init__(self, tools: Iterable[ParleyTool | BaseTool]) -> None:
+    def __init__(
+        self, tools: Iterable[ParleyTool | BaseTool], rules: Iterable[PolicyRule] = ()
+    ) -> None:
+        self.rules: list[PolicyRule] = list(rules)
         self._tools: dict[str, ParleyTool] = {}
         for item in tools:
             tool = item if isinstance(item, ParleyTool) else ParleyTool(item)
@@ -147,11 +152,20 @@ class ToolRegistry:
         described = [s.model_dump(mode="json") for s in specs]
         if notifications:
             described.append({"notifications": True})
+        described += [{"rule": r.model_dump(mode="json")} for r in self.rules]
         digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
-        return ToolCatalogue(tools=specs, version=digest, notifications=notifications)
+        return ToolCatalogue(
+            tools=specs, version=digest, notifications=notifications, rules=self.rules
+        )
 
     def __len__(self) -> int:
         return len(self._tools)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def tools(self) -> list[ParleyTool]:
+        return list(self._tools.values())
 
 
 def load_toolset(reference: str, settings: Settings | None = None) -> list[ParleyTool | BaseTool]:
@@ -211,4 +225,7 @@ def load_registry(
     for reference in filter(None, (part.strip() for part in spec.split(","))):
         tools.extend(load_toolset(reference, settings))
     tools.extend(extra)
-    return ToolRegistry(tools)
+    registry = ToolRegistry(tools)
+    if settings is not None and settings.policies_file:
+        registry.rules = load_policies(settings.policies_file, tool_names=registry.names())
+    return registry

@@ -345,7 +345,9 @@ class ConversationWorkflow:
     ) -> None:
         detail: dict[str, Any] = {"type": refusal.type, "message": refusal.message}
         if request is not None:
-            detail["decisions"] = [d.model_dump(exclude_none=True) for d in request.decisions]
+            detail["decisions"] = [
+                d.model_dump(exclude_none=True, exclude_defaults=True) for d in request.decisions
+            ]
         self._ledger.audit("decision_refused", decided_by, detail=detail)
         self._events.decision_refused(decided_by, refusal.type or "", refusal.message)
 

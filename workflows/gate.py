@@ -103,6 +103,11 @@ def check_decisions(state: ConversationState, decision: DecideInput, now: dateti
         problems.append(f"missing a decision for: {', '.join(missing)}")
     catalogue = state.tools or ToolCatalogue(tools=[])
     for d in decision.decisions:
+        if d.remember and d.action not in ("approve", "reject"):
+            problems.append(
+                f"only approve and reject can be remembered ({d.tool_call_id} is {d.action}): "
+                "a remembered edit would run later calls with args nobody saw"
+            )
         if d.action == "edit" and d.tool_call_id in pending:
             error = args_error(catalogue, pending[d.tool_call_id].name, d.args or {})
             if error:

@@ -37,17 +37,25 @@ from parley.contracts import (
     Decision,
     NotifyInput,
     PendingCall,
+    PolicyOutcome,
+    RememberedDecision,
     RunToolInput,
     RunToolOutput,
     ToolCall,
     ToolCatalogue,
     ToolErrorInfo,
     ToolResult,
+    ToolSpec,
     TurnResult,
+    call_shape,
     call_summary,
+    evaluate,
 )
 from parley.errors import MODEL_VISIBLE_TOOL_ERRORS, ErrorType
 from parley.settings import MODEL_ACTIVITY, NOTIFY_ACTIVITY, TOOL_ACTIVITY
+
+#: How many remembered decisions a conversation keeps (the oldest go first).
+REMEMBERED_KEPT = 64
 
 
 class TurnFailed(Exception):
@@ -168,6 +176,19 @@ class TurnEngine:
         self._ledger.audit("turn_failed", "parley", detail={"error": failure.message})
         return self._ledger.turn_result("failed", error=failure.message)
 
+    def _policy_of(
+        self, catalogue: ToolCatalogue, spec: ToolSpec, call: ToolCall
+    ) -> tuple[PolicyOutcome, RememberedDecision | None]:
+        """The rules first (the first match decides); a call that would wait for a
+        decision then takes a remembered decision for its shape, if there is one."""
+        outcome = evaluate(catalogue.rules, call.name, call.args, workflow.now(), spec.policy)
+        if outcome.policy == "confirm":
+            shape = call_shape(call.name, call.args)
+            for remembered in reversed(self._state.remembered):
+                if remembered.shape == shape:
+                    return PolicyOutcome(policy=remembered.policy, remembered=True), remembered
+        return outcome, None
+
     def _catalogue(self) -> ToolCatalogue:
         return self._state.tools or ToolCatalogue(tools=[])
 
@@ -231,7 +252,7 @@ class TurnEngine:
 
     async def _handle_proposals(self, ai: AIMessage) -> None:
         """Sort each proposed call: refused, run now (auto), or pending (confirm)."""
-        to_run: list[ToolCall] = []
+        to_run: list[tuple[ToolCall, PolicyOutcome, RememberedDecision | None]] = []
         expires_at = workflow.now() + timedelta(seconds=self._start.pending_expiry_seconds)
         for broken in ai.invalid_tool_calls:  # e.g. arguments that are not JSON
             call = ToolCall(tool_call_id=broken["id"] or "", name=broken["name"] or "unknown")
@@ -254,20 +275,51 @@ class TurnEngine:
                     else f"invalid arguments for {call.name}: {problem}"
                 )
                 self._ledger.answer(call, error_result(ErrorType.TOOL_INPUT, text), "refused")
-            elif spec.policy == "deny":
-                text = f"{call.name} is not allowed in this conversation"
-                self._ledger.answer(call, error_result(ErrorType.TOOL_PERMISSION, text), "refused")
-            elif spec.policy == "auto":
-                to_run.append(call)
             else:
-                self._state.pending.append(
-                    PendingCall(
-                        **call.model_dump(), description=spec.description, expires_at=expires_at
+                outcome, remembered = self._policy_of(catalogue, spec, call)
+                if outcome.rule is not None or remembered is not None:
+                    self._ledger.audit(
+                        "policy",
+                        "parley",
+                        call.tool_call_id,
+                        call.name,
+                        outcome.model_dump(exclude_defaults=True),
                     )
-                )
+                if outcome.policy == "deny":
+                    why = f" (rule `{outcome.rule}`)" if outcome.rule else ""
+                    if remembered is not None:
+                        why = " (a rejection remembered in this conversation)"
+                    text = f"{call.name} is not allowed in this conversation{why}"
+                    self._ledger.answer(
+                        call, error_result(ErrorType.TOOL_PERMISSION, text), "refused"
+                    )
+                elif outcome.policy == "auto":
+                    to_run.append((call, outcome, remembered))
+                else:
+                    self._state.pending.append(
+                        PendingCall(
+                            **call.model_dump(),
+                            description=spec.description,
+                            expires_at=expires_at,
+                            reason=outcome.reason() if outcome.rule else None,
+                        )
+                    )
         try:
-            for call in to_run:
-                await self._execute(call, call.args)
+            for call, outcome, remembered in to_run:
+                if remembered is not None:  # the user's own earlier decision, recorded
+                    self._ledger.audit(
+                        "decided",
+                        remembered.decided_by,
+                        call.tool_call_id,
+                        call.name,
+                        {"action": "approve", "remembered_from": remembered.tool_call_id},
+                    )
+                await self._execute(
+                    call,
+                    call.args,
+                    approved_by=remembered.decided_by if remembered else None,
+                    rule=outcome.rule,
+                )
         except TurnFailed:
             self._ledger.abandon_unanswered(ai)
             raise
@@ -289,13 +341,29 @@ class TurnEngine:
                     decide.decided_by,
                     call.tool_call_id,
                     call.name,
-                    decision.model_dump(exclude_none=True),
+                    decision.model_dump(exclude_none=True, exclude_defaults=True),
                 )
+                if decision.remember:
+                    self._remember(call, decision, decide.decided_by)
                 await self._apply_decision(call, decision, decide.decided_by)
         except TurnFailed:
             if owner_ai is not None:
                 self._ledger.abandon_unanswered(owner_ai)
             raise
+
+    def _remember(self, call: PendingCall, decision: Decision, decided_by: str) -> None:
+        """Later calls of this shape take this decision without asking (bounded)."""
+        remembered = RememberedDecision(
+            shape=call_shape(call.name, call.args),
+            policy="auto" if decision.action == "approve" else "deny",
+            decided_by=decided_by,
+            tool_call_id=call.tool_call_id,
+        )
+        kept = [r for r in self._state.remembered if r.shape != remembered.shape]
+        self._state.remembered = [*kept, remembered][-REMEMBERED_KEPT:]
+        self._ledger.audit(
+            "remembered", decided_by, call.tool_call_id, call.name, {"policy": remembered.policy}
+        )
 
     async def _apply_decision(self, call: PendingCall, decision: Decision, decided_by: str) -> None:
         if decision.action == "approve":
@@ -337,6 +405,7 @@ class TurnEngine:
         *,
         approved_by: str | None = None,
         edited: bool = False,
+        rule: str | None = None,
     ) -> None:
         """Run a tool, before or after a decision, and answer its call."""
         self._state.counters.tool_runs += 1
@@ -349,6 +418,8 @@ class TurnEngine:
                     tool_call_id=call.tool_call_id,
                     user_id=self._state.user_id,
                     approved_by=approved_by,
+                    rule=rule,
+                    evaluated_at=workflow.now() if rule else None,
                 ),
                 start_to_close_timeout=TOOL_ACTIVITY.start_to_close,
                 heartbeat_timeout=TOOL_ACTIVITY.heartbeat,

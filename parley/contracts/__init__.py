@@ -32,6 +32,7 @@ from parley.contracts.conversation import (
     NotifyInput,
     OffsetEvent,
     PendingCall,
+    RememberedDecision,
     SendMessageInput,
     StateQuery,
     ToolCall,
@@ -84,6 +85,7 @@ from parley.contracts.payloads import (
     Messages,
     PayloadConverter,
 )
+from parley.contracts.policies import PolicyOutcome, PolicyRule, call_shape, evaluate
 from parley.contracts.tools import (
     RunToolInput,
     RunToolOutput,
@@ -140,6 +142,9 @@ __all__ = [
     "OffsetEvent",
     "PayloadConverter",
     "PendingCall",
+    "PolicyOutcome",
+    "PolicyRule",
+    "RememberedDecision",
     "ResultStatus",
     "RunToolInput",
     "RunToolOutput",
@@ -155,8 +160,10 @@ __all__ = [
     "TurnResult",
     "TurnStatus",
     "TurnToolResult",
+    "call_shape",
     "call_summary",
     "check_user_id",
+    "evaluate",
     "message_chars",
     "model_view",
     "turn_tool_result",

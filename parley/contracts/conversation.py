@@ -61,6 +61,10 @@ class Decision(Contract):
     action: DecisionAction
     args: dict[str, Any] | None = None
     message: str | None = None
+    #: Apply this decision to later calls of the same shape (the same tool with the
+    #: same arguments) for the rest of the conversation: an approve makes them run
+    #: at once, a reject refuses them. Recorded in the audit log each time.
+    remember: bool = False
 
     @model_validator(mode="after")
     def _complete(self) -> Decision:
@@ -105,6 +109,18 @@ class PendingCall(ToolCall):
 
     description: str
     expires_at: datetime
+    #: Why it waits: "confirm because rule `push-protected` matched", or the tool's
+    #: own policy (None).
+    reason: str | None = None
+
+
+class RememberedDecision(Contract):
+    """A decision the user asked to remember (``Decision.remember``)."""
+
+    shape: str
+    policy: Literal["auto", "deny"]
+    decided_by: str
+    tool_call_id: str
 
 
 class TurnResult(Contract):
@@ -130,6 +146,8 @@ class AuditEntry(Contract):
         "turn_failed",
         "decision_refused",
         "notified",
+        "policy",
+        "remembered",
         "upgraded",
         "ended",
     ]
@@ -185,6 +203,8 @@ class ConversationState(Contract):
     #: Decisions received by the ``decide_signal`` signal, applied in order between
     #: turns (bounded: past ``QUEUED_DECISIONS_KEPT`` a new one is refused and recorded).
     queued_decisions: list[DecideInput] = Field(default_factory=list)
+    #: Decisions the user asked to remember, by call shape (bounded: the oldest go).
+    remembered: list[RememberedDecision] = Field(default_factory=list)
     #: The worker build (``<deployment>:<build id>``) of the run that last moved this
     #: conversation to a newer build: a run on that same build never moves again, so a
     #: target that does not change cannot start a loop of continue-as-new.

@@ -3,14 +3,17 @@ what a tool receives (its context) and the one result envelope."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from pydantic import (
     BaseModel,
+    Field,
 )
 
 from parley.contracts.names import ResultStatus, ToolPolicy
 from parley.contracts.payloads import Contract, _ContentOfPayload
+from parley.contracts.policies import PolicyRule
 
 
 class ToolSpec(Contract):
@@ -33,6 +36,8 @@ class ToolCatalogue(Contract):
     #: Whether the worker has a webhook to tell when calls wait for a decision
     #: (``PARLEY_NOTIFY_URL``): the workflow runs ``notify`` only then.
     notifications: bool = False
+    #: The worker's policy rules (``PARLEY_POLICIES``), first match wins.
+    rules: list[PolicyRule] = Field(default_factory=list)
 
     def get(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -79,9 +84,14 @@ class RunToolInput(Contract):
     args: dict[str, Any]
     tool_call_id: str
     user_id: str
-    #: Who approved (or edited) this call; set only by a ``decide``. The worker refuses
-    #: a ``confirm`` tool without it, whatever the workflow's catalogue said.
+    #: Who approved (or edited) this call; set only by a ``decide``, or by a decision
+    #: the user asked to remember. The worker refuses a ``confirm`` tool without it,
+    #: whatever the workflow's catalogue said, unless ``rule`` made it ``auto``.
     approved_by: str | None = None
+    #: The policy rule that made this call ``auto``, and the instant it was evaluated
+    #: at: the worker evaluates its own rules again with the same inputs.
+    rule: str | None = None
+    evaluated_at: datetime | None = None
 
 
 class RunToolOutput(Contract):

@@ -1,0 +1,159 @@
+"""Approval policies as data: rules that decide, per tool and per argument, whether a
+proposed call runs at once (``auto``), waits for a decision (``confirm``) or is refused
+(``deny``). Both sides of the Temporal boundary.
+
+The worker loads the rules from the policy file (``PARLEY_POLICIES``) and sends them
+with its tool catalogue; the workflow evaluates them with :func:`evaluate` at the
+moment a call is proposed (``workflow.now()``), and the worker evaluates them again,
+with the same inputs, before it runs a ``confirm`` tool that a rule made ``auto``.
+:func:`evaluate` is pure: the same rules, tool, arguments and instant give the same
+answer, on replay and on any worker.
+
+A rule matches a call when:
+
+- ``tool`` (a shell-style pattern, ``fnmatch``) matches the tool's name;
+- every pattern in ``args`` matches the argument of that name (its value as text; a
+  missing argument never matches);
+- with ``hours`` (``"09:00-18:00"``) and/or ``days`` (``"mon-fri"``, ``"sat,sun"``),
+  the instant (shifted by ``utc_offset``) lies inside that window, or outside it when
+  ``outside`` is true.
+
+The first rule that matches decides; a call no rule matches keeps its tool's own
+policy. Remembered decisions (``Decision.remember``) are kept in the conversation's
+state and apply after the rules, to calls that would otherwise wait for a decision.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from datetime import datetime, time, timedelta
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from parley.contracts.names import ToolPolicy
+from parley.contracts.payloads import Contract
+
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+class PolicyRule(Contract):
+    name: str = Field(min_length=1, max_length=64)
+    tool: str = Field(min_length=1)
+    args: dict[str, str] = Field(default_factory=dict)
+    hours: str | None = None
+    days: str | None = None
+    outside: bool = False
+    utc_offset: str = "+00:00"
+    decide: ToolPolicy
+
+    @field_validator("hours")
+    @classmethod
+    def _hours(cls, value: str | None) -> str | None:
+        if value is not None:
+            _window(value)
+        return value
+
+    @field_validator("days")
+    @classmethod
+    def _days(cls, value: str | None) -> str | None:
+        if value is not None:
+            _day_set(value)
+        return value
+
+    @field_validator("utc_offset")
+    @classmethod
+    def _offset(cls, value: str) -> str:
+        _offset_of(value)
+        return value
+
+    @model_validator(mode="after")
+    def _outside_needs_a_window(self) -> PolicyRule:
+        if self.outside and self.hours is None and self.days is None:
+            raise ValueError(f"rule {self.name!r}: 'outside' needs 'hours' or 'days'")
+        return self
+
+    def matches(self, tool: str, args: dict[str, Any], at: datetime) -> bool:
+        if not fnmatch.fnmatchcase(tool, self.tool):
+            return False
+        for name, pattern in self.args.items():
+            if name not in args or not fnmatch.fnmatchcase(_text(args[name]), pattern):
+                return False
+        if self.hours is None and self.days is None:
+            return True
+        local = at + _offset_of(self.utc_offset)
+        inside = True
+        if self.days is not None:
+            inside = DAYS[local.weekday()] in _day_set(self.days)
+        if inside and self.hours is not None:
+            start, end = _window(self.hours)
+            now = local.time()
+            inside = start <= now < end if start <= end else (now >= start or now < end)
+        return inside != self.outside
+
+
+class PolicyOutcome(Contract):
+    """What the rules say of one call, and which rule said it (None: the tool's own
+    policy, or a remembered decision when ``remembered`` is set)."""
+
+    policy: ToolPolicy
+    rule: str | None = None
+    remembered: bool = False
+
+    def reason(self) -> str:
+        if self.remembered:
+            return f"{self.policy}: a decision remembered in this conversation"
+        if self.rule is None:
+            return f"{self.policy}: the tool's own policy"
+        return f"{self.policy} because rule `{self.rule}` matched"
+
+
+def evaluate(
+    rules: list[PolicyRule], tool: str, args: dict[str, Any], at: datetime, default: ToolPolicy
+) -> PolicyOutcome:
+    for rule in rules:
+        if rule.matches(tool, args, at):
+            return PolicyOutcome(policy=rule.decide, rule=rule.name)
+    return PolicyOutcome(policy=default)
+
+
+def call_shape(tool: str, args: dict[str, Any]) -> str:
+    """What "an identical-shaped call" means for ``remember``: the same tool with the
+    same arguments (canonical JSON)."""
+    return f"{tool} {json.dumps(args, sort_keys=True, separators=(',', ':'), default=str)}"
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _window(value: str) -> tuple[time, time]:
+    try:
+        start, end = (time.fromisoformat(part.strip()) for part in value.split("-"))
+    except ValueError:
+        raise ValueError(f"hours {value!r} is not of the form HH:MM-HH:MM") from None
+    return start, end
+
+
+def _day_set(value: str) -> set[str]:
+    days: set[str] = set()
+    for part in value.lower().replace(" ", "").split(","):
+        first, _, last = part.partition("-")
+        if first not in DAYS or (last and last not in DAYS):
+            raise ValueError(f"days {value!r}: use mon..sun, as 'mon-fri' or 'sat,sun'")
+        i, j = DAYS.index(first), DAYS.index(last or first)
+        days.update(DAYS[i : j + 1] if i <= j else DAYS[i:] + DAYS[: j + 1])
+    return days
+
+
+def _offset_of(value: str) -> timedelta:
+    sign = -1 if value.startswith("-") else 1
+    try:
+        hours, minutes = value.lstrip("+-").split(":")
+        offset = timedelta(hours=int(hours), minutes=int(minutes))
+    except ValueError:
+        raise ValueError(f"utc_offset {value!r} is not of the form +HH:MM") from None
+    if offset > timedelta(hours=14):
+        raise ValueError(f"utc_offset {value!r} is beyond ±14:00")
+    return sign * offset

@@ -1,0 +1,199 @@
+"""Approval policies as data (issue 11): per-tool and per-argument rules from the policy
+file, and decisions remembered for the rest of a conversation. Real worker, real dev
+server; the rules travel in the worker's catalogue and are evaluated in the workflow,
+and again by the worker before it runs a ``confirm`` tool a rule made ``auto``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import pytest
+from langchain_core.tools import InjectedToolArg, tool
+from parley.activities.tool_calls import ToolActivities
+
+from parley.client import ConversationRefused
+from parley.contracts import Decision, PolicyRule, RunToolInput, ToolContext
+from parley.policies import load_policies
+from parley.tools import ToolRegistry, confirm
+from tests.checks import new_session, runs_in, tool_messages
+from tests.support import RUNS, call, script
+
+TODAY = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")[datetime.now(UTC).weekday()]
+
+
+@tool
+async def push_branch(branch: str, context: Annotated[ToolContext, InjectedToolArg]) -> dict:
+    """Push a git branch (changes the world)."""
+    RUNS.append({"tool": "push_branch", "key": context.idempotency_key, "branch": branch})
+    return {"pushed": branch}
+
+
+@tool
+async def create_plan(title: str, context: Annotated[ToolContext, InjectedToolArg]) -> dict:
+    """Create a plan (changes the world)."""
+    RUNS.append({"tool": "create_plan", "key": context.idempotency_key, "title": title})
+    return {"created": title}
+
+
+RULES = [
+    PolicyRule(name="push-feature", tool="push_branch", args={"branch": "feat/*"}, decide="auto"),
+    PolicyRule(name="push-protected", tool="push_branch", decide="confirm"),
+    # Matches whenever the test runs: a deny by the calendar.
+    PolicyRule(name="plans-frozen-today", tool="create_plan", days=TODAY, decide="deny"),
+]
+
+
+def registry(rules: list[PolicyRule] = RULES) -> ToolRegistry:
+    return ToolRegistry([confirm(push_branch), confirm(create_plan)], rules=rules)
+
+
+async def test_a_per_argument_rule_runs_one_call_and_gates_another(parley_worker) -> None:
+    model = script(
+        {
+            "content": "",
+            "tool_calls": [
+                call("push_branch", "p1", branch="feat/login"),
+                call("push_branch", "p2", branch="main"),
+                call("create_plan", "p3", title="Q4"),
+            ],
+        },
+        {"content": "Pushed main too."},
+    )
+    async with parley_worker(registry(), model) as conversations:
+        sid = new_session()
+        turn = await conversations.send(sid, "alice", "push both, plan Q4")
+        # feat/login ran at once (rule push-feature), on a confirm tool: the worker
+        # re-evaluated the rule and agreed.
+        assert [r["branch"] for r in runs_in(sid, "push_branch")] == ["feat/login"]
+        (pending,) = turn.pending
+        assert pending.tool_call_id == "p2"
+        assert pending.reason == "confirm because rule `push-protected` matched"
+        by_id = {r.tool_call_id: r for r in turn.results}
+        assert by_id["p1"].status == "success"
+        assert by_id["p3"].status == "error"
+        assert "rule `plans-frozen-today`" in (by_id["p3"].content or "")
+        assert runs_in(sid, "create_plan") == []
+
+        state = await conversations.state(sid, "alice")
+        policy = {e.tool_call_id: e.detail for e in state.audit if e.event == "policy"}
+        assert policy == {
+            "p1": {"policy": "auto", "rule": "push-feature"},
+            "p2": {"policy": "confirm", "rule": "push-protected"},
+            "p3": {"policy": "deny", "rule": "plans-frozen-today"},
+        }
+        done = await conversations.decide(
+            sid, "alice", [Decision(tool_call_id="p2", action="approve")]
+        )
+        assert done.reply == "Pushed main too."
+        assert [r["branch"] for r in runs_in(sid, "push_branch")] == ["feat/login", "main"]
+        tool_messages((await conversations.state(sid, "alice")).transcript)
+
+
+def test_the_worker_runs_a_rule_made_auto_call_only_if_its_own_rules_agree() -> None:
+    """A workflow's catalogue may come from a worker with other rules (another deploy):
+    a ``confirm`` tool runs without a decision only if this worker's rules, with the
+    workflow's inputs, make it ``auto`` by the same rule."""
+    request = RunToolInput(
+        name="push_branch",
+        args={"branch": "feat/x"},
+        tool_call_id="q1",
+        user_id="alice",
+        rule="push-feature",
+        evaluated_at=datetime.now(UTC),
+    )
+    assert ToolActivities(registry())._rule_made_auto(request)
+    assert not ToolActivities(registry(rules=[]))._rule_made_auto(request)
+    assert not ToolActivities(registry())._rule_made_auto(
+        request.model_copy(update={"args": {"branch": "main"}})
+    )
+    assert not ToolActivities(registry())._rule_made_auto(
+        request.model_copy(update={"rule": "push-protected"})
+    )
+
+
+async def test_remember_applies_to_the_same_call_and_not_to_a_different_one(
+    parley_worker,
+) -> None:
+    model = script(
+        {"content": "", "tool_calls": [call("push_branch", "r1", branch="main")]},
+        {"content": "Pushed."},
+        {"content": "", "tool_calls": [call("push_branch", "r2", branch="main")]},
+        {"content": "Pushed again, as you said to remember."},
+        {"content": "", "tool_calls": [call("push_branch", "r3", branch="release")]},
+        {"content": "Not pushed."},
+        {"content": "", "tool_calls": [call("push_branch", "r4", branch="release")]},
+        {"content": "Refused, as you said."},
+    )
+    async with parley_worker(registry(), model) as conversations:
+        sid = new_session()
+        turn = await conversations.send(sid, "alice", "push main")
+        assert [p.tool_call_id for p in turn.pending] == ["r1"]
+        await conversations.decide(
+            sid, "alice", [Decision(tool_call_id="r1", action="approve", remember=True)]
+        )
+        again = await conversations.send(sid, "alice", "push main again")
+        assert again.status == "completed" and again.pending == []
+        assert [r["branch"] for r in runs_in(sid, "push_branch")] == ["main", "main"]
+
+        different = await conversations.send(sid, "alice", "push release")
+        assert [p.tool_call_id for p in different.pending] == ["r3"]  # another shape: asks
+        await conversations.decide(
+            sid,
+            "alice",
+            [Decision(tool_call_id="r3", action="reject", message="no", remember=True)],
+        )
+        refused = await conversations.send(sid, "alice", "push release now")
+        assert refused.pending == [] and refused.results[0].status == "error"
+        assert "remembered" in (refused.results[0].content or "")
+        assert [r["branch"] for r in runs_in(sid, "push_branch")] == ["main", "main"]
+
+        state = await conversations.state(sid, "alice")
+        remembered = [(e.tool_call_id, e.detail) for e in state.audit if e.event == "remembered"]
+        assert remembered == [("r1", {"policy": "auto"}), ("r3", {"policy": "deny"})]
+        (auto_decided,) = [
+            e for e in state.audit if e.event == "decided" and e.tool_call_id == "r2"
+        ]
+        assert auto_decided.actor == "alice"
+        assert auto_decided.detail == {"action": "approve", "remembered_from": "r1"}
+
+
+async def test_an_edit_cannot_be_remembered(parley_worker) -> None:
+    model = script({"content": "", "tool_calls": [call("push_branch", "e1", branch="main")]})
+    async with parley_worker(registry(), model) as conversations:
+        sid = new_session()
+        await conversations.send(sid, "alice", "push main")
+        with pytest.raises(ConversationRefused, match="only approve and reject can be remembered"):
+            await conversations.decide(
+                sid,
+                "alice",
+                [Decision(tool_call_id="e1", action="edit", args={"branch": "dev"}, remember=True)],
+            )
+        assert runs_in(sid, "push_branch") == []
+
+
+def test_the_policy_file_is_checked_at_load(tmp_path: Path) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text(
+        '[[rule]]\nname = "push-feature"\ntool = "push_branch"\n'
+        'args = { branch = "feat/*" }\ndecide = "auto"\n'
+    )
+    (rule,) = load_policies(good, tool_names=["push_branch"])
+    assert rule.args == {"branch": "feat/*"}
+    cases = {
+        '[[rule]]\nname = "x"\ntool = "nothing_here"\ndecide = "auto"\n': "which no tool",
+        '[[rule]]\nname = "x"\ntool = "push_branch"\ndecide = "maybe"\n': "decide",
+        '[[rule]]\nname = "x"\ntool = "push_branch"\nhours = "9-5"\ndecide = "deny"\n': "HH:MM",
+        '[[rule]]\nname = "x"\ntool = "push_branch"\noutside = true\ndecide = "deny"\n': (
+            "needs 'hours' or 'days'"
+        ),
+        '[rules]\nname = "x"\n': "[[rule]]",
+        "not toml [": "is not TOML",
+    }
+    for number, (text, expected) in enumerate(cases.items()):
+        bad = tmp_path / f"bad{number}.toml"
+        bad.write_text(text)
+        with pytest.raises(ValueError, match="PARLEY_POLICIES") as err:
+            load_policies(bad, tool_names=["push_branch"])
+        assert expected in str(err.value), str(err.value)
