@@ -13,6 +13,7 @@ Printing is ``parley.rendering``; the interactive loop is ``parley.chat``.
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import json
 import os
 import sys
@@ -85,6 +86,16 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print the result as JSON."
 CallIds = Annotated[
     list[str] | None,
     typer.Argument(help="Tool call ids to decide; none means every pending call."),
+]
+
+
+Remember = Annotated[
+    bool,
+    typer.Option(
+        "--remember",
+        help="Decide the same way, without asking, on later calls of the same tool with the "
+        "same arguments in this conversation.",
+    ),
 ]
 
 
@@ -277,6 +288,40 @@ def deploy(
     )
 
 
+@app.command()
+def tools(as_json: AsJson = False) -> None:
+    """List the worker's tools (PARLEY_TOOLS) with their policies, and the policy
+    file's rules (PARLEY_POLICIES) in the order they are tried. No server needed."""
+    from parley.tools import load_registry
+
+    config = settings()
+    try:
+        registry = load_registry(config.tools, settings=config)
+    except ValueError as problem:
+        raise fail(str(problem)) from None
+    catalogue = registry.catalogue()
+    if as_json:
+        print(json.dumps(catalogue.model_dump(mode="json"), indent=2))
+        return
+    for spec in catalogue.tools:
+        out.print(Text.assemble((spec.name, "bold"), f"  {spec.policy}"))
+        summary = spec.description.strip().splitlines()[0] if spec.description.strip() else ""
+        if summary:
+            out.print(Text(f"    {summary}", style="dim"))
+    if not catalogue.rules:
+        out.print(Text("no policy rules (PARLEY_POLICIES unset): each tool's own policy applies"))
+        return
+    out.print(Text(f"rules from {config.policies_file}, first match wins:", style="bold"))
+    for rule in catalogue.rules:
+        when = [f"{name}={pattern}" for name, pattern in rule.args.items()]
+        window = " ".join(filter(None, [rule.days, rule.hours]))
+        if window:
+            offset = "" if rule.utc_offset == "+00:00" else f" UTC{rule.utc_offset}"
+            when.append(("outside " if rule.outside else "within ") + window + offset)
+        condition = f" when {', '.join(when)}" if when else ""
+        out.print(Text(f"  {rule.name}: {rule.tool}{condition} -> {rule.decide}"))
+
+
 def load_tools_and_model(
     settings: Settings, *, warn: Callable[[str], None]
 ) -> tuple[ToolRegistry, BaseChatModel]:
@@ -394,10 +439,30 @@ Message = Annotated[
 
 @app.command()
 def approve(
-    session: Session, user: User, call_ids: CallIds = None, as_json: AsJson = False
+    session: Session,
+    user: User,
+    call_ids: CallIds = None,
+    all_matching: Annotated[
+        str | None,
+        typer.Option(
+            "--all-matching",
+            metavar="TOOL",
+            help="Approve every pending call of TOOL (a shell-style pattern).",
+        ),
+    ] = None,
+    remember: Remember = False,
+    as_json: AsJson = False,
 ) -> None:
     """Approve pending tool calls: they run now."""
-    decide(session, user, "approve", call_ids, as_json=as_json)
+    decide(
+        session,
+        user,
+        "approve",
+        call_ids,
+        tool_pattern=all_matching,
+        remember=remember,
+        as_json=as_json,
+    )
 
 
 @app.command()
@@ -406,10 +471,11 @@ def reject(
     user: User,
     call_ids: CallIds = None,
     message: Message = None,
+    remember: Remember = False,
     as_json: AsJson = False,
 ) -> None:
     """Reject pending tool calls: they never run (optional --message with the reason)."""
-    decide(session, user, "reject", call_ids, message=message, as_json=as_json)
+    decide(session, user, "reject", call_ids, message=message, remember=remember, as_json=as_json)
 
 
 @app.command()
@@ -450,11 +516,23 @@ def decide(
     *,
     message: str | None = None,
     args: dict[str, Any] | None = None,
+    tool_pattern: str | None = None,
+    remember: bool = False,
     as_json: bool,
 ) -> None:
+    if tool_pattern is not None and call_ids:
+        raise fail("give CALL_IDs or --all-matching TOOL, not both")
+
     async def work() -> TurnResult:
         conv = await conversations(session, user)
-        ids = call_ids or [p.tool_call_id for p in (await conv.state(session, user)).pending]
+        pending = [] if call_ids else (await conv.state(session, user)).pending
+        if tool_pattern is not None:
+            pending = [p for p in pending if fnmatch.fnmatchcase(p.name, tool_pattern)]
+            if not pending:
+                raise ConversationRefused(
+                    f"no pending call in {session} is of a tool matching {tool_pattern!r}"
+                )
+        ids = call_ids or [p.tool_call_id for p in pending]
         if not ids:
             raise ConversationRefused(f"no tool call waits for a decision in {session}")
         if action == "edit" and len(ids) > 1:
@@ -462,7 +540,8 @@ def decide(
                 f"edit needs one CALL_ID when {len(ids)} calls are pending: {', '.join(ids)}"
             )
         decisions = [
-            Decision(tool_call_id=i, action=action, args=args, message=message) for i in ids
+            Decision(tool_call_id=i, action=action, args=args, message=message, remember=remember)
+            for i in ids
         ]
         return await conv.decide(session, user, decisions)
 

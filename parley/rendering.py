@@ -67,6 +67,8 @@ def print_call(call: PendingCall, console: Console) -> None:
     )
     args = json.dumps(call.args, ensure_ascii=False, indent=2, default=str)
     console.print(Text("\n".join("    " + line for line in args.splitlines())))
+    if call.reason:
+        console.print(Text(f"    (needs approval: {call.reason})", style="dim"))
 
 
 def print_snapshot(

@@ -5,6 +5,10 @@ and again by the worker before it runs a ``confirm`` tool a rule made ``auto``."
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -197,3 +201,79 @@ def test_the_policy_file_is_checked_at_load(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="PARLEY_POLICIES") as err:
             load_policies(bad, tool_names=["push_branch"])
         assert expected in str(err.value), str(err.value)
+
+
+def toolset() -> list:
+    """The tools above, for `parley tools` and worker processes (PARLEY_TOOLS)."""
+    return [confirm(push_branch), confirm(create_plan)]
+
+
+ROOT = Path(__file__).resolve().parent.parent
+PARLEY = [str(Path(sys.executable).parent / "parley")]
+
+
+def test_parley_tools_shows_policies_and_rules_in_order(tmp_path: Path) -> None:
+    policies = tmp_path / "policies.toml"
+    policies.write_text(
+        '[[rule]]\nname = "push-feature"\ntool = "push_branch"\n'
+        'args = { branch = "feat/*" }\ndecide = "auto"\n\n'
+        '[[rule]]\nname = "plans-after-hours"\ntool = "create_plan"\nhours = "09:00-18:00"\n'
+        'days = "mon-fri"\nutc_offset = "+01:00"\noutside = true\ndecide = "deny"\n'
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PARLEY_TOOLS": "tests.test_policies:toolset",
+        "PARLEY_POLICIES": str(policies),
+    }
+    shown = subprocess.run([*PARLEY, "tools"], env=env, capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert "push_branch  confirm" in shown.stdout
+    lines = shown.stdout.splitlines()
+    assert lines[-2:] == [
+        "  push-feature: push_branch when branch=feat/* -> auto",
+        "  plans-after-hours: create_plan when outside mon-fri 09:00-18:00 UTC+01:00 -> deny",
+    ]
+    policies.write_text('[[rule]]\nname = "x"\ntool = "git_*"\ndecide = "auto"\n')
+    refused = subprocess.run([*PARLEY, "tools"], env=env, capture_output=True, text=True)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "rule 'x'" in refused.stderr and "which no tool on this worker matches" in refused.stderr
+
+
+async def test_approve_all_matching_with_remember_from_the_cli(parley_worker, client) -> None:
+    model = script(
+        {
+            "content": "",
+            "tool_calls": [
+                call("push_branch", "m1", branch="main"),
+                call("push_branch", "m2", branch="release"),
+            ],
+        },
+        {"content": "Both pushed."},
+        {"content": "", "tool_calls": [call("push_branch", "m3", branch="main")]},
+        {"content": "Pushed main again."},
+    )
+    async with parley_worker(registry(), model) as conversations:
+        sid = new_session()
+        turn = await conversations.send(sid, "alice", "push main and release")
+        assert [p.tool_call_id for p in turn.pending] == ["m1", "m2"]
+        env = {
+            **os.environ,
+            "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+            "PARLEY_TASK_QUEUE": conversations.settings.task_queue,
+        }
+        base = [*PARLEY, "approve", "--session", sid, "--user", "alice"]
+        wrong = await asyncio.to_thread(
+            subprocess.run, [*base, "--all-matching", "create_*"], env=env,
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert wrong.returncode == 1 and "no pending call" in wrong.stderr
+        approved = await asyncio.to_thread(
+            subprocess.run, [*base, "--all-matching", "push_*", "--remember"], env=env,
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert approved.returncode == 0, approved.stderr
+        assert "Both pushed." in approved.stdout
+        again = await conversations.send(sid, "alice", "push main again")
+        assert again.status == "completed"
+        assert [r["branch"] for r in runs_in(sid, "push_branch")] == ["main", "release", "main"]
