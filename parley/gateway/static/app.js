@@ -642,6 +642,7 @@
         expiry,
       ),
       p.description ? el("p", { class: "desc", text: p.description }) : null,
+      p.reason ? el("p", { class: "small muted reason", text: "Needs approval: " + p.reason }) : null,
       el("label", { class: "small muted", text: "Arguments (JSON, editable)" }),
       textarea,
       argsError,
