@@ -44,13 +44,15 @@ class NotifyActivities:
     @activity.defn(name=NOTIFY)
     async def notify(self, request: NotifyInput) -> None:
         body = {
-            "event": "awaiting_decision",
+            "event": "escalated" if request.escalated_to else "awaiting_decision",
             "session_id": request.session_id,
             "user_id": request.user_id,
             "pending": [call.model_dump(mode="json") for call in request.pending],
             "url": f"{self._page_url}/#c={request.session_id}",
             "run_id": request.run_id,
         }
+        if request.escalated_to:
+            body["escalated_to"] = request.escalated_to
         key = f"{workflow_id_for(request.session_id)}:{request.run_id}"
         try:
             response = await shared_client().post(

@@ -319,7 +319,12 @@ def tools(as_json: AsJson = False) -> None:
             offset = "" if rule.utc_offset == "+00:00" else f" UTC{rule.utc_offset}"
             when.append(("outside " if rule.outside else "within ") + window + offset)
         condition = f" when {', '.join(when)}" if when else ""
-        out.print(Text(f"  {rule.name}: {rule.tool}{condition} -> {rule.decide}"))
+        timeout = ""
+        if rule.timeout_seconds is not None or rule.on_timeout != "expire":
+            after = f" after {rule.timeout_seconds:g} s" if rule.timeout_seconds else ""
+            target = f" to {rule.escalate_to}" if rule.escalate_to else ""
+            timeout = f"; undecided{after}: {rule.on_timeout}{target}"
+        out.print(Text(f"  {rule.name}: {rule.tool}{condition} -> {rule.decide}{timeout}"))
 
 
 def load_tools_and_model(

@@ -391,9 +391,35 @@ class ConversationWorkflow:
         gate.check_message(self._state, message, self._start.max_message_bytes)
 
     async def _expire_due_calls(self) -> None:
-        """Answer every call past its deadline ``expired`` and let the model go on."""
-        self._state.turn_running = True
+        """Calls past their deadline: one whose rule escalates is escalated once (its
+        ``escalate_to`` told, its wait extended); the others are answered (expired, or
+        rejected if their rule says so) and the model goes on."""
         due = self._expired_calls()
+        escalating = [
+            call
+            for call in due
+            if call.on_timeout is not None
+            and call.on_timeout.action == "escalate"
+            and not call.on_timeout.escalated
+        ]
+        for call in escalating:
+            assert call.on_timeout is not None
+            call.on_timeout.escalated = True
+            call.expires_at = workflow.now() + timedelta(seconds=call.on_timeout.seconds)
+            self._ledger.audit(
+                "escalated",
+                "parley",
+                call.tool_call_id,
+                call.name,
+                {"to": call.on_timeout.escalate_to, "until": call.expires_at.isoformat()},
+            )
+        if escalating:
+            self._turns.escalate(escalating)
+            publish_status(self._state)  # the new deadline, in the current details
+        due = [call for call in due if call not in escalating]
+        if not due:
+            return
+        self._state.turn_running = True
         metrics.approvals_answered(len(due))
         self._state.pending = [c for c in self._state.pending if c not in due]
         await self._turns.run(expired=due)

@@ -36,6 +36,7 @@ from parley.contracts import (
     DecideInput,
     Decision,
     NotifyInput,
+    OnTimeout,
     PendingCall,
     PolicyOutcome,
     RememberedDecision,
@@ -105,9 +106,8 @@ class TurnEngine:
         try:
             if decisions is not None:
                 await self._apply_decisions(decisions)
-            hours = self._start.pending_expiry_seconds / 3600
             for call in expired or []:
-                self._ledger.answer_unrun(call, f"nobody decided on it within {hours:g} h")
+                self._answer_timed_out(call)
             if state.pending:
                 result = self._ledger.turn_result("awaiting_approval")
             else:
@@ -137,6 +137,50 @@ class TurnEngine:
         self._ledger.trim()
         return result
 
+    def _answer_timed_out(self, call: PendingCall) -> None:
+        """A call nobody decided on in time: expired, or rejected if its rule says so."""
+        rule = call.on_timeout
+        seconds = self._start.pending_expiry_seconds if rule is None else rule.seconds
+        waited = seconds * (2 if rule is not None and rule.escalated else 1)
+        if rule is not None and rule.action == "reject":
+            reason = rule.reason or "nobody decided on it in time"
+            content = (
+                f"Rejected: {reason} (no decision within {_duration(waited)}); this call to "
+                f"{call.name} did not run."
+            )
+            payload = {"decision": "reject", "message": reason, "by": "timeout"}
+            result = ToolResult(status="rejected", content=content, payload=payload)
+            self._ledger.answer(call, result, "expired", detail={"on_timeout": "reject"})
+            return
+        self._ledger.answer_unrun(call, f"nobody decided on it within {_duration(waited)}")
+
+    def escalate(self, calls: list[PendingCall]) -> None:
+        """Tell each call's ``escalate_to`` that it waits (in the background, like
+        ``_notify``); the caller has extended the calls' deadlines."""
+        by_person: dict[str, list[PendingCall]] = {}
+        for call in calls:
+            assert call.on_timeout is not None and call.on_timeout.escalate_to
+            by_person.setdefault(call.on_timeout.escalate_to, []).append(call)
+        for person, escalated in by_person.items():
+            ids = "-".join(c.tool_call_id for c in escalated)
+            if not self._catalogue().notifications:
+                self._ledger.audit(
+                    "notified",
+                    "worker",
+                    detail={"escalated_to": person, "error": "no webhook (PARLEY_NOTIFY_URL)"},
+                )
+                continue
+            request = NotifyInput(
+                session_id=self._state.session_id,
+                user_id=self._state.user_id,
+                pending=escalated,
+                run_id=f"escalate-{ids}",
+                escalated_to=person,
+            )
+            task = asyncio.ensure_future(self._send_notification(request))
+            self.notifying.add(task)
+            task.add_done_callback(self.notifying.discard)
+
     def _notify(self, run_id: str) -> None:
         """Tell the worker's webhook (if it has one) that calls wait for a decision, in
         the background: the turn's result does not wait for the webhook."""
@@ -154,6 +198,8 @@ class TurnEngine:
 
     async def _send_notification(self, request: NotifyInput) -> None:
         detail: dict[str, Any] = {"run_id": request.run_id}
+        if request.escalated_to:
+            detail["escalated_to"] = request.escalated_to
         try:
             await workflow.execute_activity(
                 NOTIFY,
@@ -296,12 +342,18 @@ class TurnEngine:
                 elif outcome.policy == "auto":
                     to_run.append((call, outcome, remembered))
                 else:
+                    on_timeout = _on_timeout(outcome, self._start.pending_expiry_seconds)
                     self._state.pending.append(
                         PendingCall(
                             **call.model_dump(),
                             description=spec.description,
-                            expires_at=expires_at,
+                            expires_at=(
+                                workflow.now() + timedelta(seconds=on_timeout.seconds)
+                                if on_timeout
+                                else expires_at
+                            ),
                             reason=outcome.reason() if outcome.rule else None,
+                            on_timeout=on_timeout,
                         )
                     )
         try:
@@ -463,3 +515,23 @@ class TurnEngine:
             http_status=info.http_status if info else None,
             body=info.body if info else None,
         )
+
+
+def _on_timeout(outcome: PolicyOutcome, default_seconds: float) -> OnTimeout | None:
+    """What a matched rule says of a call that waits too long; None: the default."""
+    if outcome.rule is None or (outcome.timeout_seconds is None and outcome.on_timeout == "expire"):
+        return None
+    return OnTimeout(
+        action=outcome.on_timeout,
+        seconds=outcome.timeout_seconds or default_seconds,
+        reason=outcome.timeout_reason,
+        escalate_to=outcome.escalate_to,
+    )
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"

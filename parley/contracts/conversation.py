@@ -104,6 +104,19 @@ class ToolCall(Contract):
         return cls(tool_call_id=proposed["id"] or "", name=proposed["name"], args=proposed["args"])
 
 
+class OnTimeout(Contract):
+    """A rule's answer to a call nobody decided on in time (``PolicyRule.on_timeout``)."""
+
+    action: Literal["expire", "reject", "escalate"]
+    #: How long each wait lasts (seconds).
+    seconds: float
+    #: ``reject``: what the model reads.
+    reason: str | None = None
+    #: ``escalate``: who is told; ``escalated`` once told and the wait extended.
+    escalate_to: str | None = None
+    escalated: bool = False
+
+
 class PendingCall(ToolCall):
     """A ``confirm`` call waiting for a decision."""
 
@@ -112,6 +125,8 @@ class PendingCall(ToolCall):
     #: Why it waits: "confirm because rule `push-protected` matched", or the tool's
     #: own policy (None).
     reason: str | None = None
+    #: What its rule says happens at ``expires_at``; None: it expires.
+    on_timeout: OnTimeout | None = None
 
 
 class RememberedDecision(Contract):
@@ -148,6 +163,7 @@ class AuditEntry(Contract):
         "notified",
         "policy",
         "remembered",
+        "escalated",
         "upgraded",
         "ended",
     ]
@@ -224,6 +240,8 @@ class NotifyInput(Contract):
     #: Which turn left them pending (``run-N``): with the session, the webhook's
     #: idempotency key.
     run_id: str
+    #: Set when no one decided in time and a rule escalates: the user now asked.
+    escalated_to: str | None = None
 
 
 class ConversationSnapshot(Contract):

@@ -28,7 +28,7 @@ from __future__ import annotations
 import fnmatch
 import json
 from datetime import datetime, time, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -47,6 +47,15 @@ class PolicyRule(Contract):
     outside: bool = False
     utc_offset: str = "+00:00"
     decide: ToolPolicy
+    #: For ``confirm``: how long the call waits for a decision (seconds; default the
+    #: conversation's pending expiry), and what happens then: ``expire`` (as without a
+    #: rule), ``reject`` (answered rejected with ``timeout_reason``, which the model
+    #: reads) or ``escalate`` (``escalate_to`` is notified and the call waits as long
+    #: again, then expires).
+    timeout_seconds: float | None = Field(default=None, gt=0, le=10 * 365 * 24 * 3600)
+    on_timeout: Literal["expire", "reject", "escalate"] = "expire"
+    timeout_reason: str | None = None
+    escalate_to: str | None = None
 
     @field_validator("hours")
     @classmethod
@@ -69,9 +78,16 @@ class PolicyRule(Contract):
         return value
 
     @model_validator(mode="after")
-    def _outside_needs_a_window(self) -> PolicyRule:
+    def _consistent(self) -> PolicyRule:
         if self.outside and self.hours is None and self.days is None:
             raise ValueError(f"rule {self.name!r}: 'outside' needs 'hours' or 'days'")
+        if self.on_timeout == "escalate" and not self.escalate_to:
+            raise ValueError(f"rule {self.name!r}: on_timeout 'escalate' needs 'escalate_to'")
+        timed = self.timeout_seconds is not None or self.on_timeout != "expire"
+        if timed and self.decide != "confirm":
+            raise ValueError(
+                f"rule {self.name!r}: a timeout applies to calls that wait (decide 'confirm')"
+            )
         return self
 
     def matches(self, tool: str, args: dict[str, Any], at: datetime) -> bool:
@@ -100,6 +116,11 @@ class PolicyOutcome(Contract):
     policy: ToolPolicy
     rule: str | None = None
     remembered: bool = False
+    #: The matched rule's timeout, for a call that waits.
+    timeout_seconds: float | None = None
+    on_timeout: Literal["expire", "reject", "escalate"] = "expire"
+    timeout_reason: str | None = None
+    escalate_to: str | None = None
 
     def reason(self) -> str:
         if self.remembered:
@@ -114,7 +135,14 @@ def evaluate(
 ) -> PolicyOutcome:
     for rule in rules:
         if rule.matches(tool, args, at):
-            return PolicyOutcome(policy=rule.decide, rule=rule.name)
+            return PolicyOutcome(
+                policy=rule.decide,
+                rule=rule.name,
+                timeout_seconds=rule.timeout_seconds,
+                on_timeout=rule.on_timeout,
+                timeout_reason=rule.timeout_reason,
+                escalate_to=rule.escalate_to,
+            )
     return PolicyOutcome(policy=default)
 
 
