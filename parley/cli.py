@@ -387,6 +387,14 @@ def send(
             help="An id for this message: sending the same id again never applies it twice.",
         ),
     ] = None,
+    reviewer: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--reviewer",
+            help="A user who may read this conversation and decide on its calls "
+            "(repeatable; only when this message starts the conversation).",
+        ),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Send a message (starting the conversation if new) and print the turn's result.
@@ -399,7 +407,7 @@ def send(
 
     async def work() -> TurnResult:
         return await (await conversations(session, user)).send(
-            session, user, message, message_id=message_id
+            session, user, message, message_id=message_id, reviewers=reviewer or ()
         )
 
     print_turn(run_async(work), as_json, session, user)
@@ -598,6 +606,12 @@ def list_(
     limit: Annotated[
         int, typer.Option(help="Show at most this many conversations.", min=1, max=1000)
     ] = 50,
+    reviewing: Annotated[
+        bool,
+        typer.Option(
+            "--reviewing", help="Conversations of others that name you a reviewer, instead."
+        ),
+    ] = False,
     as_json: AsJson = False,
 ) -> None:
     """List your conversations (from Temporal's visibility; no worker needed): those
@@ -609,7 +623,7 @@ def list_(
 
     async def work() -> list[ConversationSummary]:
         config = settings()
-        return await Conversations(await connect(config), config).list(user)
+        return await Conversations(await connect(config), config).list(user, reviewing=reviewing)
 
     found = run_async(work)
     shown = found[:limit]
@@ -617,7 +631,13 @@ def list_(
         print(json.dumps([c.model_dump(mode="json") for c in shown], indent=2))
         return
     if not found:
-        out.print(Text(f"no conversations of {user}"))
+        out.print(
+            Text(
+                f"no conversations for {user} to review"
+                if reviewing
+                else f"no conversations of {user}"
+            )
+        )
         return
     rows = [("SESSION", "STATUS", "PENDING TOOLS", "STARTED (UTC)", "LAST ACTIVITY (UTC)")]
     for c in shown:

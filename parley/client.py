@@ -54,6 +54,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from parley.contracts import (
     PARLEY_PENDING_TOOLS,
+    PARLEY_REVIEWERS,
     PARLEY_STATUS,
     PARLEY_USER,
     WORKFLOW_ID_PREFIX,
@@ -157,10 +158,19 @@ class Conversations:
         )
 
     async def send(
-        self, session_id: str, user_id: str, text: str, message_id: str | None = None
+        self,
+        session_id: str,
+        user_id: str,
+        text: str,
+        message_id: str | None = None,
+        *,
+        reviewers: Sequence[str] = (),
     ) -> TurnResult:
-        """Send a message, starting the conversation if it is new (update-with-start)."""
+        """Send a message, starting the conversation if it is new (update-with-start).
+        ``reviewers`` (users who may read it and decide on its calls) apply only when
+        this message starts the conversation."""
         user_id = _user(user_id)
+        reviewers = sorted({_user(reviewer) for reviewer in reviewers} - {user_id})
         message_id = message_id or uuid.uuid4().hex[:16]  # 64 random bits: unique enough
         workflow_id = _workflow_id(session_id)
         start = WithStartWorkflowOperation(
@@ -172,6 +182,7 @@ class Conversations:
                 max_model_calls_per_turn=self._settings.max_model_calls_per_turn,
                 continue_as_new_after_events=self._settings.continue_as_new_after_events,
                 max_message_bytes=self._settings.max_message_bytes,
+                reviewers=reviewers,
             ),
             id=workflow_id,
             task_queue=self._settings.task_queue,
@@ -184,6 +195,7 @@ class Conversations:
                 [
                     SearchAttributePair(PARLEY_USER, user_id),
                     SearchAttributePair(PARLEY_STATUS, "idle"),
+                    *([SearchAttributePair(PARLEY_REVIEWERS, reviewers)] if reviewers else []),
                 ]
             ),
             static_summary=f"Parley conversation {session_id}",
@@ -360,13 +372,18 @@ class Conversations:
         except RPCError as err:
             raise _refusal(err, session_id, ended=f"conversation {session_id} has ended") from err
 
-    async def list(self, user_id: str, limit: int = 1_000) -> list[ConversationSummary]:
+    async def list(
+        self, user_id: str, limit: int = 1_000, *, reviewing: bool = False
+    ) -> list[ConversationSummary]:
         """The user's conversations, from Temporal's visibility (no worker needed):
         those awaiting a decision first, then the others, most recent first. At most
-        ``limit`` workflow runs are read."""
+        ``limit`` workflow runs are read. With ``reviewing``, the conversations of
+        others that name the user a reviewer instead."""
         user_id = _user(user_id)
         query = f"WorkflowType = {_literal(ConversationWorkflow.__name__)}"
-        if '"' in user_id or "\\" in user_id:
+        if reviewing:
+            query += f" AND ParleyReviewers = {_literal(user_id)}"
+        elif '"' in user_id or "\\" in user_id:
             # Temporal's SQL visibility never matches such a keyword with ``=``: select
             # by the part before it, and keep the exact owner below.
             prefix = re.split(r'["\\]', user_id, maxsplit=1)[0]
@@ -377,7 +394,13 @@ class Conversations:
         runs: dict[str, list[WorkflowExecution]] = {}
         try:
             async for execution in self._client.list_workflows(query, limit=limit):
-                if execution.typed_search_attributes.get(PARLEY_USER) == user_id:
+                attributes = execution.typed_search_attributes
+                mine = (
+                    user_id in (attributes.get(PARLEY_REVIEWERS) or [])
+                    if reviewing
+                    else attributes.get(PARLEY_USER) == user_id
+                )
+                if mine:
                     runs.setdefault(execution.id, []).append(execution)
         except RPCError as err:
             raise ConversationRefused(

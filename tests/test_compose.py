@@ -57,6 +57,7 @@ def test_compose_runs_two_workers_and_creates_the_search_attributes() -> None:
         "ParleyUser:Keyword",
         "ParleyStatus:Keyword",
         "ParleyPendingTools:KeywordList",
+        "ParleyReviewers:KeywordList",
     ):
         assert attribute in setup
 

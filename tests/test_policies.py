@@ -277,3 +277,65 @@ async def test_approve_all_matching_with_remember_from_the_cli(parley_worker, cl
         again = await conversations.send(sid, "alice", "push main again")
         assert again.status == "completed"
         assert [r["branch"] for r in runs_in(sid, "push_branch")] == ["main", "release", "main"]
+
+
+SECOND_PAIR = PolicyRule(
+    name="second-pair-of-eyes",
+    tool="push_branch",
+    args={"branch": "main"},
+    decide="confirm",
+    requires_reviewer=True,
+)
+
+
+async def test_a_reviewer_rule_refuses_the_owners_approve_and_takes_the_reviewers(
+    parley_worker,
+) -> None:
+    model = script(
+        {"content": "", "tool_calls": [call("push_branch", "v1", branch="main")]},
+        {"content": "Pushed after review."},
+    )
+    async with parley_worker(registry(rules=[SECOND_PAIR]), model) as conversations:
+        sid = new_session()
+        turn = await conversations.send(sid, "alice", "push main", reviewers=["bob"])
+        (pending,) = turn.pending
+        assert pending.reviewer_rule == "second-pair-of-eyes"
+        approve = [Decision(tool_call_id="v1", action="approve")]
+        with pytest.raises(ConversationRefused) as refused:
+            await conversations.decide(sid, "alice", approve)
+        assert "rule `second-pair-of-eyes` requires a reviewer" in refused.value.message
+        assert "bob" not in refused.value.message  # the rule, not the people
+        with pytest.raises(ConversationRefused):  # a stranger is no reviewer
+            await conversations.decide(sid, "mallory", approve)
+        assert runs_in(sid, "push_branch") == []
+
+        # the reviewer reads the conversation, finds it in their list, and approves
+        seen = await conversations.state(sid, "bob")
+        assert [c.tool_call_id for c in seen.pending] == ["v1"]
+        reviewing = await conversations.list("bob", reviewing=True)
+        assert [(c.session_id, c.status) for c in reviewing] == [(sid, "awaiting_approval")]
+        assert await conversations.list("bob") == []  # not bob's own
+        done = await conversations.decide(sid, "bob", approve)
+        assert done.reply == "Pushed after review."
+        assert [r["branch"] for r in runs_in(sid, "push_branch")] == ["main"]
+        state = await conversations.state(sid, "alice")
+        (decided,) = [e for e in state.audit if e.event == "decided" and "action" in e.detail]
+        assert decided.actor == "bob"
+        # only the owner sends messages
+        with pytest.raises(ConversationRefused):
+            await conversations.send(sid, "bob", "push it again")
+
+
+async def test_the_owner_may_still_reject_a_call_that_needs_a_reviewer(parley_worker) -> None:
+    model = script(
+        {"content": "", "tool_calls": [call("push_branch", "v2", branch="main")]},
+        {"content": "Not pushed."},
+    )
+    async with parley_worker(registry(rules=[SECOND_PAIR]), model) as conversations:
+        sid = new_session()
+        await conversations.send(sid, "alice", "push main", reviewers=["bob"])
+        done = await conversations.decide(
+            sid, "alice", [Decision(tool_call_id="v2", action="reject", message="changed my mind")]
+        )
+        assert done.reply == "Not pushed."
+        assert runs_in(sid, "push_branch") == []

@@ -87,7 +87,7 @@ class ConversationWorkflow:
     def __init__(self, start: ConversationStart) -> None:
         self._start = start
         self._state = start.carried_state or ConversationState(
-            session_id=start.session_id, user_id=start.user_id
+            session_id=start.session_id, user_id=start.user_id, reviewers=start.reviewers
         )
         self._events = EventLog(self._state, thread_id=start.session_id)
         self._ledger = Ledger(self._state, self._events)
@@ -235,7 +235,7 @@ class ConversationWorkflow:
 
     @workflow.update
     async def decide(self, decision: DecideInput) -> TurnResult:
-        gate.check_owner(self._state, decision.decided_by)
+        gate.check_member(self._state, decision.decided_by)
         if replayed := self._earlier_result():
             return replayed
         gate.check_decisions(self._state, decision, workflow.now())  # again: two may race
@@ -244,7 +244,7 @@ class ConversationWorkflow:
 
     @decide.validator
     def _validate_decide(self, decision: DecideInput) -> None:
-        gate.check_owner(self._state, decision.decided_by)
+        gate.check_member(self._state, decision.decided_by)
         if not self._earlier_result():
             gate.check_decisions(self._state, decision, workflow.now())
 
@@ -291,7 +291,7 @@ class ConversationWorkflow:
 
     @wait_for_events.validator
     def _validate_wait_for_events(self, request: EventsWait) -> None:
-        gate.check_owner(self._state, request.user_id)
+        gate.check_member(self._state, request.user_id)
         if self._state.ended:
             raise ConversationEnded("this conversation has ended")
         if self._handing_over:
@@ -369,12 +369,12 @@ class ConversationWorkflow:
 
     @workflow.query
     def state(self, query: StateQuery) -> ConversationSnapshot:
-        gate.check_owner(self._state, query.user_id)
+        gate.check_member(self._state, query.user_id)
         return self._ledger.snapshot(query)
 
     @workflow.query
     def events(self, query: EventsQuery) -> EventPage:
-        gate.check_owner(self._state, query.user_id)
+        gate.check_member(self._state, query.user_id)
         first_kept = self._state.events_offset
         start = max(query.after + 1, first_kept)
         kept = self._state.events[start - first_kept : start - first_kept + query.limit]

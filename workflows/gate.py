@@ -40,6 +40,13 @@ def check_owner(state: ConversationState, user_id: str) -> None:
         raise NotOwner(NOT_OWNER_MESSAGE)
 
 
+def check_member(state: ConversationState, user_id: str) -> None:
+    """The owner or one of the conversation's reviewers: they may read it and decide
+    on its calls (only the owner sends messages and ends it)."""
+    if user_id != state.user_id and user_id not in state.reviewers:
+        raise NotOwner(NOT_OWNER_MESSAGE)
+
+
 def check_open(state: ConversationState) -> None:
     if state.ended:
         raise ConversationEnded("this conversation has ended")
@@ -77,7 +84,7 @@ def expired_calls(pending: list[PendingCall], now: datetime) -> list[PendingCall
 def check_decisions(state: ConversationState, decision: DecideInput, now: datetime) -> None:
     """One decision for every pending call, no more, no unknown or expired ids, edited
     args that fit the tool's schema (no keys it does not name, unless it opts in)."""
-    check_owner(state, decision.decided_by)
+    check_member(state, decision.decided_by)
     check_open(state)
     # A call past its deadline is expired even if the timer has not fired yet (the
     # decision and the timer may arrive in the same workflow task): never run it.
@@ -107,6 +114,17 @@ def check_decisions(state: ConversationState, decision: DecideInput, now: dateti
             problems.append(
                 f"only approve and reject can be remembered ({d.tool_call_id} is {d.action}): "
                 "a remembered edit would run later calls with args nobody saw"
+            )
+        call = pending.get(d.tool_call_id)
+        if (
+            call is not None
+            and call.reviewer_rule
+            and d.action in ("approve", "edit")
+            and (decision.decided_by == state.user_id or decision.decided_by not in state.reviewers)
+        ):
+            problems.append(
+                f"rule `{call.reviewer_rule}` requires a reviewer other than the requester "
+                f"to approve {d.tool_call_id}"
             )
         if d.action == "edit" and d.tool_call_id in pending:
             error = args_error(catalogue, pending[d.tool_call_id].name, d.args or {})

@@ -228,7 +228,7 @@ class TurnEngine:
         """The rules first (the first match decides); a call that would wait for a
         decision then takes a remembered decision for its shape, if there is one."""
         outcome = evaluate(catalogue.rules, call.name, call.args, workflow.now(), spec.policy)
-        if outcome.policy == "confirm":
+        if outcome.policy == "confirm" and not outcome.requires_reviewer:
             shape = call_shape(call.name, call.args)
             for remembered in reversed(self._state.remembered):
                 if remembered.shape == shape:
@@ -354,6 +354,7 @@ class TurnEngine:
                             ),
                             reason=outcome.reason() if outcome.rule else None,
                             on_timeout=on_timeout,
+                            reviewer_rule=outcome.rule if outcome.requires_reviewer else None,
                         )
                     )
         try:

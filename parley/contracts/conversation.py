@@ -35,6 +35,9 @@ class ConversationStart(Contract):
     continue_as_new_after_events: int = Field(default=10_000, ge=1)
     #: A message longer than this (UTF-8 bytes) is refused before it enters history.
     max_message_bytes: int = Field(default=MESSAGE_MAX_BYTES_DEFAULT, ge=1, le=64 * 1024 * 1024)
+    #: Users besides the owner who may read the conversation and decide on its calls
+    #: (a policy rule may require one of them: ``PolicyRule.requires_reviewer``).
+    reviewers: list[str] = Field(default_factory=list, max_length=32)
     #: Set only by continue-as-new: everything the previous run held.
     carried_state: ConversationState | None = None
 
@@ -42,6 +45,11 @@ class ConversationStart(Contract):
     @classmethod
     def _user(cls, value: str) -> str:
         return check_user_id(value)
+
+    @field_validator("reviewers")
+    @classmethod
+    def _reviewers(cls, value: list[str]) -> list[str]:
+        return sorted({check_user_id(user) for user in value})
 
     @field_validator("session_id")
     @classmethod
@@ -127,6 +135,8 @@ class PendingCall(ToolCall):
     reason: str | None = None
     #: What its rule says happens at ``expires_at``; None: it expires.
     on_timeout: OnTimeout | None = None
+    #: The rule that requires a reviewer other than the requester to approve it.
+    reviewer_rule: str | None = None
 
 
 class RememberedDecision(Contract):
@@ -191,6 +201,7 @@ class ConversationState(Contract):
 
     session_id: str
     user_id: str
+    reviewers: list[str] = Field(default_factory=list)
     status: ConversationStatus = "idle"
     ended: bool = False
     #: The latest messages; ``transcript[0]`` is message number ``transcript_offset``.

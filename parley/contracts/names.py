@@ -63,4 +63,6 @@ def call_summary(name: str, args: dict[str, Any], limit: int = 120) -> str:
 PARLEY_USER = SearchAttributeKey.for_keyword("ParleyUser")
 PARLEY_STATUS = SearchAttributeKey.for_keyword("ParleyStatus")
 PARLEY_PENDING_TOOLS = SearchAttributeKey.for_keyword_list("ParleyPendingTools")
-SEARCH_ATTRIBUTES = (PARLEY_USER, PARLEY_STATUS, PARLEY_PENDING_TOOLS)
+#: The users besides the owner who may read the conversation and decide on its calls.
+PARLEY_REVIEWERS = SearchAttributeKey.for_keyword_list("ParleyReviewers")
+SEARCH_ATTRIBUTES = (PARLEY_USER, PARLEY_STATUS, PARLEY_PENDING_TOOLS, PARLEY_REVIEWERS)

@@ -56,6 +56,9 @@ class PolicyRule(Contract):
     on_timeout: Literal["expire", "reject", "escalate"] = "expire"
     timeout_reason: str | None = None
     escalate_to: str | None = None
+    #: For ``confirm``: only one of the conversation's reviewers, not the user who
+    #: asked, may approve or edit the call (anyone may reject it).
+    requires_reviewer: bool = False
 
     @field_validator("hours")
     @classmethod
@@ -84,9 +87,10 @@ class PolicyRule(Contract):
         if self.on_timeout == "escalate" and not self.escalate_to:
             raise ValueError(f"rule {self.name!r}: on_timeout 'escalate' needs 'escalate_to'")
         timed = self.timeout_seconds is not None or self.on_timeout != "expire"
-        if timed and self.decide != "confirm":
+        if (timed or self.requires_reviewer) and self.decide != "confirm":
             raise ValueError(
-                f"rule {self.name!r}: a timeout applies to calls that wait (decide 'confirm')"
+                f"rule {self.name!r}: a timeout or a reviewer applies to calls that wait "
+                "(decide 'confirm')"
             )
         return self
 
@@ -121,6 +125,7 @@ class PolicyOutcome(Contract):
     on_timeout: Literal["expire", "reject", "escalate"] = "expire"
     timeout_reason: str | None = None
     escalate_to: str | None = None
+    requires_reviewer: bool = False
 
     def reason(self) -> str:
         if self.remembered:
@@ -142,6 +147,7 @@ def evaluate(
                 on_timeout=rule.on_timeout,
                 timeout_reason=rule.timeout_reason,
                 escalate_to=rule.escalate_to,
+                requires_reviewer=rule.requires_reviewer,
             )
     return PolicyOutcome(policy=default)
 
