@@ -713,10 +713,10 @@
   }
 
   function choose(toolCallId, action, card) {
-    if (state.busy) return;
     if (!card) return;
+    // Check the arguments first: a mistake is shown even if a request is in flight.
     const decision = decisionFor(card, action);
-    if (!decision) return;
+    if (!decision || state.busy) return;
     const pending = currentPending();
     if (pending.length <= 1) {
       submitDecisions([decision]);
