@@ -112,6 +112,8 @@ class Settings:
     tools: str = DEFAULT_TOOLS
     #: The policy file (TOML ``[[rule]]`` tables; ``parley.policies``), or None.
     policies_file: str | None = None
+    #: The MCP servers of ``parley.activities.toolsets.mcp``: a JSON file of connections.
+    mcp_servers: str | None = None
     pending_expiry_seconds: float = 24 * 3600
     max_model_calls_per_turn: int = 8
     continue_as_new_after_events: int = 10_000
@@ -181,6 +183,7 @@ class Settings:
             model=env.get("PARLEY_MODEL", DEFAULT_MODEL),
             tools=env.get("PARLEY_TOOLS", DEFAULT_TOOLS),
             policies_file=env.get("PARLEY_POLICIES", "").strip() or None,
+            mcp_servers=env.get("PARLEY_MCP_SERVERS", "").strip() or None,
             pending_expiry_seconds=_positive_number(
                 env,
                 "PARLEY_PENDING_EXPIRY_SECONDS",

@@ -60,13 +60,18 @@ class ParleyTool:
 
     @property
     def wants_context(self) -> bool:
+        if isinstance(self.tool.args_schema, dict):
+            return False  # a JSON-schema tool (MCP): no injected arguments
         injected = set(self.tool.get_input_schema().model_fields) - set(
             self.tool.tool_call_schema.model_fields
         )
         return CONTEXT_ARG in injected
 
     def spec(self) -> ToolSpec:
-        schema = _without_labels(self.tool.tool_call_schema.model_json_schema())
+        call_schema = self.tool.tool_call_schema
+        schema = _without_labels(
+            call_schema if isinstance(call_schema, dict) else call_schema.model_json_schema()
+        )
         if schema.get("description") == self.tool.description:
             del schema["description"]  # the spec says it once
         return ToolSpec(
