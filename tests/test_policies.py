@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
+import httpx
 import pytest
 from langchain_core.tools import InjectedToolArg, tool
 from parley.activities.tool_calls import ToolActivities
@@ -22,6 +23,7 @@ from parley.contracts import Decision, PolicyRule, RunToolInput, ToolContext
 from parley.policies import load_policies
 from parley.tools import ToolRegistry, confirm
 from tests.checks import new_session, runs_in, tool_messages
+from tests.gateway_support import ALICE_TOKEN, BOB_TOKEN, auth, serve_gateway
 from tests.support import RUNS, call, script
 
 TODAY = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")[datetime.now(UTC).weekday()]
@@ -339,3 +341,39 @@ async def test_the_owner_may_still_reject_a_call_that_needs_a_reviewer(parley_wo
         )
         assert done.reply == "Not pushed."
         assert runs_in(sid, "push_branch") == []
+
+
+async def test_a_reviewer_decides_through_the_gateway(parley_worker) -> None:
+    model = script(
+        {"content": "", "tool_calls": [call("push_branch", "g1", branch="main")]},
+        {"content": "Pushed after review."},
+    )
+    async with (
+        parley_worker(registry(rules=[SECOND_PAIR]), model) as conversations,
+        serve_gateway(conversations) as base,
+        httpx.AsyncClient(base_url=base, timeout=60) as http,
+    ):
+        sid = new_session()
+        started = await http.post(
+            f"/v1/conversations/{sid}/messages",
+            json={"text": "push main", "reviewers": ["bob"]},
+            headers=auth(ALICE_TOKEN),
+        )
+        assert started.json()["status"] == "awaiting_approval", started.text
+        bad = await http.post(
+            f"/v1/conversations/{new_session()}/messages",
+            json={"text": "hi", "reviewers": ["not a user"]},
+            headers=auth(ALICE_TOKEN),
+        )
+        assert bad.status_code == 422 and "error" in bad.json()
+        listed = await http.get("/v1/conversations?reviewing=true", headers=auth(BOB_TOKEN))
+        assert [c["session_id"] for c in listed.json()["conversations"]] == [sid]
+        decision = {"decisions": [{"tool_call_id": "g1", "action": "approve"}]}
+        refused = await http.post(
+            f"/v1/conversations/{sid}/decisions", json=decision, headers=auth(ALICE_TOKEN)
+        )
+        assert refused.status_code == 422 and "second-pair-of-eyes" in refused.text
+        done = await http.post(
+            f"/v1/conversations/{sid}/decisions", json=decision, headers=auth(BOB_TOKEN)
+        )
+        assert done.json()["reply"] == "Pushed after review.", done.text

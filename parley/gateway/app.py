@@ -111,6 +111,12 @@ class MessageBody(BaseModel):
         description="Your id for this message: sending it again returns the first "
         "result and applies nothing twice.",
     )
+    reviewers: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Users besides you who may read the conversation and decide on its "
+        "calls; only when this message starts the conversation.",
+    )
 
 
 class DecisionsBody(BaseModel):
@@ -223,11 +229,14 @@ def create_app(conversations: Conversations, tokens: TokenTable) -> FastAPI:
         status: ConversationStatus | None = Query(
             default=None, description="Only conversations with this status."
         ),
+        reviewing: bool = Query(
+            default=False, description="Conversations of others that name you a reviewer."
+        ),
     ) -> dict[str, Any]:
         """The caller's conversations from Temporal's visibility (search attributes),
         awaiting approval first."""
         try:
-            found = await conversations.list(user_id)
+            found = await conversations.list(user_id, reviewing=reviewing)
         except ConversationRefused as refusal:
             raise ApiError(502, refusal.error_type or "Refused", refusal.message) from None
         return {
@@ -270,7 +279,9 @@ def create_app(conversations: Conversations, tokens: TokenTable) -> FastAPI:
         message_id = body.message_id or uuid.uuid4().hex[:16]
 
         def call() -> Awaitable[TurnResult]:
-            return conversations.send(session_id, user_id, body.text, message_id=message_id)
+            return conversations.send(
+                session_id, user_id, body.text, message_id=message_id, reviewers=body.reviewers
+            )
 
         return await respond_to_turn(request, session_id, user_id, call)
 
