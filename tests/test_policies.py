@@ -315,8 +315,8 @@ async def test_a_reviewer_rule_refuses_the_owners_approve_and_takes_the_reviewer
         seen = await conversations.state(sid, "bob")
         assert [c.tool_call_id for c in seen.pending] == ["v1"]
         reviewing = await conversations.list("bob", reviewing=True)
-        assert [(c.session_id, c.status) for c in reviewing] == [(sid, "awaiting_approval")]
-        assert await conversations.list("bob") == []  # not bob's own
+        assert (sid, "awaiting_approval") in [(c.session_id, c.status) for c in reviewing]
+        assert sid not in [c.session_id for c in await conversations.list("bob")]  # not bob's
         done = await conversations.decide(sid, "bob", approve)
         assert done.reply == "Pushed after review."
         assert [r["branch"] for r in runs_in(sid, "push_branch")] == ["main"]
@@ -367,7 +367,7 @@ async def test_a_reviewer_decides_through_the_gateway(parley_worker) -> None:
         )
         assert bad.status_code == 422 and "error" in bad.json()
         listed = await http.get("/v1/conversations?reviewing=true", headers=auth(BOB_TOKEN))
-        assert [c["session_id"] for c in listed.json()["conversations"]] == [sid]
+        assert sid in [c["session_id"] for c in listed.json()["conversations"]]
         decision = {"decisions": [{"tool_call_id": "g1", "action": "approve"}]}
         refused = await http.post(
             f"/v1/conversations/{sid}/decisions", json=decision, headers=auth(ALICE_TOKEN)
