@@ -170,28 +170,32 @@ class TurnEngine:
                     detail={"escalated_to": person, "error": "no webhook (PARLEY_NOTIFY_URL)"},
                 )
                 continue
-            request = NotifyInput(
-                session_id=self._state.session_id,
-                user_id=self._state.user_id,
-                pending=escalated,
-                run_id=f"escalate-{ids}",
-                escalated_to=person,
+            self._notify_in_background(
+                NotifyInput(
+                    session_id=self._state.session_id,
+                    user_id=self._state.user_id,
+                    pending=escalated,
+                    run_id=f"escalate-{ids}",
+                    escalated_to=person,
+                )
             )
-            task = asyncio.ensure_future(self._send_notification(request))
-            self.notifying.add(task)
-            task.add_done_callback(self.notifying.discard)
 
     def _notify(self, run_id: str) -> None:
         """Tell the worker's webhook (if it has one) that calls wait for a decision, in
         the background: the turn's result does not wait for the webhook."""
         if not self._catalogue().notifications:
             return
-        request = NotifyInput(
-            session_id=self._state.session_id,
-            user_id=self._state.user_id,
-            pending=list(self._state.pending),
-            run_id=run_id,
+        self._notify_in_background(
+            NotifyInput(
+                session_id=self._state.session_id,
+                user_id=self._state.user_id,
+                pending=list(self._state.pending),
+                run_id=run_id,
+            )
         )
+
+    def _notify_in_background(self, request: NotifyInput) -> None:
+        """Run ``notify`` beside the conversation; ``notifying`` holds it until done."""
         task = asyncio.ensure_future(self._send_notification(request))
         self.notifying.add(task)
         task.add_done_callback(self.notifying.discard)
