@@ -29,8 +29,9 @@ def payload_store(tmp_path_factory: pytest.TempPathFactory) -> LocalFileStorageD
     return LocalFileStorageDriver(tmp_path_factory.mktemp("payloads"))
 
 
-@pytest.fixture(scope="session")
-async def temporal_env(payload_store: LocalFileStorageDriver) -> AsyncIterator[WorkflowEnvironment]:
+@asynccontextmanager
+async def dev_server(payload_store: LocalFileStorageDriver) -> AsyncIterator[WorkflowEnvironment]:
+    """A Temporal dev server with Parley's search attributes and data converter."""
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
         search_attributes=SEARCH_ATTRIBUTES,
@@ -40,6 +41,12 @@ async def temporal_env(payload_store: LocalFileStorageDriver) -> AsyncIterator[W
         yield env
     finally:
         await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+async def temporal_env(payload_store: LocalFileStorageDriver) -> AsyncIterator[WorkflowEnvironment]:
+    async with dev_server(payload_store) as env:
+        yield env
 
 
 @pytest.fixture(scope="module")
@@ -48,15 +55,8 @@ async def isolated_temporal_env(
 ) -> AsyncIterator[WorkflowEnvironment]:
     """A dev server of the module's own, for fuzzers that draw session ids at random:
     on the shared one they would hit conversations whose worker other tests stopped."""
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_cli(),
-        search_attributes=SEARCH_ATTRIBUTES,
-        data_converter=data_converter(driver=payload_store),
-    )
-    try:
+    async with dev_server(payload_store) as env:
         yield env
-    finally:
-        await env.shutdown()
 
 
 @pytest.fixture
