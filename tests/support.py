@@ -122,3 +122,35 @@ async def slow_read(context: Annotated[ToolContext, InjectedToolArg]) -> str:
     SLOW_STARTED.set()
     await GATE.wait()
     return "slow data"
+
+
+def slow_write_worker_env(
+    client: Any, payload_store: Any, home: Any, call_id: str, *, queue: str
+) -> dict[str, str]:
+    """The environment of a ``parley worker`` process on ``client``'s server whose model
+    proposes ``slow_write`` (``call_id``, ``tests/liveness_tools.py``) then answers
+    "written"; its script and tool log live in ``home``."""
+    import json
+    import os
+    from pathlib import Path
+
+    script = Path(home) / "script.json"
+    script.write_text(
+        json.dumps(
+            [
+                {"content": "", "tool_calls": [call("slow_write", call_id, title="fuzz")]},
+                {"content": "written"},
+            ]
+        )
+    )
+    return {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": client.namespace,
+        "PARLEY_TASK_QUEUE": queue,
+        "PARLEY_MODEL": f"script:{script}",
+        "PARLEY_TOOLS": "tests.liveness_tools:toolset",
+        "PARLEY_TEST_TOOL_LOG": str(Path(home) / "tool.log"),
+        "PARLEY_PAYLOAD_STORE": str(payload_store.root),
+    }

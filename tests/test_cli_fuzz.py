@@ -10,7 +10,6 @@ conversation waiting throughout is approved afterwards as if nothing happened.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -26,7 +25,7 @@ from typer.testing import CliRunner
 
 from parley.cli import app
 from parley.storage import LocalFileStorageDriver
-from tests.support import call
+from tests.support import slow_write_worker_env
 from tests.test_topology import process
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,30 +40,20 @@ def cli_env(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, str]]:
     home = tmp_path_factory.mktemp("cli-fuzz")
-    script = home / "script.json"
-    script.write_text(
-        json.dumps(
-            [
-                {"content": "", "tool_calls": [call("slow_write", "f1", title="fuzz")]},
-                {"content": "written"},
-            ]
-        )
+    queue = f"parley-cli-fuzz-{uuid.uuid4().hex[:8]}"
+    worker_env = slow_write_worker_env(
+        isolated_temporal_env.client, payload_store, home, "f1", queue=queue
     )
     env = {
-        "TEMPORAL_ADDRESS": isolated_temporal_env.client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": isolated_temporal_env.client.namespace,
-        "PARLEY_TASK_QUEUE": f"parley-cli-fuzz-{uuid.uuid4().hex[:8]}",
-        "PARLEY_PAYLOAD_STORE": str(payload_store.root),
-        "PARLEY_WORKER_WAIT_SECONDS": "30",
+        name: worker_env[name]
+        for name in (
+            "TEMPORAL_ADDRESS",
+            "TEMPORAL_NAMESPACE",
+            "PARLEY_TASK_QUEUE",
+            "PARLEY_PAYLOAD_STORE",
+        )
     }
-    worker_env = {
-        **os.environ,
-        **env,
-        "PYTHONPATH": str(ROOT),
-        "PARLEY_MODEL": f"script:{script}",
-        "PARLEY_TOOLS": "tests.liveness_tools:toolset",
-        "PARLEY_TEST_TOOL_LOG": str(home / "tool.log"),
-    }
+    env["PARLEY_WORKER_WAIT_SECONDS"] = "30"
     log = home / "worker.log"
     with process([sys.executable, "-m", "parley.cli", "worker"], worker_env, log):
         deadline = time.monotonic() + 90

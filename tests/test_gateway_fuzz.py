@@ -13,7 +13,6 @@ operation and mode (default 25).
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import sys
 import time
@@ -30,7 +29,7 @@ from hypothesis.errors import Unsatisfiable
 from temporalio.testing import WorkflowEnvironment
 
 from parley.storage import LocalFileStorageDriver
-from tests.support import call
+from tests.support import slow_write_worker_env
 from tests.test_topology import free_port, process
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,28 +48,14 @@ def gateway_url(
 ) -> Iterator[str]:
     """A real worker process and a real gateway process on the session's dev server."""
     home = tmp_path_factory.mktemp("fuzz")
-    script = home / "script.json"
-    script.write_text(
-        json.dumps(
-            [
-                {"content": "", "tool_calls": [call("slow_write", "f1", title="fuzz")]},
-                {"content": "written"},
-            ]
-        )
-    )
     tokens = home / "tokens"
     tokens.write_text(f"alice {TOKEN}\n")
     port = free_port()
+    queue = f"parley-fuzz-{uuid.uuid4().hex[:8]}"
     env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "TEMPORAL_ADDRESS": isolated_temporal_env.client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": isolated_temporal_env.client.namespace,
-        "PARLEY_TASK_QUEUE": f"parley-fuzz-{uuid.uuid4().hex[:8]}",
-        "PARLEY_MODEL": f"script:{script}",
-        "PARLEY_TOOLS": "tests.liveness_tools:toolset",
-        "PARLEY_TEST_TOOL_LOG": str(home / "tool.log"),
-        "PARLEY_PAYLOAD_STORE": str(payload_store.root),
+        **slow_write_worker_env(
+            isolated_temporal_env.client, payload_store, home, "f1", queue=queue
+        ),
         "PARLEY_GATEWAY_TOKENS_FILE": str(tokens),
         "PARLEY_GATEWAY_PORT": str(port),
         "PARLEY_MAX_MESSAGE_BYTES": "4096",
