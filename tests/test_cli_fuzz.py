@@ -15,7 +15,6 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,7 +27,6 @@ from parley.storage import LocalFileStorageDriver
 from tests.support import slow_write_worker_env
 from tests.test_topology import process
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = int(os.environ.get("PARLEY_CLI_FUZZ", "60"))
 WAITING = f"cli-fuzz-{uuid.uuid4().hex[:8]}"
 

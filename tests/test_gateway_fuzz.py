@@ -19,7 +19,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -32,7 +31,6 @@ from parley.storage import LocalFileStorageDriver
 from tests.support import slow_write_worker_env
 from tests.test_topology import free_port, process
 
-ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "fuzz-token-0123456789abcdef"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 EXAMPLES = int(os.environ.get("PARLEY_FUZZ_EXAMPLES", "25"))
