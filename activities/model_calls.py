@@ -7,7 +7,8 @@ chain (cached in memory), calls the model, stores the new messages and the reply
 more segment and returns the reply with the new reference. The tool catalogue comes
 back only when the workflow's copy is out of date. Provider SDK retries are off; failures
 are classified once (``parley.activities.models.failures``) into the retry contract: transient ones
-are retried by Temporal (``Retry-After`` honoured), refusals fail the turn.
+are retried by Temporal (``Retry-After`` honoured), refusals fail the turn. A subagent's
+conversation is offered only the tools that subagent may use, as this worker defines it.
 """
 
 from __future__ import annotations
@@ -43,16 +44,19 @@ class ModelActivities:
         self._registry = registry
         self._catalogue = registry.catalogue(notifications=notifications)
         self._transcripts = transcripts
-        tools = registry.langchain_tools()
-        self._model = model.bind_tools(tools) if tools else model
+        self._model = _bound(model, registry.langchain_tools())
+        self._subagent_models = {
+            spec.name: _bound(model, registry.langchain_tools(spec)) for spec in registry.subagents
+        }
 
     @activity.defn(name=CALL_MODEL)
     async def call_model(self, request: CallModelInput) -> CallModelOutput:
         async with heartbeating():
+            model = self._model_for(request.subagent)
             history = await self._transcripts.load(request.context)
             messages = history + list(request.new_messages)
             try:
-                reply = await self._model.ainvoke(messages)
+                reply = await model.ainvoke(messages)
             except Exception as exc:
                 # Not chained: the SDK exception text may echo the request and its key,
                 # and a chained cause would be stored in workflow history.
@@ -84,6 +88,19 @@ class ModelActivities:
             message=reply, context=context, catalogue=self._catalogue if fresh else None
         )
 
+    def _model_for(self, subagent: str | None) -> Any:
+        if subagent is None:
+            return self._model
+        model = self._subagent_models.get(subagent)
+        if model is None:
+            raise ApplicationError(
+                f"this worker has no subagent {subagent!r} (PARLEY_POLICIES); its "
+                "conversation cannot go on",
+                type=ErrorType.MODEL_REQUEST,
+                non_retryable=True,
+            )
+        return model
+
     def _prepared(self, reply: AIMessage) -> AIMessage:
         """Apply each tool's ``prepare`` to the proposed args. One that cannot be prepared
         stays as the model wrote it: validation or the tool itself will say why."""
@@ -97,6 +114,10 @@ class ModelActivities:
                     activity.logger.info("could not prepare args of %s", call["name"])
             calls.append(call)
         return reply.model_copy(update={"tool_calls": calls})
+
+
+def _bound(model: BaseChatModel, tools: list[Any]) -> Any:
+    return model.bind_tools(tools) if tools else model
 
 
 def _with_unique_ids(reply: AIMessage, transcript_length: int, used: set[str]) -> AIMessage:

@@ -75,6 +75,16 @@ class ToolActivities:
                 type=ErrorType.TOOL_FAILED,
                 non_retryable=True,
             )
+        if request.subagent is not None:
+            subagent = self._registry.subagent(request.subagent)
+            if subagent is None or not subagent.allows(request.name):
+                # The workflow's catalogue came from some worker; this one's word wins.
+                raise ApplicationError(
+                    f"refused to run {request.name}: subagent {request.subagent!r} may not "
+                    "use it on this worker",
+                    type=ErrorType.TOOL_FAILED,
+                    non_retryable=True,
+                )
         if registered.policy == "deny" or (
             registered.policy == "confirm"
             and not request.approved_by

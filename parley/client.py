@@ -378,9 +378,12 @@ class Conversations:
         """The user's conversations, from Temporal's visibility (no worker needed):
         those awaiting a decision first, then the others, most recent first. At most
         ``limit`` workflow runs are read. With ``reviewing``, the conversations of
-        others that name the user a reviewer instead."""
+        others that name the user a reviewer instead. Subagents' conversations are
+        left out: their calls wait, and are decided, on their parents' lists."""
         user_id = _user(user_id)
-        query = f"WorkflowType = {_literal(ConversationWorkflow.__name__)}"
+        query = (
+            f"WorkflowType = {_literal(ConversationWorkflow.__name__)} AND ParentWorkflowId IS NULL"
+        )
         if reviewing:
             query += f" AND ParleyReviewers = {_literal(user_id)}"
         elif '"' in user_id or "\\" in user_id:

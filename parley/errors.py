@@ -64,6 +64,8 @@ class ErrorType:
     TOOL_REPORTED_FAILURE = "ToolReportedFailure"
     RESULT_TOO_LARGE = "ToolResultTooLarge"
     RESULT_UNSTORABLE = "ToolResultUnstorable"
+    # A subagent's conversation that ended without a reply (failed, cancelled, gone).
+    SUBAGENT_FAILED = "SubagentFailed"
 
 
 class Refusal(ApplicationError):

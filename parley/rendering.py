@@ -69,6 +69,13 @@ def print_call(call: PendingCall, console: Console) -> None:
     console.print(Text("\n".join("    " + line for line in args.splitlines())))
     if call.reason:
         console.print(Text(f"    (needs approval: {call.reason})", style="dim"))
+    if call.subagent is not None:
+        console.print(
+            Text(
+                f"    (asked by subagent {call.subagent.name}, in {call.subagent.session_id})",
+                style="dim",
+            )
+        )
 
 
 def print_snapshot(

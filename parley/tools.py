@@ -24,9 +24,16 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.tools import BaseTool
+from langchain_core.tools import BaseTool, StructuredTool
 
-from parley.contracts import PolicyRule, ToolCatalogue, ToolPolicy, ToolSpec
+from parley.contracts import (
+    SUBAGENT_ARGS_SCHEMA,
+    PolicyRule,
+    SubagentSpec,
+    ToolCatalogue,
+    ToolPolicy,
+    ToolSpec,
+)
 from parley.loading import takes_no_arguments, wants_settings
 from parley.policies import load_policies
 from parley.settings import Settings
@@ -126,13 +133,18 @@ def deny(tool: BaseTool) -> ParleyTool:
 
 
 class ToolRegistry:
-    """The tools this worker can run, by name, and its policy rules
-    (``parley.contracts.policies``; the first rule that matches a call decides)."""
+    """The tools this worker can run, by name, its policy rules
+    (``parley.contracts.policies``; the first rule that matches a call decides) and its
+    subagents (the workflow runs those as child conversations, never ``run_tool``)."""
 
     def __init__(
-        self, tools: Iterable[ParleyTool | BaseTool], rules: Iterable[PolicyRule] = ()
+        self,
+        tools: Iterable[ParleyTool | BaseTool],
+        rules: Iterable[PolicyRule] = (),
+        subagents: Iterable[SubagentSpec] = (),
     ) -> None:
         self.rules: list[PolicyRule] = list(rules)
+        self.subagents: list[SubagentSpec] = list(subagents)
         self._tools: dict[str, ParleyTool] = {}
         for item in tools:
             tool = item if isinstance(item, ParleyTool) else ParleyTool(item)
@@ -145,22 +157,33 @@ class ToolRegistry:
     def get(self, name: str) -> ParleyTool | None:
         return self._tools.get(name)
 
-    def langchain_tools(self) -> list[BaseTool]:
+    def subagent(self, name: str) -> SubagentSpec | None:
+        return next((s for s in self.subagents if s.name == name), None)
+
+    def langchain_tools(self, subagent: SubagentSpec | None = None) -> list[BaseTool]:
         """The tools to bind to the chat model (deny-policy ones included: the model
-        may ask, and is then told it may not)."""
-        return [t.tool for t in self._tools.values()]
+        may ask, and is then told it may not), with one tool per subagent; for a
+        subagent's conversation, only the tools it may use."""
+        if subagent is not None:
+            return [t.tool for t in self._tools.values() if subagent.allows(t.name)]
+        return [t.tool for t in self._tools.values()] + [_subagent_tool(s) for s in self.subagents]
 
     def catalogue(self, *, notifications: bool = False) -> ToolCatalogue:
         """The tools as the workflow sees them, with a version digest of their specs
         (and of whether the worker notifies a webhook)."""
-        specs = [t.spec() for t in self._tools.values()]
+        specs = [t.spec() for t in self._tools.values()] + [s.spec() for s in self.subagents]
         described = [s.model_dump(mode="json") for s in specs]
         if notifications:
             described.append({"notifications": True})
         described += [{"rule": r.model_dump(mode="json")} for r in self.rules]
+        described += [{"subagent": s.model_dump(mode="json")} for s in self.subagents]
         digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
         return ToolCatalogue(
-            tools=specs, version=digest, notifications=notifications, rules=self.rules
+            tools=specs,
+            version=digest,
+            notifications=notifications,
+            rules=self.rules,
+            subagents=self.subagents,
         )
 
     def __len__(self) -> int:
@@ -171,6 +194,18 @@ class ToolRegistry:
 
     def tools(self) -> list[ParleyTool]:
         return list(self._tools.values())
+
+
+def _subagent_tool(spec: SubagentSpec) -> BaseTool:
+    """A subagent as the model sees it. The workflow starts the subagent's conversation
+    itself; nothing ever runs this tool."""
+
+    def not_run(task: str) -> str:
+        raise RuntimeError(f"{spec.name} is a subagent: its conversation runs it")
+
+    return StructuredTool.from_function(
+        func=not_run, name=spec.name, description=spec.description, args_schema=SUBAGENT_ARGS_SCHEMA
+    )
 
 
 def load_toolset(reference: str, settings: Settings | None = None) -> list[ParleyTool | BaseTool]:
@@ -232,5 +267,6 @@ def load_registry(
     tools.extend(extra)
     registry = ToolRegistry(tools)
     if settings is not None and settings.policies_file:
-        registry.rules = load_policies(settings.policies_file, tool_names=registry.names())
+        policies = load_policies(settings.policies_file, tool_names=registry.names())
+        registry.rules, registry.subagents = policies.rules, policies.subagents
     return registry

@@ -185,7 +185,7 @@ def test_the_policy_file_is_checked_at_load(tmp_path: Path) -> None:
         '[[rule]]\nname = "push-feature"\ntool = "push_branch"\n'
         'args = { branch = "feat/*" }\ndecide = "auto"\n'
     )
-    (rule,) = load_policies(good, tool_names=["push_branch"])
+    (rule,) = load_policies(good, tool_names=["push_branch"]).rules
     assert rule.args == {"branch": "feat/*"}
     cases = {
         '[[rule]]\nname = "x"\ntool = "nothing_here"\ndecide = "auto"\n': "which no tool",

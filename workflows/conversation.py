@@ -18,6 +18,14 @@ update-with-start on the first message. The user talks to it through updates:
   cannot wait for an answer; it is applied between turns, and one that no longer fits
   is recorded as refused (audit log and a ``CUSTOM`` event), never dropped.
 
+Subagents: a conversation may hand a task to a subagent (``turns``); the subagent's
+conversation is this same workflow, started as a child with ``ConversationStart.subagent``.
+It runs its task as its one message, takes no other message, reports to its parent
+each time it comes to rest waiting for decisions (the ``subagent_report`` signal, which
+the parent applies at once or between turns), takes the parent's decisions by
+``decide_signal`` and ends when its task has an answer. Ending the parent cancels it,
+and whatever it waits for never runs.
+
 Safe deploys: on a versioned worker the workflow is *pinned* (Worker Versioning; the
 worker sets it, since Temporal refuses a pinned workflow from an unversioned worker
 such as ``parley dev``'s): a run finishes on the worker build that started it, so a
@@ -35,13 +43,14 @@ by name; these modules import only ``parley`` contracts, passed through the sand
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from langchain_core.messages import HumanMessage
+    from langchain_core.messages import HumanMessage, SystemMessage
     from parley.workflows import gate, metrics
     from parley.workflows.events import EventLog
     from parley.workflows.ledger import Ledger
@@ -61,6 +70,8 @@ with workflow.unsafe.imports_passed_through():
         PendingCall,
         SendMessageInput,
         StateQuery,
+        SubagentReport,
+        SubagentTask,
         TurnResult,
     )
     from parley.errors import (
@@ -87,7 +98,10 @@ class ConversationWorkflow:
     def __init__(self, start: ConversationStart) -> None:
         self._start = start
         self._state = start.carried_state or ConversationState(
-            session_id=start.session_id, user_id=start.user_id, reviewers=start.reviewers
+            session_id=start.session_id,
+            user_id=start.user_id,
+            reviewers=start.reviewers,
+            subagent=start.subagent,
         )
         self._events = EventLog(self._state, thread_id=start.session_id)
         self._ledger = Ledger(self._state, self._events)
@@ -105,6 +119,32 @@ class ConversationWorkflow:
     async def run(self, start: ConversationStart) -> ConversationSnapshot:
         publish_owner(self._state)
         publish_status(self._state)
+        try:
+            if self._state.subagent is not None and start.carried_state is None:
+                await self._take_task(self._state.subagent)
+            await self._converse(start)
+        except asyncio.CancelledError:
+            # Cancelled (a parent that ended, or an operator): nothing pending runs.
+            if not self._state.ended:
+                self._state.ended = True
+                self._ledger.audit("ended", "parley", detail={"reason": "cancelled"})
+            self._close()
+            raise
+        self._event_waiters.clear()
+        for task in self._turns.notifying:
+            task.cancel()  # the conversation ended: nobody need be told it waits
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._close()
+        if self._state.subagent is not None:
+            # What the parent reads (``last_turn``), not pages it never shows.
+            return self._ledger.snapshot(
+                StateQuery(user_id=self._state.user_id, transcript_limit=0, audit_limit=0)
+            )
+        return self._ledger.snapshot(StateQuery(user_id=self._state.user_id))
+
+    async def _converse(self, start: ConversationStart) -> None:
+        """Until the conversation ends: deadlines, queued decisions, subagents' news and
+        continue-as-new, each between turns."""
         while True:
             # Wake also when the earliest deadline changes (a turn left calls pending, a
             # decision cleared them), so that the timer below always matches it.
@@ -115,6 +155,8 @@ class ConversationWorkflow:
                         self._state.ended
                         or (not self._state.turn_running and self._expired_calls() != [])
                         or (not self._state.turn_running and self._state.queued_decisions != [])
+                        or (not self._state.turn_running and self._turns.has_subagent_news())
+                        or self._task_done()
                         or self._should_continue_as_new()
                         or self._next_deadline() != deadline
                     ),
@@ -124,10 +166,17 @@ class ConversationWorkflow:
                 pass
             if self._state.ended:
                 break
+            if self._task_done():
+                self._state.ended = True
+                self._ledger.audit("ended", "parley", detail={"reason": "task done"})
+                break
             if not self._state.turn_running and self._expired_calls():
                 await self._expire_due_calls()
             elif not self._state.turn_running and self._state.queued_decisions:
                 await self._apply_queued_decision()
+            elif not self._state.turn_running and self._turns.has_subagent_news():
+                self._state.turn_running = True
+                await self._turns.run(subagent_news=True)
             elif self._should_continue_as_new():
                 self._handing_over = True
                 self._event_waiters.clear()
@@ -148,17 +197,39 @@ class ConversationWorkflow:
                         ),
                     )
                 self._handing_over = False
-        self._event_waiters.clear()
-        for task in self._turns.notifying:
-            task.cancel()  # the conversation ended: nobody need be told it waits
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        self._close()
-        return self._ledger.snapshot(StateQuery(user_id=self._state.user_id))
+
+    async def _take_task(self, task: SubagentTask) -> None:
+        """A subagent's conversation begins: its parent's task is its one message."""
+        self._state.turn_running = True
+        if task.instructions:
+            instructions = SystemMessage(content=task.instructions, id="instructions")
+            self._state.transcript.append(instructions)
+        self._state.transcript.append(HumanMessage(content=task.task, id="task"))
+        self._ledger.audit(
+            "message",
+            self._state.user_id,
+            detail={"message_id": "task", "from": task.parent_workflow_id},
+        )
+        await self._turns.run()
+
+    def _task_done(self) -> bool:
+        """A subagent's conversation whose task has its answer (or failed): it ends, and
+        its parent reads the last turn."""
+        state = self._state
+        return (
+            state.subagent is not None
+            and not state.turn_running
+            and not state.pending
+            and not state.queued_decisions
+            and state.last_turn is not None
+            and state.last_turn.status != "awaiting_approval"
+        )
 
     def _close(self) -> None:
         """The end of the conversation, once: what is pending is answered, never run."""
         if self._state.status == "ended":
             return
+        self._turns.stop_subagents("the conversation ended")
         for call in self._state.pending:
             self._ledger.answer_unrun(call, "the conversation ended before anyone decided on it")
         metrics.approvals_answered(len(self._state.pending))
@@ -175,6 +246,7 @@ class ConversationWorkflow:
             self._state.turn_running
             or self._state.queued_decisions
             or self._turns.notifying  # a notification in flight finishes in this run
+            or self._state.delegations  # its child workflows belong to this run
         ):
             return False
         if self._upgrade_due():
@@ -201,10 +273,15 @@ class ConversationWorkflow:
         self._state.upgraded_from = build
 
     def _expired_calls(self) -> list[PendingCall]:
-        return gate.expired_calls(self._state.pending, workflow.now())
+        return gate.expired_calls(self._own_pending(), workflow.now())
 
     def _next_deadline(self) -> datetime | None:
-        return min((call.expires_at for call in self._state.pending), default=None)
+        return min((call.expires_at for call in self._own_pending()), default=None)
+
+    def _own_pending(self) -> list[PendingCall]:
+        """The pending calls whose deadlines this conversation keeps (a subagent keeps
+        its own, and reports)."""
+        return [call for call in self._state.pending if call.subagent is None]
 
     def _time_to_next_deadline(self) -> timedelta | None:
         earliest = self._next_deadline()
@@ -330,12 +407,22 @@ class ConversationWorkflow:
             return
         self._state.queued_decisions.append(request)
 
+    @workflow.signal
+    def subagent_report(self, report: SubagentReport) -> None:
+        """A subagent at work came to rest waiting for decisions: applied by the turn
+        that waits for it, or between turns. One from a subagent no longer at work is
+        dropped (its end has been applied)."""
+        if any(d.tool_call_id == report.tool_call_id for d in self._state.delegations):
+            self._state.subagent_reports.append(report)
+
     async def _apply_queued_decision(self) -> None:
         request = self._state.queued_decisions.pop(0)
         try:
             gate.check_decisions(self._state, request, workflow.now())
         except Refusal as refusal:
             self._record_refused_decision(request.decided_by, refusal, request)
+            if self._state.subagent is not None:
+                await self._turns.report_to_parent()  # so the parent stops waiting
             return
         self._state.turn_running = True
         await self._turns.run(decisions=request)
@@ -416,6 +503,8 @@ class ConversationWorkflow:
         if escalating:
             self._turns.escalate(escalating)
             publish_status(self._state)  # the new deadline, in the current details
+            if self._state.subagent is not None:
+                await self._turns.report_to_parent()  # the parent shows the new deadline
         due = [call for call in due if call not in escalating]
         if not due:
             return

@@ -16,6 +16,7 @@ from typing import Any
 import jsonschema
 
 from parley.contracts import (
+    WORKFLOW_ID_PREFIX,
     ConversationState,
     DecideInput,
     PendingCall,
@@ -58,6 +59,12 @@ def check_message(state: ConversationState, message: SendMessageInput, max_bytes
     """A chat message may start a turn: the owner's, not empty, not too large, and no
     decision owed (a chat message never approves a tool call)."""
     check_owner(state, message.user_id)
+    if state.subagent is not None:
+        parent = state.subagent.parent_workflow_id.removeprefix(WORKFLOW_ID_PREFIX)
+        raise InvalidMessage(
+            f"this is subagent {state.subagent.name}'s conversation, working on a task for "
+            f"conversation {parent}; it takes no messages. Write to {parent} instead."
+        )
     check_open(state)
     if not message.text.strip():
         raise InvalidMessage("the message is empty")

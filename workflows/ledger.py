@@ -29,7 +29,6 @@ from parley.contracts import (
     AuditEntry,
     ConversationSnapshot,
     ConversationState,
-    PendingCall,
     StateQuery,
     ToolCall,
     ToolErrorInfo,
@@ -120,7 +119,7 @@ class Ledger:
         )
         self._state.turn_results.append(reported)
 
-    def answer_unrun(self, call: PendingCall, why: str) -> None:
+    def answer_unrun(self, call: ToolCall, why: str) -> None:
         """Answer a pending call that will never run: ``expired``, and the model is told."""
         result = ToolResult(
             status="expired",

@@ -10,6 +10,9 @@ They reach whatever the worker's runtime exports (Prometheus with
 - ``parley_approvals_requested`` / ``parley_approvals_answered`` — calls that started
   waiting for a decision / stopped waiting (decided, expired, ended): the approvals
   waiting now are ``requested - answered``.
+
+Decisions and approvals count in top-level conversations only: a subagent's calls wait
+on its parent's pending list and are decided there, so they count there, once.
 """
 
 from __future__ import annotations
@@ -17,7 +20,11 @@ from __future__ import annotations
 from temporalio import workflow
 
 
-def _count(name: str, description: str, amount: int = 1, **labels: str) -> None:
+def _count(
+    name: str, description: str, amount: int = 1, *, top_level: bool = False, **labels: str
+) -> None:
+    if top_level and workflow.info().parent is not None:
+        return
     if amount:
         counter = workflow.metric_meter().create_counter(name, description)
         counter.add(amount, labels or None)
@@ -28,7 +35,7 @@ def turn_started() -> None:
 
 
 def decided(action: str) -> None:
-    _count("parley_decisions", "Decisions on pending tool calls", action=action)
+    _count("parley_decisions", "Decisions on pending tool calls", top_level=True, action=action)
 
 
 def tool_ran(tool: str, status: str) -> None:
@@ -36,8 +43,18 @@ def tool_ran(tool: str, status: str) -> None:
 
 
 def approvals_requested(count: int) -> None:
-    _count("parley_approvals_requested", "Tool calls that started waiting for a decision", count)
+    _count(
+        "parley_approvals_requested",
+        "Tool calls that started waiting for a decision",
+        count,
+        top_level=True,
+    )
 
 
 def approvals_answered(count: int) -> None:
-    _count("parley_approvals_answered", "Tool calls that stopped waiting for a decision", count)
+    _count(
+        "parley_approvals_answered",
+        "Tool calls that stopped waiting for a decision",
+        count,
+        top_level=True,
+    )

@@ -6,6 +6,13 @@ A pending call runs only inside :meth:`TurnEngine.run` for the ``decide`` that n
 (F1), and every tool runs through one path, :meth:`TurnEngine._execute`, before and
 after a decision (F3). Whatever happens, every call of the transcript ends answered
 (through the ledger) or pending, and the status is never left ``running``.
+
+Subagents: a call to one of the catalogue's subagents starts a child conversation (a
+child ``ConversationWorkflow``) with the task, and the turn waits until it comes to
+rest. Its calls that wait for a decision join this conversation's pending list (marked
+with the subagent); a decision on them is passed on to the child (``decide_signal``),
+which runs them through its own gate and reports again (``subagent_report``). The
+child's reply, when it ends, answers the call that started it.
 """
 
 from __future__ import annotations
@@ -15,14 +22,19 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from parley.workflows import metrics
 from parley.workflows.events import EventLog
 from parley.workflows.gate import args_error
 from parley.workflows.ledger import Ledger, error_result
 from parley.workflows.publishing import set_status
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    WorkflowAlreadyStartedError,
+)
 
 from parley.contracts import (
     CALL_MODEL,
@@ -31,10 +43,12 @@ from parley.contracts import (
     RUN_TOOL,
     CallModelInput,
     CallModelOutput,
+    ConversationSnapshot,
     ConversationStart,
     ConversationState,
     DecideInput,
     Decision,
+    Delegation,
     NotifyInput,
     OnTimeout,
     PendingCall,
@@ -42,6 +56,9 @@ from parley.contracts import (
     RememberedDecision,
     RunToolInput,
     RunToolOutput,
+    SubagentRef,
+    SubagentReport,
+    SubagentTask,
     ToolCall,
     ToolCatalogue,
     ToolErrorInfo,
@@ -51,6 +68,8 @@ from parley.contracts import (
     call_shape,
     call_summary,
     evaluate,
+    subagent_session_id,
+    workflow_id_for,
 )
 from parley.errors import MODEL_VISIBLE_TOOL_ERRORS, ErrorType
 from parley.settings import MODEL_ACTIVITY, NOTIFY_ACTIVITY, TOOL_ACTIVITY
@@ -86,9 +105,15 @@ class TurnEngine:
         self._events = events
         #: ``notify`` calls in flight: the run waits for them before continue-as-new.
         self.notifying: set[asyncio.Task[None]] = set()
+        #: The child workflows of ``state.delegations``, by the call that started each.
+        self._children: dict[str, workflow.ChildWorkflowHandle[Any, ConversationSnapshot]] = {}
 
     async def run(
-        self, *, decisions: DecideInput | None = None, expired: list[PendingCall] | None = None
+        self,
+        *,
+        decisions: DecideInput | None = None,
+        expired: list[PendingCall] | None = None,
+        subagent_news: bool = False,
     ) -> TurnResult:
         """Run until the turn rests. The caller has set ``state.turn_running``; this
         clears it, whatever happens."""
@@ -108,15 +133,19 @@ class TurnEngine:
                 await self._apply_decisions(decisions)
             for call in expired or []:
                 self._answer_timed_out(call)
+            if subagent_news:
+                self._apply_subagent_news()
             if state.pending:
                 result = self._ledger.turn_result("awaiting_approval")
             else:
                 result = await self._model_loop(check_catalogue=decisions is None)
         except TurnFailed as failure:
+            self.stop_subagents("the turn that started it failed")
             result = self._fail(failure)
         except Exception as err:  # a bug must not leave the turn "running" for ever
             workflow.logger.exception("turn failed unexpectedly")
             state.pending = []
+            self.stop_subagents("the turn that started it failed")
             result = self._fail(
                 TurnFailed(f"internal error: {type(err).__name__}: {err}", "InternalError")
             )
@@ -135,6 +164,8 @@ class TurnEngine:
             set_status(state, "failed")
         state.last_turn = result
         self._ledger.trim()
+        if state.subagent is not None and result.status == "awaiting_approval":
+            await self.report_to_parent(result.results)
         return result
 
     def _answer_timed_out(self, call: PendingCall) -> None:
@@ -182,8 +213,9 @@ class TurnEngine:
 
     def _notify(self, run_id: str) -> None:
         """Tell the worker's webhook (if it has one) that calls wait for a decision, in
-        the background: the turn's result does not wait for the webhook."""
-        if not self._catalogue().notifications:
+        the background: the turn's result does not wait for the webhook. A subagent's
+        calls are announced by its parent, where they are decided."""
+        if not self._catalogue().notifications or self._state.subagent is not None:
             return
         self._notify_in_background(
             NotifyInput(
@@ -240,7 +272,11 @@ class TurnEngine:
         return outcome, None
 
     def _catalogue(self) -> ToolCatalogue:
-        return self._state.tools or ToolCatalogue(tools=[])
+        """The worker's tools; in a subagent's conversation, only those it may use."""
+        catalogue = self._state.tools or ToolCatalogue(tools=[])
+        if self._state.subagent is not None:
+            return catalogue.for_subagent(self._state.subagent.name)
+        return catalogue
 
     # --- the model ----------------------------------------------------------------------
 
@@ -279,6 +315,7 @@ class TurnEngine:
                     context=state.model_context,
                     new_messages=new_messages,
                     catalogue_version=known,
+                    subagent=state.subagent.name if state.subagent else None,
                 ),
                 start_to_close_timeout=MODEL_ACTIVITY.start_to_close,
                 heartbeat_timeout=MODEL_ACTIVITY.heartbeat,
@@ -388,18 +425,22 @@ class TurnEngine:
         pending, self._state.pending = self._state.pending, []
         self._state.counters.decisions += len(pending)
         metrics.approvals_answered(len(pending))
-        owner_ai = self._ai_message_of(pending[0].tool_call_id)
+        own = [call for call in pending if call.subagent is None]
+        owner_ai = self._ai_message_of(own[0].tool_call_id) if own else None
+        passed_on: dict[str, list[Decision]] = {}
         try:
             for call in pending:
                 decision = by_id[call.tool_call_id]
                 metrics.decided(decision.action)
+                detail = decision.model_dump(exclude_none=True, exclude_defaults=True)
+                if call.subagent is not None:
+                    detail["subagent"] = call.subagent.session_id
+                    passed_on.setdefault(call.subagent.tool_call_id, []).append(decision)
                 self._ledger.audit(
-                    "decided",
-                    decide.decided_by,
-                    call.tool_call_id,
-                    call.name,
-                    decision.model_dump(exclude_none=True, exclude_defaults=True),
+                    "decided", decide.decided_by, call.tool_call_id, call.name, detail
                 )
+                if call.subagent is not None:
+                    continue  # the subagent's conversation applies it (and remembers it)
                 if decision.remember:
                     self._remember(call, decision, decide.decided_by)
                 await self._apply_decision(call, decision, decide.decided_by)
@@ -407,6 +448,8 @@ class TurnEngine:
             if owner_ai is not None:
                 self._ledger.abandon_unanswered(owner_ai)
             raise
+        if passed_on:
+            await self._pass_on(passed_on, decide.decided_by)
 
     def _remember(self, call: PendingCall, decision: Decision, decided_by: str) -> None:
         """Later calls of this shape take this decision without asking (bounded)."""
@@ -464,7 +507,11 @@ class TurnEngine:
         edited: bool = False,
         rule: str | None = None,
     ) -> None:
-        """Run a tool, before or after a decision, and answer its call."""
+        """Run a tool, before or after a decision, and answer its call; a subagent's
+        tool starts its conversation instead."""
+        if self._catalogue().subagent(call.name) is not None:
+            await self._delegate(call, args)
+            return
         self._state.counters.tool_runs += 1
         try:
             output: RunToolOutput = await workflow.execute_activity(
@@ -477,6 +524,7 @@ class TurnEngine:
                     approved_by=approved_by,
                     rule=rule,
                     evaluated_at=workflow.now() if rule else None,
+                    subagent=self._state.subagent.name if self._state.subagent else None,
                 ),
                 start_to_close_timeout=TOOL_ACTIVITY.start_to_close,
                 heartbeat_timeout=TOOL_ACTIVITY.heartbeat,
@@ -496,6 +544,206 @@ class TurnEngine:
                 }
             )
         self._ledger.answer(call, result, "ran", detail={"edited_args": args} if edited else None)
+
+    # --- subagents ----------------------------------------------------------------------
+
+    async def _delegate(self, call: ToolCall, args: dict[str, Any]) -> None:
+        """Start the subagent's conversation (a child workflow) with the task, and wait
+        until it comes to rest: ended (its reply answers ``call``) or waiting for
+        decisions (its calls join the pending list)."""
+        state = self._state
+        spec = self._catalogue().subagent(call.name)
+        assert spec is not None
+        state.counters.subagents += 1
+        session = subagent_session_id(state.session_id, spec.name, state.counters.subagents)
+        task = SubagentTask(
+            name=spec.name,
+            task=str(args.get("task", "")),
+            parent_workflow_id=workflow.info().workflow_id,
+            tool_call_id=call.tool_call_id,
+            instructions=spec.instructions,
+        )
+        try:
+            handle = await workflow.start_child_workflow(
+                "ConversationWorkflow",
+                ConversationStart(
+                    session_id=session,
+                    user_id=state.user_id,
+                    reviewers=state.reviewers,
+                    pending_expiry_seconds=self._start.pending_expiry_seconds,
+                    max_model_calls_per_turn=self._start.max_model_calls_per_turn,
+                    continue_as_new_after_events=self._start.continue_as_new_after_events,
+                    subagent=task,
+                ),
+                id=workflow_id_for(session),
+                result_type=ConversationSnapshot,
+                # Should this conversation close without ending it (terminated), Temporal
+                # cancels it; an ended conversation cancels it itself.
+                parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+                static_summary=f"subagent {spec.name} of {state.session_id}",
+            )
+        except WorkflowAlreadyStartedError:
+            text = f"subagent {spec.name} could not start: {session} is already running"
+            self._ledger.answer(call, error_result(ErrorType.SUBAGENT_FAILED, text), "failed")
+            return
+        self._children[call.tool_call_id] = handle
+        state.delegations.append(
+            Delegation(name=spec.name, session_id=session, tool_call_id=call.tool_call_id)
+        )
+        self._ledger.audit(
+            "delegated", "parley", call.tool_call_id, call.name, {"session_id": session}
+        )
+        await self._wait_for_subagents([call.tool_call_id])
+        self._apply_subagent_news()
+
+    async def _pass_on(self, decisions: dict[str, list[Decision]], decided_by: str) -> None:
+        """Send each subagent the decisions on its calls (by the call that started it),
+        then wait until each has come to rest again."""
+        for tool_call_id, given in decisions.items():
+            handle = self._children.get(tool_call_id)
+            if handle is None or handle.done():
+                continue  # it ended: its end is applied below
+            try:
+                await handle.signal(
+                    "decide_signal", DecideInput(decisions=given, decided_by=decided_by)
+                )
+            except Exception as err:  # it ended meanwhile: its end is applied below
+                workflow.logger.info("could not pass decisions on to a subagent: %s", err)
+        await self._wait_for_subagents(list(decisions))
+        self._apply_subagent_news()
+
+    async def _wait_for_subagents(self, tool_call_ids: list[str]) -> None:
+        await workflow.wait_condition(lambda: all(self._news_from(i) for i in tool_call_ids))
+
+    def has_subagent_news(self) -> bool:
+        """Whether a subagent at work has reported, or ended, since its news was applied."""
+        return any(self._news_from(d.tool_call_id) for d in self._state.delegations)
+
+    def _news_from(self, tool_call_id: str) -> bool:
+        delegation = self._delegation(tool_call_id)
+        handle = self._children.get(tool_call_id)
+        if delegation is None or handle is None or handle.done():
+            return True
+        return any(
+            r.tool_call_id == tool_call_id and r.sequence > delegation.reports_seen
+            for r in self._state.subagent_reports
+        )
+
+    def _delegation(self, tool_call_id: str) -> Delegation | None:
+        return next((d for d in self._state.delegations if d.tool_call_id == tool_call_id), None)
+
+    def _apply_subagent_news(self) -> None:
+        """Apply the subagents' reports, in order (their waiting calls replace the ones
+        they reported before), then the end of those that ended."""
+        state = self._state
+        reports, state.subagent_reports = state.subagent_reports, []
+        for report in reports:
+            delegation = self._delegation(report.tool_call_id)
+            if delegation is None or report.sequence <= delegation.reports_seen:
+                continue  # from a subagent that has ended, or already applied
+            delegation.reports_seen = report.sequence
+            ref = SubagentRef(
+                name=delegation.name,
+                session_id=delegation.session_id,
+                tool_call_id=delegation.tool_call_id,
+            )
+            before = self._calls_of(delegation)
+            state.pending = [c for c in state.pending if c not in before]
+            state.pending += [c.model_copy(update={"subagent": ref}) for c in report.pending]
+            # Calls that stopped waiting in the subagent without a decision here.
+            metrics.approvals_answered(
+                len({c.tool_call_id for c in before} - {c.tool_call_id for c in report.pending})
+            )
+            state.turn_results += report.results
+        for delegation in list(state.delegations):
+            handle = self._children.get(delegation.tool_call_id)
+            if handle is None or handle.done():
+                self._end_delegation(delegation, handle)
+
+    def _calls_of(self, delegation: Delegation) -> list[PendingCall]:
+        return [
+            c
+            for c in self._state.pending
+            if c.subagent is not None and c.subagent.tool_call_id == delegation.tool_call_id
+        ]
+
+    def _end_delegation(
+        self,
+        delegation: Delegation,
+        handle: workflow.ChildWorkflowHandle[Any, ConversationSnapshot] | None,
+    ) -> None:
+        """A subagent's conversation ended: its reply (or why it has none) answers the
+        call that started it."""
+        state = self._state
+        state.delegations.remove(delegation)
+        self._children.pop(delegation.tool_call_id, None)
+        left = self._calls_of(delegation)
+        state.pending = [c for c in state.pending if c not in left]
+        metrics.approvals_answered(len(left))
+        why = "its conversation is gone"
+        snapshot: ConversationSnapshot | None = None
+        if handle is not None:
+            try:
+                snapshot = handle.result()
+            except BaseException as err:  # ChildWorkflowError, or it was cancelled
+                cause = getattr(err, "cause", None) or err
+                why = f"its conversation {delegation.session_id} did not end well: {cause}"
+        last = snapshot.last_turn if snapshot else None
+        if last is not None:
+            state.turn_results += last.results
+        call = ToolCall(tool_call_id=delegation.tool_call_id, name=delegation.name)
+        if last is not None and last.status == "completed":
+            content = last.reply or f"(subagent {delegation.name} finished without a word)"
+            payload = {"subagent": delegation.session_id}
+            result = ToolResult(status="success", content=content, payload=payload)
+            self._ledger.answer(call, result, "ran")
+        else:
+            if last is not None and last.error:
+                why = last.error
+            elif last is not None:
+                why = f"its conversation ended with calls still {last.status}"
+            text = f"subagent {delegation.name} could not finish its task: {why}"
+            result = error_result(ErrorType.SUBAGENT_FAILED, text)
+            self._ledger.answer(call, result, "failed")
+        metrics.tool_ran(delegation.name, result.status)
+
+    def stop_subagents(self, why: str) -> None:
+        """Cancel every subagent at work (what it waits for never runs) and answer the
+        calls that started them, unless already answered: the turn failed closed, or
+        the conversation ended."""
+        state = self._state
+        answered = {m.tool_call_id for m in state.transcript if isinstance(m, ToolMessage)}
+        for delegation in state.delegations:
+            handle = self._children.pop(delegation.tool_call_id, None)
+            if handle is not None and not handle.done():
+                handle.cancel()
+            metrics.approvals_answered(len(self._calls_of(delegation)))
+            if delegation.tool_call_id not in answered:
+                call = ToolCall(tool_call_id=delegation.tool_call_id, name=delegation.name)
+                self._ledger.answer_unrun(call, f"subagent {delegation.name} was stopped: {why}")
+        state.delegations = []
+        state.subagent_reports = []
+        state.pending = [c for c in state.pending if c.subagent is None]
+
+    async def report_to_parent(self, results: list[Any] | None = None) -> None:
+        """In a subagent's conversation: tell the parent which calls wait for a decision
+        (``subagent_report``). A parent that has ended is told nothing."""
+        state = self._state
+        task = state.subagent
+        assert task is not None
+        state.reports_sent += 1
+        report = SubagentReport(
+            tool_call_id=task.tool_call_id,
+            sequence=state.reports_sent,
+            pending=list(state.pending),
+            results=results or [],
+        )
+        try:
+            await workflow.get_external_workflow_handle(task.parent_workflow_id).signal(
+                "subagent_report", report
+            )
+        except Exception as err:
+            workflow.logger.info("could not report to the parent conversation: %s", err)
 
     def _failed(self, call: ToolCall, err: ActivityError) -> ToolResult:
         """What a failed ``run_tool`` means: an error the model can read (input,

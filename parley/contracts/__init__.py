@@ -25,6 +25,7 @@ from parley.contracts.conversation import (
     Counters,
     DecideInput,
     Decision,
+    Delegation,
     EndInput,
     EventPage,
     EventsQuery,
@@ -36,6 +37,9 @@ from parley.contracts.conversation import (
     RememberedDecision,
     SendMessageInput,
     StateQuery,
+    SubagentRef,
+    SubagentReport,
+    SubagentTask,
     ToolCall,
     TurnResult,
 )
@@ -78,6 +82,7 @@ from parley.contracts.names import (
     TurnStatus,
     call_summary,
     check_user_id,
+    subagent_session_id,
     workflow_id_for,
 )
 from parley.contracts.payloads import (
@@ -89,8 +94,10 @@ from parley.contracts.payloads import (
 )
 from parley.contracts.policies import PolicyOutcome, PolicyRule, call_shape, evaluate
 from parley.contracts.tools import (
+    SUBAGENT_ARGS_SCHEMA,
     RunToolInput,
     RunToolOutput,
+    SubagentSpec,
     ToolCatalogue,
     ToolContext,
     ToolErrorInfo,
@@ -120,6 +127,7 @@ __all__ = [
     "RUN_TOOL",
     "SEARCH_ATTRIBUTES",
     "SESSION_ID_PATTERN",
+    "SUBAGENT_ARGS_SCHEMA",
     "USER_ID_PATTERN",
     "WORKFLOW_ID_PREFIX",
     "AuditEntry",
@@ -136,6 +144,7 @@ __all__ = [
     "DecideInput",
     "Decision",
     "DecisionAction",
+    "Delegation",
     "EndInput",
     "EventPage",
     "EventsQuery",
@@ -154,6 +163,10 @@ __all__ = [
     "RunToolOutput",
     "SendMessageInput",
     "StateQuery",
+    "SubagentRef",
+    "SubagentReport",
+    "SubagentSpec",
+    "SubagentTask",
     "ToolCall",
     "ToolCatalogue",
     "ToolContext",
@@ -170,6 +183,7 @@ __all__ = [
     "evaluate",
     "message_chars",
     "model_view",
+    "subagent_session_id",
     "turn_tool_result",
     "workflow_id_for",
 ]

@@ -38,6 +38,8 @@ class ConversationStart(Contract):
     #: Users besides the owner who may read the conversation and decide on its calls
     #: (a policy rule may require one of them: ``PolicyRule.requires_reviewer``).
     reviewers: list[str] = Field(default_factory=list, max_length=32)
+    #: Set when a parent conversation starts this one as a subagent (a child workflow).
+    subagent: SubagentTask | None = None
     #: Set only by continue-as-new: everything the previous run held.
     carried_state: ConversationState | None = None
 
@@ -56,6 +58,33 @@ class ConversationStart(Contract):
     def _session(cls, value: str) -> str:
         workflow_id_for(value)
         return value
+
+
+class SubagentTask(Contract):
+    """What a subagent's conversation is for: the task its parent handed it (its one
+    message), and where it reports (the parent's workflow and the call it answers)."""
+
+    name: str
+    task: str
+    parent_workflow_id: str
+    tool_call_id: str
+    instructions: str = ""
+
+
+class SubagentRef(Contract):
+    """A subagent's conversation, as its parent knows it."""
+
+    name: str
+    session_id: str
+    #: The parent's call that handed it its task; answered with the subagent's reply.
+    tool_call_id: str
+
+
+class Delegation(SubagentRef):
+    """A subagent at work for the parent (``ConversationState.delegations``)."""
+
+    #: The ``sequence`` of the latest report applied: older ones are ignored.
+    reports_seen: int = 0
 
 
 class SendMessageInput(Contract):
@@ -137,6 +166,20 @@ class PendingCall(ToolCall):
     on_timeout: OnTimeout | None = None
     #: The rule that requires a reviewer other than the requester to approve it.
     reviewer_rule: str | None = None
+    #: Set on a parent's pending list for a call its subagent made: the decision is
+    #: passed on to that subagent's conversation, which runs (or expires) the call.
+    subagent: SubagentRef | None = None
+
+
+class SubagentReport(Contract):
+    """The ``subagent_report`` signal: a subagent's conversation came to rest with calls
+    that wait for a decision (its end comes as the child workflow's result)."""
+
+    tool_call_id: str
+    #: Counts the subagent's reports, so its parent applies each one once, in order.
+    sequence: int
+    pending: list[PendingCall] = Field(default_factory=list)
+    results: list[TurnToolResult] = Field(default_factory=list)
 
 
 class RememberedDecision(Contract):
@@ -175,6 +218,7 @@ class AuditEntry(Contract):
         "remembered",
         "escalated",
         "upgraded",
+        "delegated",
         "ended",
     ]
     actor: str
@@ -189,6 +233,7 @@ class Counters(Contract):
     tool_runs: int = 0
     decisions: int = 0
     continued_as_new: int = 0
+    subagents: int = 0
 
 
 class ConversationState(Contract):
@@ -236,6 +281,14 @@ class ConversationState(Contract):
     #: conversation to a newer build: a run on that same build never moves again, so a
     #: target that does not change cannot start a loop of continue-as-new.
     upgraded_from: str | None = None
+    #: Set in a subagent's conversation: the task and the parent it reports to.
+    subagent: SubagentTask | None = None
+    #: How many reports this subagent's conversation has sent its parent.
+    reports_sent: int = 0
+    #: The subagents at work for this conversation, and their reports not yet applied
+    #: (bounded: one per call of a model message; no continue-as-new while any works).
+    delegations: list[Delegation] = Field(default_factory=list)
+    subagent_reports: list[SubagentReport] = Field(default_factory=list)
 
     @property
     def transcript_length(self) -> int:

@@ -29,6 +29,9 @@ class CallModelInput(Contract):
     #: workflow holds ("" for none). The reply carries the worker's catalogue when it
     #: differs. None (later calls of a turn): no check; a deploy is seen next turn.
     catalogue_version: str | None = None
+    #: Set when a subagent's conversation calls: the model is offered only the tools
+    #: that subagent may use (the worker's own definition of it).
+    subagent: str | None = None
 
 
 class CallModelOutput(Contract):

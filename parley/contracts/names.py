@@ -4,6 +4,7 @@ Pure: no I/O."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any, Literal
 
@@ -34,6 +35,18 @@ def workflow_id_for(session_id: str) -> str:
             f"session id {session_id!r} is not valid: use 1-128 characters from A-Z a-z 0-9 . _ -"
         )
     return WORKFLOW_ID_PREFIX + session_id
+
+
+def subagent_session_id(parent_session_id: str, name: str, number: int) -> str:
+    """The session of a conversation's ``number``-th subagent, named ``name``:
+    ``<parent>.<name>-<number>``, cut (with a digest of the parent's, so two parents
+    never share it) when that would be longer than a session id may be."""
+    suffix = f".{name}-{number}"
+    session = parent_session_id + suffix
+    if len(session) > 128:
+        digest = hashlib.sha256(parent_session_id.encode()).hexdigest()[:12]
+        session = f"{parent_session_id[: 128 - len(suffix) - 13]}-{digest}{suffix}"
+    return session
 
 
 def check_user_id(user_id: str | None) -> str:

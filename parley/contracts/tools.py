@@ -3,6 +3,7 @@ what a tool receives (its context) and the one result envelope."""
 
 from __future__ import annotations
 
+import fnmatch
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +29,47 @@ class ToolSpec(Contract):
     extra_args_allowed: bool = False
 
 
+#: The arguments of a subagent, as its tool in the catalogue: one task, in full.
+SUBAGENT_ARGS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "task": {
+            "type": "string",
+            "minLength": 1,
+            "description": "The whole task, with everything the subagent needs to know: "
+            "it sees nothing else of this conversation.",
+        }
+    },
+    "required": ["task"],
+}
+
+
+class SubagentSpec(Contract):
+    """A subagent the model may hand a task to (the policy file's ``[[subagent]]``): a
+    child conversation that may use only the tools its ``tools`` patterns name, behind
+    the same gate. Its confirm calls wait on the parent conversation's pending list."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str = Field(min_length=1)
+    #: Shell-style patterns (``fnmatch``) of the tools it may use; never a subagent.
+    tools: list[str] = Field(min_length=1)
+    #: A system message the subagent's conversation starts with.
+    instructions: str = ""
+
+    def allows(self, tool: str) -> bool:
+        return any(fnmatch.fnmatchcase(tool, pattern) for pattern in self.tools)
+
+    def spec(self) -> ToolSpec:
+        """How the model sees it: a tool that takes a task (``auto`` unless a rule says
+        otherwise; the subagent's own calls are gated one by one)."""
+        return ToolSpec(
+            name=self.name,
+            description=self.description,
+            policy="auto",
+            args_schema=SUBAGENT_ARGS_SCHEMA,
+        )
+
+
 class ToolCatalogue(Contract):
     tools: list[ToolSpec]
     #: A digest of ``tools``, set by the worker: the workflow asks for the catalogue
@@ -38,9 +80,22 @@ class ToolCatalogue(Contract):
     notifications: bool = False
     #: The worker's policy rules (``PARLEY_POLICIES``), first match wins.
     rules: list[PolicyRule] = Field(default_factory=list)
+    #: The worker's subagents; each is also in ``tools``, as the tool that starts it.
+    subagents: list[SubagentSpec] = Field(default_factory=list)
 
     def get(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)
+
+    def subagent(self, name: str) -> SubagentSpec | None:
+        return next((s for s in self.subagents if s.name == name), None)
+
+    def for_subagent(self, name: str) -> ToolCatalogue:
+        """What subagent ``name`` sees: the tools it may use (no subagents), the same
+        rules. Nothing, if this catalogue has no such subagent."""
+        spec = self.subagent(name)
+        subagents = {s.name for s in self.subagents}
+        tools = [t for t in self.tools if spec and t.name not in subagents and spec.allows(t.name)]
+        return self.model_copy(update={"tools": tools, "subagents": []})
 
 
 class ToolContext(Contract):
@@ -92,6 +147,9 @@ class RunToolInput(Contract):
     #: at: the worker evaluates its own rules again with the same inputs.
     rule: str | None = None
     evaluated_at: datetime | None = None
+    #: Set when a subagent's conversation asks: the worker runs only the tools that
+    #: subagent may use, whatever the workflow's catalogue said.
+    subagent: str | None = None
 
 
 class RunToolOutput(Contract):

@@ -1,0 +1,323 @@
+"""Subagents as child workflows (issue 11, point 7). Real worker, real dev server.
+
+A conversation hands a task to a subagent (a tool from the policy file's
+``[[subagent]]``); the task runs as a child ``ConversationWorkflow`` that is offered, and
+may run, only the tools the subagent names. Its confirm calls wait on the parent's
+pending list, are decided there, and run in the child; its reply answers the parent's
+call. Ending the parent cancels it, and what it waited for never runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.outputs import ChatResult
+from langchain_core.tools import InjectedToolArg, tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from parley.activities.models.script_file import ScriptFileChatModel
+from parley.activities.tool_calls import ToolActivities
+from pydantic import Field
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.exceptions import ApplicationError
+
+from parley.client import ConversationRefused
+from parley.contracts import Decision, RunToolInput, SubagentSpec, ToolContext, workflow_id_for
+from parley.errors import ErrorType
+from parley.policies import load_policies
+from parley.tools import ToolRegistry, auto, confirm
+from tests.checks import new_session, runs_in, tool_messages
+from tests.support import RUNS, call, script
+
+
+@tool
+async def push_branch(branch: str, context: Annotated[ToolContext, InjectedToolArg]) -> dict:
+    """Push a git branch (changes the world)."""
+    RUNS.append({"tool": "push_branch", "key": context.idempotency_key, "branch": branch})
+    return {"pushed": branch}
+
+
+@tool
+async def create_plan(title: str, context: Annotated[ToolContext, InjectedToolArg]) -> dict:
+    """Create a plan (changes the world)."""
+    RUNS.append({"tool": "create_plan", "key": context.idempotency_key, "title": title})
+    return {"created": title}
+
+
+@tool
+async def list_plans(context: Annotated[ToolContext, InjectedToolArg]) -> list[str]:
+    """List the plans (reads only)."""
+    RUNS.append({"tool": "list_plans", "key": context.idempotency_key})
+    return ["Q2"]
+
+
+PLANNER = SubagentSpec(
+    name="planner",
+    description="Works out and records plans; it cannot touch git.",
+    tools=["create_plan", "list_*"],
+    instructions="You plan work. Record each plan with create_plan.",
+)
+
+
+def registry() -> ToolRegistry:
+    return ToolRegistry(
+        [confirm(push_branch), confirm(create_plan), auto(list_plans)], subagents=[PLANNER]
+    )
+
+
+#: (first human message of the conversation, tool names it was offered), per model call.
+OFFERED: list[tuple[str, list[str]]] = []
+
+
+class ByConversation(BaseChatModel):
+    """Scripted models, one per conversation: the conversation's first human message
+    (the user's message, or a subagent's task) picks the script. Records the tools each
+    call was offered."""
+
+    scripts: dict[str, ScriptFileChatModel]
+    offered: list[str] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "parley-test-by-conversation"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ByConversation:
+        names = [convert_to_openai_tool(t)["function"]["name"] for t in tools]
+        return self.model_copy(update={"offered": names})
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        first = next(str(m.content) for m in messages if isinstance(m, HumanMessage))
+        OFFERED.append((first, list(self.offered)))
+        return self.scripts[first]._generate(messages)
+
+
+def planner_model(task: str, parent_reply: str = "The planner is done.") -> ByConversation:
+    return ByConversation(
+        scripts={
+            "get the Q3 plan done": script(
+                {"tool_calls": [call("planner", "p1", task=task)]},
+                {"content": parent_reply},
+            ),
+            task: script(
+                {
+                    "tool_calls": [
+                        call("push_branch", "c1", branch="main"),  # not the planner's
+                        call("list_plans", "c2"),
+                        call("create_plan", "c3", title="Q3"),
+                    ]
+                },
+                {"content": "Plan Q3 recorded."},
+            ),
+        }
+    )
+
+
+async def test_a_subagents_confirm_call_is_approved_from_the_parent(parley_worker) -> None:
+    task = f"record a plan for Q3 ({new_session()})"
+    async with parley_worker(registry(), planner_model(task)) as conversations:
+        sid = new_session()
+        child = f"{sid}.planner-1"
+        turn = await conversations.send(sid, "alice", "get the Q3 plan done")
+
+        # The subagent's confirm call waits on the parent's list, marked as its.
+        assert turn.status == "awaiting_approval"
+        (pending,) = turn.pending
+        assert (pending.tool_call_id, pending.name, pending.args) == (
+            "c3",
+            "create_plan",
+            {"title": "Q3"},
+        )
+        assert pending.subagent is not None
+        assert (pending.subagent.name, pending.subagent.session_id) == ("planner", child)
+        assert pending.subagent.tool_call_id == "p1"
+        # What ran in the subagent so far is in the parent's turn result.
+        assert {r.tool_call_id: r.status for r in turn.results} == {"c1": "error", "c2": "success"}
+        assert runs_in(child, "create_plan") == []
+
+        # The subagent was offered, and could run, only its own tools.
+        offered = {tuple(names) for first, names in OFFERED if first == task}
+        assert offered == {("create_plan", "list_plans")}
+        assert (
+            "get the Q3 plan done",
+            ["push_branch", "create_plan", "list_plans", "planner"],
+        ) in OFFERED
+        child_state = await conversations.state(child, "alice")
+        answers = tool_messages(child_state.transcript, pending=("c3",))
+        assert "unknown tool 'push_branch'" in str(answers["c1"].content)
+        assert runs_in(child, "push_branch") == []
+        assert isinstance(child_state.transcript[0], SystemMessage)
+        assert [c.tool_call_id for c in child_state.pending] == ["c3"]
+
+        # `parley list` shows the parent, waiting; the subagent's conversation is not
+        # listed (its calls are decided on the parent's list).
+        for _ in range(100):
+            listed = {c.session_id: c.status for c in await conversations.list("alice")}
+            if sid in listed:
+                break
+            await asyncio.sleep(0.1)
+        assert listed.get(sid) == "awaiting_approval"
+        assert child not in listed
+
+        # Nobody talks to the subagent but its parent.
+        with pytest.raises(ConversationRefused) as refused:
+            await conversations.send(child, "alice", "and also push main")
+        assert refused.value.error_type == ErrorType.INVALID_MESSAGE
+        assert sid in refused.value.message
+
+        # Approved from the parent: it runs in the subagent, once, under the
+        # subagent's idempotency key; the subagent's reply answers the parent's call.
+        done = await conversations.decide(
+            sid, "alice", [Decision(tool_call_id="c3", action="approve")]
+        )
+        assert done.status == "completed"
+        assert done.reply == "The planner is done."
+        assert [r["key"] for r in runs_in(child, "create_plan")] == [f"{workflow_id_for(child)}:c3"]
+        assert {r.tool_call_id: r.status for r in done.results} == {
+            "c3": "success",
+            "p1": "success",
+        }
+
+        parent_state = await conversations.state(sid, "alice")
+        answers = tool_messages(parent_state.transcript)
+        assert answers["p1"].content == "Plan Q3 recorded."
+        decided = [e for e in parent_state.audit if e.event == "decided"]
+        assert [(e.tool_call_id, e.actor, e.detail["subagent"]) for e in decided] == [
+            ("c3", "alice", child)
+        ]
+        assert [e.detail for e in parent_state.audit if e.event == "delegated"] == [
+            {"session_id": child}
+        ]
+
+        # The subagent's conversation is a child workflow that ended with its task,
+        # and its own audit log says who decided.
+        description = await conversations.handle(child).describe()
+        assert description.status == WorkflowExecutionStatus.COMPLETED
+        assert description.parent_id == workflow_id_for(sid)
+        child_state = await conversations.state(child, "alice")
+        assert child_state.status == "ended"
+        assert [(e.tool_call_id, e.actor) for e in child_state.audit if e.event == "decided"] == [
+            ("c3", "alice")
+        ]
+
+
+async def test_ending_the_parent_cancels_its_subagent(parley_worker) -> None:
+    task = f"record a plan for Q3 ({new_session()})"
+    async with parley_worker(registry(), planner_model(task)) as conversations:
+        sid = new_session()
+        child = f"{sid}.planner-1"
+        turn = await conversations.send(sid, "alice", "get the Q3 plan done")
+        assert [c.tool_call_id for c in turn.pending] == ["c3"]
+
+        ended = await conversations.end(sid, "alice")
+        assert ended.status == "ended"
+        assert ended.pending == []
+        answers = tool_messages(ended.transcript)
+        assert "subagent planner was stopped" in str(answers["p1"].content)
+
+        handle = conversations.handle(child)
+        for _ in range(100):
+            description = await handle.describe()
+            if description.status != WorkflowExecutionStatus.RUNNING:
+                break
+            await asyncio.sleep(0.1)
+        assert description.status == WorkflowExecutionStatus.CANCELED
+        assert runs_in(child, "create_plan") == []
+
+
+async def test_a_subagent_call_nobody_decides_on_expires_and_the_parent_goes_on(
+    parley_worker,
+) -> None:
+    """The subagent keeps its own deadline; when its call expires it goes on, ends,
+    and the parent's call is answered between the parent's turns."""
+    task = f"record a plan for Q3 ({new_session()})"
+    model = ByConversation(
+        scripts={
+            "get the Q3 plan done": script(
+                {"tool_calls": [call("planner", "p1", task=task)]},
+                {"content": "The planner could not record it."},
+            ),
+            task: script(
+                {"tool_calls": [call("create_plan", "c3", title="Q3")]},
+                {"content": "Nobody approved the plan; nothing was recorded."},
+            ),
+        }
+    )
+    async with parley_worker(registry(), model, pending_expiry_seconds=2) as conversations:
+        sid = new_session()
+        turn = await conversations.send(sid, "alice", "get the Q3 plan done")
+        assert [c.tool_call_id for c in turn.pending] == ["c3"]
+        for _ in range(150):
+            state = await conversations.state(sid, "alice")
+            if state.status == "idle":
+                break
+            await asyncio.sleep(0.1)
+        assert state.status == "idle"
+        assert state.pending == []
+        assert state.last_turn is not None
+        assert state.last_turn.reply == "The planner could not record it."
+        answers = tool_messages(state.transcript)
+        assert answers["p1"].content == "Nobody approved the plan; nothing was recorded."
+        assert runs_in(f"{sid}.planner-1", "create_plan") == []
+
+
+async def test_the_worker_runs_only_the_subagents_tools() -> None:
+    """Whatever the workflow's catalogue said, the worker refuses a tool the subagent
+    may not use (before anything runs)."""
+    request = RunToolInput(
+        name="push_branch",
+        args={"branch": "main"},
+        tool_call_id="x1",
+        user_id="alice",
+        approved_by="alice",
+        subagent="planner",
+    )
+    with pytest.raises(ApplicationError, match="subagent 'planner' may not use it"):
+        await ToolActivities(registry()).run_tool(request)
+    unknown = request.model_copy(update={"subagent": "nobody", "name": "create_plan"})
+    with pytest.raises(ApplicationError, match="subagent 'nobody' may not use it"):
+        await ToolActivities(registry()).run_tool(unknown)
+
+
+def test_the_policy_file_defines_subagents(tmp_path: Path) -> None:
+    file = tmp_path / "policies.toml"
+    file.write_text(
+        """
+[[subagent]]
+name = "planner"
+description = "Plans"
+tools = ["create_plan", "list_*"]
+instructions = "You plan."
+
+[[rule]]
+name = "ask-before-planning"
+tool = "planner"
+decide = "confirm"
+""",
+        encoding="utf-8",
+    )
+    names = ["push_branch", "create_plan", "list_plans"]
+    policies = load_policies(file, tool_names=names)
+    (planner,) = policies.subagents
+    assert planner.allows("list_plans") and not planner.allows("push_branch")
+    assert [r.tool for r in policies.rules] == ["planner"]
+
+    for text, problem in [
+        ('[[subagent]]\nname = "p"\ndescription = "d"\ntools = ["git_*"]\n', "'git_*'"),
+        (
+            '[[subagent]]\nname = "create_plan"\ndescription = "d"\ntools = ["list_*"]\n',
+            "name of a tool",
+        ),
+        ('[[subagent]]\nname = "p q"\ndescription = "d"\ntools = ["list_*"]\n', "subagent p q"),
+        ('[[subagent]]\nname = "p"\ndescription = "d"\ntools = []\n', "tools"),
+        ("subagent = 3\n", "[[subagent]] table"),
+    ]:
+        file.write_text(text, encoding="utf-8")
+        with pytest.raises(ValueError, match="PARLEY_POLICIES") as error:
+            load_policies(file, tool_names=names)
+        assert problem in str(error.value)
