@@ -290,8 +290,9 @@ def deploy(
 
 @app.command()
 def tools(as_json: AsJson = False) -> None:
-    """List the worker's tools (PARLEY_TOOLS) with their policies, and the policy
-    file's rules (PARLEY_POLICIES) in the order they are tried. No server needed."""
+    """List the worker's tools (PARLEY_TOOLS) with their policies, the policy file's
+    subagents with the tools each may use, and its rules (PARLEY_POLICIES) in the
+    order they are tried. No server needed."""
     from parley.tools import load_registry
 
     config = settings()
@@ -308,6 +309,9 @@ def tools(as_json: AsJson = False) -> None:
         summary = spec.description.strip().splitlines()[0] if spec.description.strip() else ""
         if summary:
             out.print(Text(f"    {summary}", style="dim"))
+    for subagent in catalogue.subagents:
+        usable = [name for name in registry.names() if subagent.allows(name)]
+        out.print(Text(f"subagent {subagent.name} may use only: {', '.join(usable)}", style="bold"))
     if not catalogue.rules:
         out.print(Text("no policy rules (PARLEY_POLICIES unset): each tool's own policy applies"))
         return

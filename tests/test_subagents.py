@@ -10,6 +10,9 @@ call. Ending the parent cancels it, and what it waited for never runs.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -61,6 +64,11 @@ PLANNER = SubagentSpec(
     tools=["create_plan", "list_*"],
     instructions="You plan work. Record each plan with create_plan.",
 )
+
+
+def toolset() -> list:
+    """The tools above, for `parley tools` (PARLEY_TOOLS)."""
+    return [confirm(push_branch), confirm(create_plan), auto(list_plans)]
 
 
 def registry() -> ToolRegistry:
@@ -306,6 +314,20 @@ decide = "confirm"
     (planner,) = policies.subagents
     assert planner.allows("list_plans") and not planner.allows("push_branch")
     assert [r.tool for r in policies.rules] == ["planner"]
+
+    # `parley tools` shows the subagent as a tool, and the tools it may use.
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+        "PARLEY_TOOLS": "tests.test_subagents:toolset",
+        "PARLEY_POLICIES": str(file),
+    }
+    parley = str(Path(sys.executable).parent / "parley")
+    shown = subprocess.run([parley, "tools"], env=env, capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert "planner  auto" in shown.stdout
+    assert "subagent planner may use only: create_plan, list_plans" in shown.stdout
+    assert "  ask-before-planning: planner -> confirm" in shown.stdout
 
     for text, problem in [
         ('[[subagent]]\nname = "p"\ndescription = "d"\ntools = ["git_*"]\n', "'git_*'"),
