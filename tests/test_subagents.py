@@ -23,6 +23,7 @@ from langchain_core.outputs import ChatResult
 from langchain_core.tools import InjectedToolArg, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from parley.activities.models.script_file import ScriptFileChatModel
+from parley.activities.models.scripted import ScriptedChatModel
 from parley.activities.tool_calls import ToolActivities
 from pydantic import Field
 from temporalio.client import WorkflowExecutionStatus
@@ -272,6 +273,16 @@ async def test_a_subagent_call_nobody_decides_on_expires_and_the_parent_goes_on(
         answers = tool_messages(state.transcript)
         assert answers["p1"].content == "Nobody approved the plan; nothing was recorded."
         assert runs_in(f"{sid}.planner-1", "create_plan") == []
+
+
+async def test_the_offline_model_hands_a_task_to_a_subagent(parley_worker) -> None:
+    """``parley dev``'s scripted model: "ask the planner to ..." calls the subagent."""
+    async with parley_worker(registry(), ScriptedChatModel()) as conversations:
+        sid = new_session()
+        turn = await conversations.send(sid, "alice", "ask the planner to list my plans")
+        assert turn.status == "completed"
+        assert turn.reply == 'planner answered: list_plans succeeded: ["Q2"]'
+        assert len(runs_in(f"{sid}.planner-1", "list_plans")) == 1
 
 
 async def test_the_worker_runs_only_the_subagents_tools() -> None:

@@ -10,6 +10,8 @@ proposes the matching tool calls, so ``parley dev`` works with no LLM at all:
   as title: the toolset normalizes it)
 - "list my plans", "show plan 3", "mark plan 3 as done" → list_plans, get_plan,
   update_plan_status ("mark plan 3 as finished" sends the user's word as the status)
+- "ask the planner to list my plans" → the subagent ``planner`` (when the policy file
+  defines one) with the task "list my plans"
 
 After tool results it summarizes them. When a result says "Please fix your mistakes"
 it corrects what it can (a slug to kebab-case, an unknown branch kind, an unknown
@@ -87,6 +89,11 @@ class _Turn:
     # --- requests -------------------------------------------------------------------
 
     def _for_request(self, text: str) -> AIMessage:
+        delegated = re.match(
+            r"\s*(?:ask|have|let|get)\s+(?:the\s+)?([\w-]+)\s+(?:to\s+)?(.+)", text, re.S | re.I
+        )
+        if delegated and delegated.group(1) in self.tools:
+            return self._call(delegated.group(1), {"task": delegated.group(2).strip()})
         lowered = text.lower()
         unquoted = re.sub(r'"[^"]*"', "", lowered)
         project = _search(r"\bproject\s+([\w.-]+)", unquoted) or "demo"
@@ -251,6 +258,8 @@ def _summary(result: ToolMessage) -> str:
     status = artifact.get("status", result.status)
     if status == "success":
         payload = artifact.get("payload")
+        if isinstance(payload, dict) and "subagent" in payload:
+            return f"{result.name} answered: {str(result.content)[:400]}"
         shown = json.dumps(payload, ensure_ascii=False) if payload is not None else result.content
         return f"{result.name} succeeded: {str(shown)[:400]}"
     if status == "rejected":
