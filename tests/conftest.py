@@ -72,7 +72,8 @@ def parley_worker(client: Client) -> WorkerFactory:
     async def start(
         registry: ToolRegistry, model: BaseChatModel, **settings: object
     ) -> AsyncIterator[Conversations]:
-        config = Settings(task_queue=f"parley-test-{uuid.uuid4().hex[:8]}", **settings)  # type: ignore[arg-type]
+        settings.setdefault("task_queue", f"parley-test-{uuid.uuid4().hex[:8]}")
+        config = Settings(**settings)  # type: ignore[arg-type]
         worker = build_worker(client, config, registry=registry, model=model)
         async with worker:
             yield Conversations(client, config)

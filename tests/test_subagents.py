@@ -215,6 +215,58 @@ async def test_a_subagents_confirm_call_is_approved_from_the_parent(parley_worke
         ]
 
 
+async def test_one_decision_covers_the_parents_calls_and_the_subagents_across_a_new_worker(
+    parley_worker,
+) -> None:
+    """The parent's own confirm call and its subagent's wait side by side; the worker
+    that started them stops, and one decision on a new worker answers both: the
+    approved one runs in the parent, the rejected one reaches the subagent's model."""
+    task = f"record a plan for Q3 ({new_session()})"
+    model = ByConversation(
+        scripts={
+            "plan Q3 and push main": script(
+                {
+                    "tool_calls": [
+                        call("planner", "p1", task=task),
+                        call("push_branch", "p2", branch="main"),
+                    ]
+                },
+                {"content": "Pushed main; the planner recorded nothing."},
+            ),
+            task: script(
+                {"tool_calls": [call("create_plan", "c3", title="Q3")]},
+                {"content": "The plan was rejected; nothing recorded."},
+            ),
+        }
+    )
+    queue = f"parley-test-{new_session()}"
+    sid = new_session()
+    child = f"{sid}.planner-1"
+    async with parley_worker(registry(), model, task_queue=queue) as conversations:
+        turn = await conversations.send(sid, "alice", "plan Q3 and push main")
+        assert sorted(c.tool_call_id for c in turn.pending) == ["c3", "p2"]
+    # A new worker (no cached workflows): both conversations are replayed.
+    async with parley_worker(registry(), model, task_queue=queue) as conversations:
+        done = await conversations.decide(
+            sid,
+            "alice",
+            [
+                Decision(tool_call_id="p2", action="approve"),
+                Decision(tool_call_id="c3", action="reject", message="not this quarter"),
+            ],
+        )
+        assert done.status == "completed"
+        assert done.reply == "Pushed main; the planner recorded nothing."
+        assert [r["branch"] for r in runs_in(sid, "push_branch")] == ["main"]
+        assert runs_in(child, "create_plan") == []
+        parent = tool_messages((await conversations.state(sid, "alice")).transcript)
+        assert parent["p1"].content == "The plan was rejected; nothing recorded."
+        child_state = await conversations.state(child, "alice")
+        answers = tool_messages(child_state.transcript)
+        assert "not this quarter" in str(answers["c3"].content)
+        assert child_state.status == "ended"
+
+
 async def test_ending_the_parent_cancels_its_subagent(parley_worker) -> None:
     task = f"record a plan for Q3 ({new_session()})"
     async with parley_worker(registry(), planner_model(task)) as conversations:
