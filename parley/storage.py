@@ -213,7 +213,8 @@ class TranscriptSegment(BaseModel):
 class TranscriptStore:
     """Reads and extends transcript chains through a ``StorageDriver``, with a small
     in-memory cache of whole transcripts (segments are immutable, so it never goes
-    stale)."""
+    stale): one slot per conversation, its chain's head, so ``cache_size``
+    conversations that take turns at once all read from memory."""
 
     def __init__(self, driver: StorageDriver, *, cache_size: int = 32) -> None:
         self._driver = driver
@@ -283,6 +284,10 @@ class TranscriptStore:
         )
         [claim] = await self._driver.store(context, [payload])
         ref = ContextRef(claim=dict(claim.claim_data), length=len(whole))
+        # The chain moved on: its old head is read again only if this model call is
+        # retried, so it gives its cache slot to another conversation's head.
+        if parent is not None:
+            self._cache.pop(self._key(parent), None)
         self._remember(ref, whole)
         return ref
 

@@ -53,3 +53,27 @@ async def test_the_same_content_is_stored_once_and_a_missing_one_is_named(tmp_pa
     elsewhere = TranscriptStore(LocalFileStorageDriver(tmp_path / "other"))
     with pytest.raises(ValueError, match="PARLEY_PAYLOAD_STORE"):
         await elsewhere.load(first)
+
+
+async def test_as_many_conversations_as_cache_slots_take_turns_without_a_read(
+    tmp_path: Path,
+) -> None:
+    """A worker serving ``cache_size`` conversations at once, their model calls
+    interleaved (load the head, append the reply), reads every transcript from memory:
+    a chain's old head gives up its slot when the chain moves on."""
+    driver = CountingDriver(tmp_path)
+    store = TranscriptStore(driver, cache_size=8)
+    heads: dict[int, object] = dict.fromkeys(range(8))
+    for turn in range(5):
+        for conversation in range(8):
+            head = heads[conversation]
+            history = await store.load(head)  # type: ignore[arg-type]
+            message = HumanMessage(content=f"{conversation}:{turn}", id=f"h{turn}")
+            heads[conversation] = await store.append(
+                head,  # type: ignore[arg-type]
+                [message],
+                workflow_id=f"w{conversation}",
+                namespace="default",
+            )
+            assert len(history) == turn
+    assert driver.reads == 0
