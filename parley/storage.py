@@ -55,7 +55,7 @@ from temporalio.converter import (
     StorageDriverWorkflowInfo,
 )
 
-from parley.contracts import ContextRef, Messages, PayloadConverter
+from parley.contracts import ContextRef, Messages, PayloadConverter, message_chars
 
 if TYPE_CHECKING:
     from parley.settings import Settings
@@ -210,41 +210,61 @@ class TranscriptSegment(BaseModel):
     messages: Messages = Field(default_factory=list)
 
 
-class TranscriptStore:
-    """Reads and extends transcript chains through a ``StorageDriver``, with a small
-    in-memory cache of whole transcripts (segments are immutable, so it never goes
-    stale): one slot per conversation, its chain's head, so ``cache_size``
-    conversations that take turns at once all read from memory."""
+#: How much transcript text (``message_chars``) a worker keeps in memory: the chains'
+#: heads of the conversations it serves, the least recently used going first.
+TRANSCRIPT_CACHE_CHARS = 64 * 1024 * 1024
 
-    def __init__(self, driver: StorageDriver, *, cache_size: int = 32) -> None:
+
+class TranscriptStore:
+    """Reads and extends transcript chains through a ``StorageDriver``, with an
+    in-memory cache of whole transcripts (segments are immutable, so it never goes
+    stale), bounded by their size (``cache_chars``), not their number: one entry per
+    conversation, its chain's head, so the conversations a worker serves at once read
+    from memory as long as their transcripts fit."""
+
+    def __init__(self, driver: StorageDriver, *, cache_chars: int = TRANSCRIPT_CACHE_CHARS) -> None:
         self._driver = driver
-        self._cache: OrderedDict[str, list[AnyMessage]] = OrderedDict()
-        self._cache_size = cache_size
+        #: key → (the whole transcript, its size in ``message_chars``)
+        self._cache: OrderedDict[str, tuple[list[AnyMessage], int]] = OrderedDict()
+        self._cache_chars = cache_chars
+        self._cached_chars = 0
         self._converter = PayloadConverter()
 
     @staticmethod
     def _key(ref: ContextRef) -> str:
         return json.dumps(dict(sorted(ref.claim.items())))
 
-    def _remember(self, ref: ContextRef, messages: list[AnyMessage]) -> None:
-        self._cache[self._key(ref)] = messages
-        self._cache.move_to_end(self._key(ref))
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+    def _remember(self, ref: ContextRef, messages: list[AnyMessage], chars: int) -> None:
+        self._forget(ref)
+        self._cache[self._key(ref)] = (messages, chars)
+        self._cached_chars += chars
+        while self._cached_chars > self._cache_chars and len(self._cache) > 1:
+            _, (_, dropped) = self._cache.popitem(last=False)
+            self._cached_chars -= dropped
+
+    def _forget(self, ref: ContextRef) -> None:
+        if (entry := self._cache.pop(self._key(ref), None)) is not None:
+            self._cached_chars -= entry[1]
 
     async def load(self, ref: ContextRef | None) -> list[AnyMessage]:
         """The whole transcript up to ``ref`` (a new list; callers may append)."""
+        messages, _ = await self._load(ref)
+        return list(messages)
+
+    async def _load(self, ref: ContextRef | None) -> tuple[list[AnyMessage], int]:
+        """The cached (shared: do not change it) transcript up to ``ref``, and its size."""
         if ref is None:
-            return []
+            return [], 0
         if (cached := self._cache.get(self._key(ref))) is not None:
             self._cache.move_to_end(self._key(ref))
-            return list(cached)
+            return cached
         segments: list[TranscriptSegment] = []
         base: list[AnyMessage] = []
+        chars = 0
         cursor: ContextRef | None = ref
         while cursor is not None:
             if (cached := self._cache.get(self._key(cursor))) is not None:
-                base = list(cached)
+                base, chars = list(cached[0]), cached[1]
                 break
             segment = await self._read(cursor)
             segments.append(segment)
@@ -252,13 +272,14 @@ class TranscriptStore:
         messages = base
         for segment in reversed(segments):
             messages.extend(segment.messages)
+            chars += sum(message_chars(m) for m in segment.messages)
         if len(messages) != ref.length:
             raise ValueError(
                 f"the stored transcript has {len(messages)} messages where its reference "
                 f"says {ref.length}"
             )
-        self._remember(ref, messages)
-        return list(messages)
+        self._remember(ref, messages, chars)
+        return messages, chars
 
     async def append(
         self,
@@ -271,7 +292,9 @@ class TranscriptStore:
         """Store ``messages`` after ``parent`` and return the new chain head. When the
         transcript passes a multiple of ``CHECKPOINT_EVERY_MESSAGES``, the whole of it is
         written as one segment instead, so that a cold reader walks a bounded chain."""
-        whole = await self.load(parent) + list(messages)
+        before, chars = await self._load(parent)
+        whole = [*before, *messages]
+        chars += sum(message_chars(m) for m in messages)
         if parent is not None and (
             parent.length // CHECKPOINT_EVERY_MESSAGES != len(whole) // CHECKPOINT_EVERY_MESSAGES
         ):
@@ -285,10 +308,10 @@ class TranscriptStore:
         [claim] = await self._driver.store(context, [payload])
         ref = ContextRef(claim=dict(claim.claim_data), length=len(whole))
         # The chain moved on: its old head is read again only if this model call is
-        # retried, so it gives its cache slot to another conversation's head.
+        # retried, so it leaves the cache to the conversations' current heads.
         if parent is not None:
-            self._cache.pop(self._key(parent), None)
-        self._remember(ref, whole)
+            self._forget(parent)
+        self._remember(ref, whole, chars)
         return ref
 
     async def _read(self, ref: ContextRef) -> TranscriptSegment:

@@ -55,25 +55,33 @@ async def test_the_same_content_is_stored_once_and_a_missing_one_is_named(tmp_pa
         await elsewhere.load(first)
 
 
-async def test_as_many_conversations_as_cache_slots_take_turns_without_a_read(
+async def test_conversations_taking_turns_read_from_memory_while_they_fit(
     tmp_path: Path,
 ) -> None:
-    """A worker serving ``cache_size`` conversations at once, their model calls
-    interleaved (load the head, append the reply), reads every transcript from memory:
-    a chain's old head gives up its slot when the chain moves on."""
-    driver = CountingDriver(tmp_path)
-    store = TranscriptStore(driver, cache_size=8)
-    heads: dict[int, object] = dict.fromkeys(range(8))
-    for turn in range(5):
-        for conversation in range(8):
-            head = heads[conversation]
-            history = await store.load(head)  # type: ignore[arg-type]
-            message = HumanMessage(content=f"{conversation}:{turn}", id=f"h{turn}")
-            heads[conversation] = await store.append(
-                head,  # type: ignore[arg-type]
-                [message],
-                workflow_id=f"w{conversation}",
-                namespace="default",
-            )
-            assert len(history) == turn
-    assert driver.reads == 0
+    """A worker serving many conversations at once, their model calls interleaved (load
+    the head, append the reply), reads every transcript from memory while the heads fit
+    the cache's size: a chain's old head leaves it when the chain moves on. Past the
+    size, the least recently used go and are read back whole."""
+
+    async def take_turns(store: TranscriptStore, conversations: int, turns: int) -> None:
+        heads: dict[int, object] = dict.fromkeys(range(conversations))
+        for turn in range(turns):
+            for conversation in range(conversations):
+                head = heads[conversation]
+                history = await store.load(head)  # type: ignore[arg-type]
+                assert len(history) == turn
+                message = HumanMessage(content=f"{conversation:03}:{turn:03}", id=f"h{turn}")
+                heads[conversation] = await store.append(
+                    head,  # type: ignore[arg-type]
+                    [message],
+                    workflow_id=f"w{conversation}",
+                    namespace="default",
+                )
+
+    # 50 conversations of 5 seven-character messages: 1,750 characters at most.
+    roomy = CountingDriver(tmp_path / "roomy")
+    await take_turns(TranscriptStore(roomy, cache_chars=2_000), conversations=50, turns=5)
+    assert roomy.reads == 0
+    tight = CountingDriver(tmp_path / "tight")
+    await take_turns(TranscriptStore(tight, cache_chars=700), conversations=50, turns=5)
+    assert tight.reads > 0  # still correct (each load checked its length), from the store
