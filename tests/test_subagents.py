@@ -14,18 +14,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import pytest
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
-from langchain_core.outputs import ChatResult
+from langchain_core.messages import SystemMessage
 from langchain_core.tools import InjectedToolArg, tool
-from langchain_core.utils.function_calling import convert_to_openai_tool
-from parley.activities.models.script_file import ScriptFileChatModel
 from parley.activities.models.scripted import ScriptedChatModel
 from parley.activities.tool_calls import ToolActivities
-from pydantic import Field
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 
@@ -35,21 +30,8 @@ from parley.errors import ErrorType
 from parley.policies import load_policies
 from parley.tools import ToolRegistry, auto, confirm
 from tests.checks import new_session, runs_in, tool_messages
-from tests.support import RUNS, call, script
-
-
-@tool
-async def push_branch(branch: str, context: Annotated[ToolContext, InjectedToolArg]) -> dict:
-    """Push a git branch (changes the world)."""
-    RUNS.append({"tool": "push_branch", "key": context.idempotency_key, "branch": branch})
-    return {"pushed": branch}
-
-
-@tool
-async def create_plan(title: str, context: Annotated[ToolContext, InjectedToolArg]) -> dict:
-    """Create a plan (changes the world)."""
-    RUNS.append({"tool": "create_plan", "key": context.idempotency_key, "title": title})
-    return {"created": title}
+from tests.support import OFFERED, RUNS, ByConversation, call, script
+from tests.test_policies import create_plan, push_branch
 
 
 @tool
@@ -76,34 +58,6 @@ def registry() -> ToolRegistry:
     return ToolRegistry(
         [confirm(push_branch), confirm(create_plan), auto(list_plans)], subagents=[PLANNER]
     )
-
-
-#: (first human message of the conversation, tool names it was offered), per model call.
-OFFERED: list[tuple[str, list[str]]] = []
-
-
-class ByConversation(BaseChatModel):
-    """Scripted models, one per conversation: the conversation's first human message
-    (the user's message, or a subagent's task) picks the script. Records the tools each
-    call was offered."""
-
-    scripts: dict[str, ScriptFileChatModel]
-    offered: list[str] = Field(default_factory=list)
-
-    @property
-    def _llm_type(self) -> str:
-        return "parley-test-by-conversation"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ByConversation:
-        names = [convert_to_openai_tool(t)["function"]["name"] for t in tools]
-        return self.model_copy(update={"offered": names})
-
-    def _generate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
-    ) -> ChatResult:
-        first = next(str(m.content) for m in messages if isinstance(m, HumanMessage))
-        OFFERED.append((first, list(self.offered)))
-        return self.scripts[first]._generate(messages)
 
 
 def planner_model(task: str, parent_reply: str = "The planner is done.") -> ByConversation:

@@ -11,10 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, HumanMessage
-from langchain_core.outputs import ChatResult
-from parley.activities.models.script_file import ScriptFileChatModel
 from temporalio.api.enums.v1 import CommandType
 from temporalio.converter import WorkflowSerializationContext
 from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
@@ -28,7 +24,7 @@ from parley.workflow_runner import (
     ContextCachingWorkflowInstance,
 )
 from tests.checks import new_session, runs_in
-from tests.support import call, read_records, script, write_record
+from tests.support import ByConversation, call, read_records, script, write_record
 
 #: (question, "none" or "command", "asked" | "sdk"): how many questions the SDK asked
 #: the wrapped instance, and how many of those the wrapper passed on to the sandbox.
@@ -107,26 +103,6 @@ def _kind(command_info: Any) -> str:
     return "none" if command_info is None else "command"
 
 
-class _ByConversation(BaseChatModel):
-    """One script per conversation, picked by its first human message (the user's
-    message, or the subagent's task)."""
-
-    scripts: dict[str, ScriptFileChatModel]
-
-    @property
-    def _llm_type(self) -> str:
-        return "parley-test-by-conversation"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> _ByConversation:
-        return self
-
-    def _generate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
-    ) -> ChatResult:
-        first = next(str(m.content) for m in messages if isinstance(m, HumanMessage))
-        return self.scripts[first]._generate(messages)
-
-
 RECORDER = SubagentSpec(
     name="recorder", description="Writes records; nothing else.", tools=["write_record"]
 )
@@ -151,7 +127,7 @@ def test_the_worker_uses_the_caching_sandbox() -> None:
 
 async def test_every_context_is_the_sdks_own_answer(checked_runner, parley_worker) -> None:
     task = f"record Q4 ({new_session()})"
-    model = _ByConversation(
+    model = ByConversation(
         scripts={
             "record Q3": script(
                 {
