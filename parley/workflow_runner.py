@@ -28,13 +28,13 @@ How: :class:`ContextCachingWorkflowInstance` wraps the SDK's instance.
   its parent, whose contexts name the other workflow.
 - Everything else goes to the wrapped instance.
 
-Measured (2026-12-03, ``209bebd``, 2 shared cores; each side with and without this
-runner, interleaved, the same hour): the sandbox is entered 6 times per confirmed turn
-instead of 38 (the 3 activities' contexts and store contexts, once each); the worker's
-CPU per confirmed turn in ``bench/throughput.py`` falls by ~4-7 ms (~58 to ~54 ms with 1
-worker, ~61 to ~55 ms with 2), which the throughput ratio to bare does not show beyond
-the run-to-run noise. A worthwhile saving of pure overhead, not the third of the worker's
-CPU an instrumenting profiler (yappi) attributed to it.
+Measured (2026-12-03, ``209bebd``, 2 shared cores; with and without this runner,
+interleaved, the same hour): the sandbox is entered 6 times per confirmed turn instead
+of 38 (each of the 3 activities' context and store context, once); the worker's CPU per
+confirmed turn in ``bench/throughput.py`` falls by ~4-7 ms (~58 to ~54 ms with 1 worker,
+~61 to ~55 ms with 2). Throughput, start rate and decide latency against bare moved by
+less than the run-to-run noise, and RSS not at all: a real saving of pure overhead, far
+from the third of the worker's CPU an instrumenting profiler (yappi) had attributed to it.
 
 The invariant it relies on: an instance's answer for a command changes only inside
 ``activate`` (that is where the workflow code runs and the pending tables change), and
