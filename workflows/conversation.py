@@ -101,7 +101,6 @@ class ConversationWorkflow:
             session_id=start.session_id,
             user_id=start.user_id,
             reviewers=start.reviewers,
-            subagent=start.subagent,
         )
         self._events = EventLog(self._state, thread_id=start.session_id)
         self._ledger = Ledger(self._state, self._events)
@@ -120,8 +119,8 @@ class ConversationWorkflow:
         publish_owner(self._state)
         publish_status(self._state)
         try:
-            if self._state.subagent is not None and start.carried_state is None:
-                await self._take_task(self._state.subagent)
+            if start.subagent is not None and start.carried_state is None:
+                await self._take_task(start.subagent)
             await self._converse(start)
         except asyncio.CancelledError:
             # Cancelled (a parent that ended, or an operator): nothing pending runs.
@@ -135,7 +134,7 @@ class ConversationWorkflow:
             task.cancel()  # the conversation ended: nobody need be told it waits
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._close()
-        if self._state.subagent is not None:
+        if start.subagent is not None:
             # What the parent reads (``last_turn``), not pages it never shows.
             return self._ledger.snapshot(
                 StateQuery(user_id=self._state.user_id, transcript_limit=0, audit_limit=0)
@@ -217,7 +216,7 @@ class ConversationWorkflow:
         its parent reads the last turn."""
         state = self._state
         return (
-            state.subagent is not None
+            self._start.subagent is not None
             and not state.turn_running
             and not state.pending
             and not state.queued_decisions
@@ -421,7 +420,7 @@ class ConversationWorkflow:
             gate.check_decisions(self._state, request, workflow.now())
         except Refusal as refusal:
             self._record_refused_decision(request.decided_by, refusal, request)
-            if self._state.subagent is not None:
+            if self._start.subagent is not None:
                 await self._turns.report_to_parent()  # so the parent stops waiting
             return
         self._state.turn_running = True
@@ -475,7 +474,9 @@ class ConversationWorkflow:
         )
 
     def _check_message(self, message: SendMessageInput) -> None:
-        gate.check_message(self._state, message, self._start.max_message_bytes)
+        gate.check_message(
+            self._state, message, self._start.max_message_bytes, subagent=self._start.subagent
+        )
 
     async def _expire_due_calls(self) -> None:
         """Calls past their deadline: one whose rule escalates is escalated once (its
@@ -503,7 +504,7 @@ class ConversationWorkflow:
         if escalating:
             self._turns.escalate(escalating)
             publish_status(self._state)  # the new deadline, in the current details
-            if self._state.subagent is not None:
+            if self._start.subagent is not None:
                 await self._turns.report_to_parent()  # the parent shows the new deadline
         due = [call for call in due if call not in escalating]
         if not due:

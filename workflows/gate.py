@@ -21,6 +21,7 @@ from parley.contracts import (
     DecideInput,
     PendingCall,
     SendMessageInput,
+    SubagentTask,
     ToolCatalogue,
 )
 from parley.errors import (
@@ -55,14 +56,21 @@ def check_open(state: ConversationState) -> None:
         raise TurnInProgress("a turn is still running in this conversation; wait for its result")
 
 
-def check_message(state: ConversationState, message: SendMessageInput, max_bytes: int) -> None:
-    """A chat message may start a turn: the owner's, not empty, not too large, and no
-    decision owed (a chat message never approves a tool call)."""
+def check_message(
+    state: ConversationState,
+    message: SendMessageInput,
+    max_bytes: int,
+    *,
+    subagent: SubagentTask | None = None,
+) -> None:
+    """A chat message may start a turn: the owner's, not empty, not too large, no
+    decision owed (a chat message never approves a tool call), and not to a subagent's
+    conversation (``subagent``: its task), which takes only its task."""
     check_owner(state, message.user_id)
-    if state.subagent is not None:
-        parent = state.subagent.parent_workflow_id.removeprefix(WORKFLOW_ID_PREFIX)
+    if subagent is not None:
+        parent = subagent.parent_workflow_id.removeprefix(WORKFLOW_ID_PREFIX)
         raise InvalidMessage(
-            f"this is subagent {state.subagent.name}'s conversation, working on a task for "
+            f"this is subagent {subagent.name}'s conversation, working on a task for "
             f"conversation {parent}; it takes no messages. Write to {parent} instead."
         )
     check_open(state)

@@ -65,6 +65,7 @@ from parley.contracts import (
     ToolResult,
     ToolSpec,
     TurnResult,
+    TurnToolResult,
     call_shape,
     call_summary,
     evaluate,
@@ -164,7 +165,7 @@ class TurnEngine:
             set_status(state, "failed")
         state.last_turn = result
         self._ledger.trim()
-        if state.subagent is not None and result.status == "awaiting_approval":
+        if self._start.subagent is not None and result.status == "awaiting_approval":
             await self.report_to_parent(result.results)
         return result
 
@@ -215,7 +216,7 @@ class TurnEngine:
         """Tell the worker's webhook (if it has one) that calls wait for a decision, in
         the background: the turn's result does not wait for the webhook. A subagent's
         calls are announced by its parent, where they are decided."""
-        if not self._catalogue().notifications or self._state.subagent is not None:
+        if not self._catalogue().notifications or self._start.subagent is not None:
             return
         self._notify_in_background(
             NotifyInput(
@@ -274,8 +275,8 @@ class TurnEngine:
     def _catalogue(self) -> ToolCatalogue:
         """The worker's tools; in a subagent's conversation, only those it may use."""
         catalogue = self._state.tools or ToolCatalogue(tools=[])
-        if self._state.subagent is not None:
-            return catalogue.for_subagent(self._state.subagent.name)
+        if self._start.subagent is not None:
+            return catalogue.for_subagent(self._start.subagent.name)
         return catalogue
 
     # --- the model ----------------------------------------------------------------------
@@ -315,7 +316,7 @@ class TurnEngine:
                     context=state.model_context,
                     new_messages=new_messages,
                     catalogue_version=known,
-                    subagent=state.subagent.name if state.subagent else None,
+                    subagent=self._start.subagent.name if self._start.subagent else None,
                 ),
                 start_to_close_timeout=MODEL_ACTIVITY.start_to_close,
                 heartbeat_timeout=MODEL_ACTIVITY.heartbeat,
@@ -524,7 +525,7 @@ class TurnEngine:
                     approved_by=approved_by,
                     rule=rule,
                     evaluated_at=workflow.now() if rule else None,
-                    subagent=self._state.subagent.name if self._state.subagent else None,
+                    subagent=self._start.subagent.name if self._start.subagent else None,
                 ),
                 start_to_close_timeout=TOOL_ACTIVITY.start_to_close,
                 heartbeat_timeout=TOOL_ACTIVITY.heartbeat,
@@ -725,11 +726,11 @@ class TurnEngine:
         state.subagent_reports = []
         state.pending = [c for c in state.pending if c.subagent is None]
 
-    async def report_to_parent(self, results: list[Any] | None = None) -> None:
+    async def report_to_parent(self, results: list[TurnToolResult] | None = None) -> None:
         """In a subagent's conversation: tell the parent which calls wait for a decision
         (``subagent_report``). A parent that has ended is told nothing."""
         state = self._state
-        task = state.subagent
+        task = self._start.subagent
         assert task is not None
         state.reports_sent += 1
         report = SubagentReport(

@@ -281,9 +281,7 @@ class ConversationState(Contract):
     #: conversation to a newer build: a run on that same build never moves again, so a
     #: target that does not change cannot start a loop of continue-as-new.
     upgraded_from: str | None = None
-    #: Set in a subagent's conversation: the task and the parent it reports to.
-    subagent: SubagentTask | None = None
-    #: How many reports this subagent's conversation has sent its parent.
+    #: In a subagent's conversation: how many reports it has sent its parent.
     reports_sent: int = 0
     #: The subagents at work for this conversation, and their reports not yet applied
     #: (bounded: one per call of a model message; no continue-as-new while any works).
