@@ -1,10 +1,34 @@
-"""Loading configured code by reference (``PARLEY_TOOLS``, ``PARLEY_MODEL``): worker side."""
+"""Loading what the worker is configured with: code by reference (``PARLEY_TOOLS``,
+``PARLEY_MODEL``) and configuration files (``PARLEY_POLICIES``, ``PARLEY_MCP_SERVERS``,
+``script:<file>``). Worker side."""
 
 from __future__ import annotations
 
 import inspect
+import json
+import tomllib
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
+
+#: How each kind of configuration file is parsed, and what its parser raises.
+_FORMATS: dict[str, tuple[Callable[[str], Any], type[Exception]]] = {
+    "JSON": (json.loads, json.JSONDecodeError),
+    "TOML": (tomllib.loads, tomllib.TOMLDecodeError),
+}
+
+
+def read_config_file(path: str | Path, setting: str, kind: Literal["JSON", "TOML"]) -> Any:
+    """The parsed content of a configuration file, or one ``ValueError`` that names the
+    setting and the file: it cannot be read, or it is not ``kind``."""
+    file = Path(path)
+    parse, malformed = _FORMATS[kind]
+    try:
+        return parse(file.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ValueError(f"{setting}: cannot read {file}: {err.strerror}") from None
+    except malformed as err:
+        raise ValueError(f"{setting}: {file} is not {kind}: {err}") from None
 
 
 def takes_no_arguments(function: Callable[..., Any]) -> bool:

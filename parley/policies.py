@@ -41,7 +41,6 @@ reason; it is never half applied.
 from __future__ import annotations
 
 import fnmatch
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -49,6 +48,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from parley.contracts import PolicyRule, SubagentSpec
+from parley.loading import read_config_file
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -65,12 +65,7 @@ def load_policies(path: str | Path, *, tool_names: list[str] | None = None) -> P
     """The file's rules and subagents, checked against the worker's tools when
     ``tool_names`` is given (a pattern that matches none is a mistake)."""
     file = Path(path)
-    try:
-        raw = tomllib.loads(file.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ValueError(f"PARLEY_POLICIES: cannot read {file}: {err.strerror}") from None
-    except tomllib.TOMLDecodeError as err:
-        raise ValueError(f"PARLEY_POLICIES: {file} is not TOML: {err}") from None
+    raw = read_config_file(file, "PARLEY_POLICIES", "TOML")
     unknown = set(raw) - {"rule", "subagent"}
     if unknown:
         raise ValueError(

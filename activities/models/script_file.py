@@ -9,7 +9,6 @@ the same message.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import BaseModel, Field, ValidationError
 
 from parley.errors import ModelRequestError
+from parley.loading import read_config_file
 
 
 class ScriptedCall(BaseModel):
@@ -39,12 +39,7 @@ class ScriptFileChatModel(BaseChatModel):
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptFileChatModel:
         file = Path(path)
-        try:
-            raw = json.loads(file.read_text(encoding="utf-8"))
-        except OSError as err:
-            raise ValueError(f"script model: cannot read {file}: {err.strerror}") from err
-        except json.JSONDecodeError as err:
-            raise ValueError(f"script model: {file} is not JSON: {err}") from err
+        raw = read_config_file(file, "script model", "JSON")
         if not isinstance(raw, list):
             raise ValueError(f"script model: {file} must hold a JSON list of messages")
         try:

@@ -22,13 +22,13 @@ that can take the key from the arguments.
 from __future__ import annotations
 
 import asyncio
-import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from langchain_core.tools import BaseTool
 
+from parley.loading import read_config_file
 from parley.settings import Settings
 from parley.tools import ParleyTool, confirm
 
@@ -38,12 +38,7 @@ LOAD_SECONDS = 60.0
 
 def read_connections(path: str) -> dict[str, dict[str, Any]]:
     file = Path(path)
-    try:
-        connections = json.loads(file.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ValueError(f"PARLEY_MCP_SERVERS: cannot read {file}: {err.strerror}") from None
-    except json.JSONDecodeError as err:
-        raise ValueError(f"PARLEY_MCP_SERVERS: {file} is not JSON: {err}") from None
+    connections = read_config_file(file, "PARLEY_MCP_SERVERS", "JSON")
     if not isinstance(connections, dict) or not all(
         isinstance(name, str) and isinstance(spec, dict) and "transport" in spec
         for name, spec in connections.items()
