@@ -1,8 +1,10 @@
 """The HTTP gateway: Parley for browsers and AG-UI frontends. Client side (a Temporal
 client; never imported by workflows).
 
-- ``app``: the FastAPI application (REST + Server-Sent Events + ``POST /agui``) and the
-  approval page it serves at ``/``;
+- ``app``: the FastAPI application wired together, and the approval page at ``/``;
+- ``rest``, ``agui``: its routes (``/v1``; ``POST /agui``); ``streams``: turns and
+  conversations as AG-UI Server-Sent Events; ``errors``: the one error shape;
+  ``deps``: the caller's user and checked session ids;
 - ``access``: bearer tokens mapped to user ids (the user always comes from the token);
 - ``feeds``: one ``wait_for_events`` subscription per conversation, shared by every
   stream that follows it;

@@ -1,0 +1,109 @@
+"""``POST /agui``: the AG-UI protocol's ``RunAgentInput`` in, the run's AG-UI events out
+(Server-Sent Events). Client side (the gateway).
+
+The ``threadId`` is the session id. With ``resume``, its entries answer the pending
+calls (each interrupt is one call); otherwise the last message, a user message, is
+sent as the conversation's next message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+
+from ag_ui.core import ResumeEntry, RunAgentInput
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import StreamingResponse
+from pydantic import ValidationError
+
+from parley.contracts import Decision, TurnResult
+from parley.errors import ErrorType
+from parley.gateway.deps import Gateway, current_user, gateway, session
+from parley.gateway.errors import ApiError
+from parley.gateway.rest import MESSAGE_ID
+from parley.gateway.streams import sse, turn_events
+
+router = APIRouter()
+
+
+@router.post(
+    "/agui",
+    tags=["ag-ui"],
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
+async def agui(
+    request: Request,
+    user_id: str = Depends(current_user),
+    gw: Gateway = Depends(gateway),
+) -> StreamingResponse:
+    """AG-UI: a ``RunAgentInput`` whose ``threadId`` is the session id. With
+    ``resume``, its entries answer the pending calls (payload: a decision, or
+    ``true``/``false``); otherwise the last message, a user message, is sent. New
+    input while calls wait for a decision ends the run with ``RUN_ERROR``."""
+    try:
+        run = RunAgentInput.model_validate(await request.json())
+    except ValueError as err:
+        raise ApiError(422, "InvalidRequest", f"not a RunAgentInput: {err}") from None
+    session_id = session(run.thread_id)
+    if run.resume:
+        decisions = decisions_from_resume(run.resume)
+
+        def call() -> Awaitable[TurnResult]:
+            return gw.conversations.decide(session_id, user_id, decisions)
+    else:
+        text, message_id = last_user_message(run)
+
+        def call() -> Awaitable[TurnResult]:
+            return gw.conversations.send(session_id, user_id, text, message_id=message_id)
+
+    return sse(turn_events(gw, session_id, user_id, call, run_id=run.run_id))
+
+
+def decisions_from_resume(entries: list[ResumeEntry]) -> list[Decision]:
+    """AG-UI resume entries as decisions: ``cancelled`` rejects; a ``resolved`` payload
+    is a decision (``{"action": ...}``, see the interrupt's ``responseSchema``), or
+    ``true`` (approve) / ``false`` (reject)."""
+    decisions = []
+    for entry in entries:
+        payload = entry.payload
+        try:
+            if entry.status == "cancelled" or payload is False:
+                decision = Decision(
+                    tool_call_id=entry.interrupt_id, action="reject", message="cancelled"
+                )
+            elif payload is True or payload is None:
+                decision = Decision(tool_call_id=entry.interrupt_id, action="approve")
+            elif isinstance(payload, dict):
+                decision = Decision.model_validate({**payload, "tool_call_id": entry.interrupt_id})
+            else:
+                raise ValueError(
+                    "the payload must be a decision object, true (approve) or false (reject)"
+                )
+        except (ValueError, ValidationError) as err:
+            raise ApiError(
+                422, ErrorType.INVALID_DECISION, f"resume entry {entry.interrupt_id}: {err}"
+            ) from None
+        decisions.append(decision)
+    return decisions
+
+
+def last_user_message(run: RunAgentInput) -> tuple[str, str | None]:
+    """The text and id of the run's new input: its last message, which must be the
+    user's. (AG-UI clients send the whole thread; only its last message is new.)"""
+    if not run.messages:
+        raise ApiError(422, ErrorType.INVALID_MESSAGE, "the run has no messages and no resume")
+    last = run.messages[-1]
+    role = getattr(last, "role", "")
+    if role != "user":
+        raise ApiError(
+            422,
+            ErrorType.INVALID_MESSAGE,
+            f"the last message is a {role or 'non-user'} message; send the user's message "
+            "last, or answer the interrupts with resume",
+        )
+    content = last.content
+    if isinstance(content, str):
+        text = content
+    else:
+        text = "".join(getattr(part, "text", "") or "" for part in content)
+    message_id = last.id if last.id and MESSAGE_ID.fullmatch(last.id) else None
+    return text, message_id

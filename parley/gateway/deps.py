@@ -1,0 +1,76 @@
+"""What every route needs: the gateway's shared parts, the caller's user id, a checked
+session id, and refusals turned into HTTP errors. Client side (the gateway).
+
+The routers (``rest``, ``agui``) are module-level; they reach the one :class:`Gateway`
+of their app through ``request.app.state.gateway``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from parley.client import ConversationRefused, Conversations
+from parley.contracts import workflow_id_for
+from parley.errors import ErrorType
+from parley.gateway.access import TokenTable
+from parley.gateway.errors import ApiError, refused
+from parley.gateway.feeds import Feeds
+from parley.settings import Settings
+
+bearer = HTTPBearer(auto_error=False)
+
+
+@dataclass
+class Gateway:
+    """The parts every request of one app shares."""
+
+    conversations: Conversations
+    tokens: TokenTable
+    feeds: Feeds
+
+    @property
+    def settings(self) -> Settings:
+        return self.conversations.settings
+
+    def workflow_link(self, session_id: str) -> str:
+        settings = self.settings
+        return (
+            f"{settings.temporal_ui_url.rstrip('/')}/namespaces/{settings.namespace}"
+            f"/workflows/{workflow_id_for(session_id)}"
+        )
+
+
+def gateway(request: Request) -> Gateway:
+    return request.app.state.gateway
+
+
+async def current_user(
+    request: Request,
+    credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
+) -> str:
+    if credentials is None:
+        raise ApiError(401, "Unauthenticated", "send your token as 'Authorization: Bearer <token>'")
+    user_id = gateway(request).tokens.user_for(credentials.credentials)
+    if user_id is None:
+        raise ApiError(401, "Unauthenticated", "this token is not known to the gateway")
+    return user_id
+
+
+def session(session_id: str) -> str:
+    try:
+        workflow_id_for(session_id)
+    except ValueError as err:
+        raise ApiError(422, ErrorType.INVALID_SESSION, str(err)) from None
+    return session_id
+
+
+async def guarded(session_id: str, call: Awaitable[Any]) -> Any:
+    try:
+        return await call
+    except ConversationRefused as refusal:
+        raise refused(refusal, session_id) from None

@@ -1,0 +1,74 @@
+"""The gateway's one error shape, ``{"error": {"type", "message"}}``, and how a
+conversation's refusal maps to an HTTP status. Client side (the gateway).
+
+401 unauthenticated, 404 not found (also another user's conversation), 409 not now
+(decisions owed, turn running, ended), 413 too large, 422 bad input, 503 no worker.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from parley.client import ConversationRefused
+from parley.errors import ErrorType
+
+#: Refusals and the HTTP status each answers.
+HTTP_STATUS = {
+    ErrorType.NOT_OWNER: 404,
+    ErrorType.NOT_FOUND: 404,
+    ErrorType.INVALID_SESSION: 422,
+    ErrorType.INVALID_USER: 422,
+    ErrorType.INVALID_MESSAGE: 422,
+    ErrorType.INVALID_DECISION: 422,
+    ErrorType.MESSAGE_TOO_LARGE: 413,
+    ErrorType.DECISIONS_OWED: 409,
+    ErrorType.NO_DECISIONS_OWED: 409,
+    ErrorType.TURN_IN_PROGRESS: 409,
+    ErrorType.CONVERSATION_ENDED: 409,
+    ErrorType.NO_WORKER: 503,
+    ErrorType.UNREACHABLE: 503,
+}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, error_type: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+        self.message = message
+
+
+def error_response(status: int, error_type: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"type": error_type, "message": message}}, status_code=status)
+
+
+def refused(refusal: ConversationRefused, session_id: str) -> ApiError:
+    """A refusal as an HTTP error. Not the owner reads exactly as not found."""
+    error_type = refusal.error_type or "Refused"
+    status = HTTP_STATUS.get(error_type, 502)
+    if status == 404:
+        return ApiError(404, ErrorType.NOT_FOUND, f"conversation {session_id} not found")
+    return ApiError(status, error_type, refusal.message)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Every error the app raises answers in the one JSON shape."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, err: ApiError) -> JSONResponse:
+        return error_response(err.status, err.error_type, err.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
+        problems = []
+        for problem in err.errors():
+            where = ".".join(str(p) for p in problem.get("loc", ()) if p != "body")
+            problems.append(f"{where}: {problem.get('msg')}" if where else problem.get("msg"))
+        return error_response(422, "InvalidRequest", "; ".join(problems) or "invalid request")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, err: StarletteHTTPException) -> JSONResponse:
+        return error_response(err.status_code, "HTTPError", str(err.detail))

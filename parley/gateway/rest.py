@@ -1,0 +1,181 @@
+"""The REST routes under ``/v1``: who am I, listing, state, messages, decisions and a
+conversation's event stream. Client side (talks to Temporal through
+``parley.client.Conversations``).
+
+The user id is the token's (``deps.current_user``), never the body's. Another user's
+conversation answers 404, exactly as a missing one does.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Awaitable
+from typing import Any
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from parley.client import ConversationRefused
+from parley.contracts import ConversationStatus, Decision, StateQuery, TurnResult
+from parley.gateway.deps import Gateway, current_user, gateway, guarded, session
+from parley.gateway.errors import ApiError
+from parley.gateway.streams import follow, respond_to_turn, sse
+
+#: A message id a client picks (for retries): short, and usable in an update id.
+MESSAGE_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,64}$"
+MESSAGE_ID = re.compile(MESSAGE_ID_PATTERN)
+
+router = APIRouter()
+
+
+class MessageBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(description="What the user says.")
+    message_id: str | None = Field(
+        default=None,
+        pattern=MESSAGE_ID_PATTERN,
+        description="Your id for this message: sending it again returns the first "
+        "result and applies nothing twice.",
+    )
+    reviewers: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Users besides you who may read the conversation and decide on its "
+        "calls; only when this message starts the conversation.",
+    )
+
+
+class DecisionsBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    decisions: list[Decision] = Field(
+        min_length=1, description="One decision for every pending call."
+    )
+
+
+@router.get("/v1/me", tags=["conversations"])
+async def me(
+    user_id: str = Depends(current_user), gw: Gateway = Depends(gateway)
+) -> dict[str, str]:
+    return {
+        "user_id": user_id,
+        "namespace": gw.settings.namespace,
+        "temporal_ui_url": gw.settings.temporal_ui_url,
+    }
+
+
+@router.get("/v1/conversations", tags=["conversations"])
+async def list_conversations(
+    user_id: str = Depends(current_user),
+    gw: Gateway = Depends(gateway),
+    status: ConversationStatus | None = Query(
+        default=None, description="Only conversations with this status."
+    ),
+    reviewing: bool = Query(
+        default=False, description="Conversations of others that name you a reviewer."
+    ),
+) -> dict[str, Any]:
+    """The caller's conversations from Temporal's visibility (search attributes),
+    awaiting approval first."""
+    try:
+        found = await gw.conversations.list(user_id, reviewing=reviewing)
+    except ConversationRefused as refusal:
+        raise ApiError(502, refusal.error_type or "Refused", refusal.message) from None
+    return {
+        "conversations": [
+            {**c.model_dump(mode="json"), "temporal_ui_url": gw.workflow_link(c.session_id)}
+            for c in found
+            if status is None or c.status == status
+        ]
+    }
+
+
+@router.get("/v1/conversations/{session_id}", tags=["conversations"])
+async def get_conversation(
+    session_id: str = Depends(session),
+    user_id: str = Depends(current_user),
+    gw: Gateway = Depends(gateway),
+    transcript_limit: int = Query(default=200, ge=0, le=1_000),
+    audit_limit: int = Query(default=200, ge=0, le=1_000),
+) -> dict[str, Any]:
+    """Status, pending calls, the latest messages and the audit log (who decided
+    what, when, with which args)."""
+    query = StateQuery(user_id=user_id, transcript_limit=transcript_limit, audit_limit=audit_limit)
+    snapshot = await guarded(session_id, gw.conversations.state(session_id, user_id, query))
+    return {**snapshot.model_dump(mode="json"), "temporal_ui_url": gw.workflow_link(session_id)}
+
+
+@router.post(
+    "/v1/conversations/{session_id}/messages",
+    tags=["conversations"],
+    response_model=TurnResult,
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
+async def post_message(
+    body: MessageBody,
+    request: Request,
+    session_id: str = Depends(session),
+    user_id: str = Depends(current_user),
+    gw: Gateway = Depends(gateway),
+) -> Any:
+    """Send a message (starting the conversation if it is new). Answers the turn's
+    result, or with ``Accept: text/event-stream`` the turn's AG-UI events."""
+    message_id = body.message_id or uuid.uuid4().hex[:16]
+
+    def call() -> Awaitable[TurnResult]:
+        return gw.conversations.send(
+            session_id, user_id, body.text, message_id=message_id, reviewers=body.reviewers
+        )
+
+    return await respond_to_turn(gw, request, session_id, user_id, call)
+
+
+@router.post(
+    "/v1/conversations/{session_id}/decisions",
+    tags=["conversations"],
+    response_model=TurnResult,
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
+async def post_decisions(
+    body: DecisionsBody,
+    request: Request,
+    session_id: str = Depends(session),
+    user_id: str = Depends(current_user),
+    gw: Gateway = Depends(gateway),
+) -> Any:
+    """Decide every pending call at once (approve, edit, reject, respond). The
+    decider recorded in the audit log is the token's user."""
+
+    def call() -> Awaitable[TurnResult]:
+        return gw.conversations.decide(session_id, user_id, body.decisions)
+
+    return await respond_to_turn(gw, request, session_id, user_id, call)
+
+
+@router.get(
+    "/v1/conversations/{session_id}/events",
+    tags=["conversations"],
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
+async def follow_events(
+    session_id: str = Depends(session),
+    user_id: str = Depends(current_user),
+    gw: Gateway = Depends(gateway),
+    after: int = Query(default=-1, ge=-1, description="Send events after this offset."),
+    last_event_id: str | None = Header(default=None),
+) -> StreamingResponse:
+    """The conversation's AG-UI events as Server-Sent Events, from ``after`` (or the
+    ``Last-Event-ID`` a reconnecting client sends), following new ones."""
+    if last_event_id is not None:
+        try:
+            after = max(int(last_event_id), -1)
+        except ValueError:
+            raise ApiError(
+                422, "InvalidRequest", "Last-Event-ID must be an event offset (an integer)"
+            ) from None
+    # Refused now (404, 422), not after the stream has begun.
+    await guarded(session_id, gw.conversations.events(session_id, user_id, limit=1))
+    return sse(follow(gw, session_id, user_id, after))

@@ -1,0 +1,157 @@
+"""Event streams: a turn's AG-UI events as it runs, a conversation's events from an
+offset on, and both as Server-Sent Events. Client side (the gateway).
+
+A stream's ``id:`` is the event's offset in the conversation's log, so a client
+resumes with ``Last-Event-ID``. Streams wait on the conversation's shared feed
+(``feeds``), never on a poll loop, and read with the ``events`` query from their own
+offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from ag_ui.core import Event, RunErrorEvent, RunStartedEvent
+from ag_ui.encoder import EventEncoder
+from fastapi import Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import TypeAdapter
+
+from parley.client import ConversationRefused
+from parley.contracts import OffsetEvent, TurnResult
+from parley.errors import ErrorType
+from parley.gateway.deps import Gateway, guarded
+from parley.gateway.errors import refused
+
+AG_UI_EVENT: TypeAdapter[Any] = TypeAdapter(Event)
+#: A comment line every this many seconds keeps proxies from closing an idle stream.
+KEEPALIVE_SECONDS = 15.0
+
+#: A stream's items: (offset, event); offset None for events outside the log, an
+#: empty event for a keepalive.
+StreamItems = AsyncIterator[tuple[int | None, dict[str, Any]]]
+
+
+async def respond_to_turn(
+    gateway: Gateway,
+    request: Request,
+    session_id: str,
+    user_id: str,
+    call: Callable[[], Awaitable[TurnResult]],
+) -> Any:
+    if "text/event-stream" in request.headers.get("accept", ""):
+        return sse(turn_events(gateway, session_id, user_id, call))
+    result = await guarded(session_id, call())
+    return JSONResponse(result.model_dump(mode="json"))
+
+
+async def current_offset(gateway: Gateway, session_id: str, user_id: str) -> int:
+    """The latest event offset; -1 for a conversation that does not exist yet."""
+    try:
+        page = await gateway.conversations.events(session_id, user_id, limit=1)
+    except ConversationRefused as refusal:
+        if refusal.error_type == ErrorType.NOT_FOUND:
+            return -1
+        raise refused(refusal, session_id) from None
+    return page.latest
+
+
+async def read_after(
+    gateway: Gateway, session_id: str, user_id: str, after: int
+) -> list[OffsetEvent]:
+    try:
+        return (await gateway.conversations.events(session_id, user_id, after=after)).events
+    except ConversationRefused as refusal:
+        if refusal.error_type == ErrorType.NOT_FOUND:
+            return []
+        raise
+
+
+async def turn_events(
+    gateway: Gateway,
+    session_id: str,
+    user_id: str,
+    call: Callable[[], Awaitable[TurnResult]],
+    run_id: str | None = None,
+) -> StreamItems:
+    """The events of the turn ``call`` runs, as they happen; a refusal ends the
+    stream with ``RUN_ERROR``. With ``run_id`` (AG-UI), runs carry the caller's id."""
+    cursor = await current_offset(gateway, session_id, user_id)
+    turn = asyncio.ensure_future(call())
+    try:
+        async with gateway.feeds.follow(session_id, user_id, cursor) as feed:
+            while True:
+                finished = turn.done()
+                for item in await read_after(gateway, session_id, user_id, cursor):
+                    cursor = item.offset
+                    yield item.offset, with_run_id(item.event, run_id)
+                if finished:
+                    break
+                waiting = asyncio.ensure_future(feed.wait_beyond(cursor, KEEPALIVE_SECONDS))
+                await asyncio.wait({turn, waiting}, return_when=asyncio.FIRST_COMPLETED)
+                waiting.cancel()
+        turn.result()
+    except ConversationRefused as refusal:
+        if run_id is not None:
+            yield (
+                None,
+                RunStartedEvent(thread_id=session_id, run_id=run_id).model_dump(
+                    mode="json", by_alias=True, exclude_none=True
+                ),
+            )
+        error = refused(refusal, session_id)
+        yield (
+            None,
+            RunErrorEvent(message=error.message, code=error.error_type).model_dump(
+                mode="json", by_alias=True, exclude_none=True
+            ),
+        )
+    finally:
+        if not turn.done():
+            turn.cancel()
+
+
+async def follow(gateway: Gateway, session_id: str, user_id: str, after: int) -> StreamItems:
+    """Every event after ``after``, then new ones as they come, until the
+    conversation's workflow closes. Empty events are keepalives."""
+    cursor = after
+    async with gateway.feeds.follow(session_id, user_id, cursor) as feed:
+        while True:
+            try:
+                page = await read_after(gateway, session_id, user_id, cursor)
+            except ConversationRefused:
+                return
+            for item in page:
+                cursor = item.offset
+                yield item.offset, item.event
+            if feed.closed and not page:
+                return
+            if not await feed.wait_beyond(cursor, KEEPALIVE_SECONDS):
+                yield None, {}
+
+
+def sse(events: StreamItems) -> StreamingResponse:
+    encoder = EventEncoder()
+
+    async def body() -> AsyncIterator[str]:
+        async for offset, event in events:
+            if not event:
+                yield ": keepalive\n\n"
+                continue
+            encoded = encoder.encode(AG_UI_EVENT.validate_python(event))
+            yield (f"id: {offset}\n" if offset is not None else "") + encoded
+
+    return StreamingResponse(
+        body(),
+        media_type=encoder.get_content_type(),
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+def with_run_id(event: dict[str, Any], run_id: str | None) -> dict[str, Any]:
+    """An AG-UI client names its run: give RUN_STARTED/RUN_FINISHED its id."""
+    if run_id is not None and event.get("type") in ("RUN_STARTED", "RUN_FINISHED"):
+        return {**event, "runId": run_id}
+    return event
