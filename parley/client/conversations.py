@@ -1,0 +1,321 @@
+"""Talking to one conversation: send, decide, read its state and events, end it.
+
+Client side (never imported by workflows). Every call goes through the typed handler
+references of ``ConversationWorkflow`` and ``pydantic_data_converter``. A refusal by
+the workflow surfaces as ``ConversationRefused`` (``parley.client.errors``); a call that
+waits for a worker is watched (``parley.client.liveness``); listing reads visibility
+(``parley.client.visibility``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import uuid
+from collections.abc import Sequence
+
+from langchain_core.messages import AnyMessage
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+
+from parley.client.errors import (
+    ConversationRefused,
+    check_text,
+    checked_user,
+    checked_workflow_id,
+    refusal,
+)
+from parley.client.liveness import LivenessWatch
+from parley.client.visibility import ConversationListing
+from parley.contracts import (
+    PARLEY_REVIEWERS,
+    PARLEY_STATUS,
+    PARLEY_USER,
+    ConversationSnapshot,
+    ConversationStart,
+    DecideInput,
+    Decision,
+    EndInput,
+    EventPage,
+    EventsQuery,
+    EventsWait,
+    SendMessageInput,
+    StateQuery,
+    TurnResult,
+)
+from parley.errors import NOT_OWNER_MESSAGE, ErrorType
+from parley.settings import Settings
+from parley.storage import TranscriptStore, driver_of
+from parley.workflows.conversation import ConversationWorkflow
+
+
+class Conversations(ConversationListing, LivenessWatch):
+    """The one client API to conversations: each method pairs a workflow call with the
+    refusal it turns into one clear line, and with the liveness watch."""
+
+    def __init__(self, client: Client, settings: Settings) -> None:
+        self._client = client
+        self._settings = settings
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @property
+    def temporal(self) -> Client:
+        return self._client
+
+    def handle(self, session_id: str) -> WorkflowHandle[ConversationWorkflow, object]:
+        return self._client.get_workflow_handle_for(
+            ConversationWorkflow.run, checked_workflow_id(session_id)
+        )
+
+    async def send(
+        self,
+        session_id: str,
+        user_id: str,
+        text: str,
+        message_id: str | None = None,
+        *,
+        reviewers: Sequence[str] = (),
+    ) -> TurnResult:
+        """Send a message, starting the conversation if it is new (update-with-start).
+        ``reviewers`` (users who may read it and decide on its calls) apply only when
+        this message starts the conversation."""
+        user_id = checked_user(user_id)
+        reviewers = sorted({checked_user(reviewer) for reviewer in reviewers} - {user_id})
+        message_id = message_id or uuid.uuid4().hex[:16]  # 64 random bits: unique enough
+        workflow_id = checked_workflow_id(session_id)
+        start = WithStartWorkflowOperation(
+            ConversationWorkflow.run,
+            ConversationStart(
+                session_id=session_id,
+                user_id=user_id,
+                pending_expiry_seconds=self._settings.pending_expiry_seconds,
+                max_model_calls_per_turn=self._settings.max_model_calls_per_turn,
+                continue_as_new_after_events=self._settings.continue_as_new_after_events,
+                max_message_bytes=self._settings.max_message_bytes,
+                reviewers=reviewers,
+            ),
+            id=workflow_id,
+            task_queue=self._settings.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            # An ended conversation stays ended: a new message must not silently start
+            # an empty one under the same id.
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            # Set here, not upserted by the workflow: a start event costs fewer bytes.
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(PARLEY_USER, user_id),
+                    SearchAttributePair(PARLEY_STATUS, "idle"),
+                    *([SearchAttributePair(PARLEY_REVIEWERS, reviewers)] if reviewers else []),
+                ]
+            ),
+            static_summary=f"Parley conversation {session_id}",
+        )
+        check_text(text, self._settings.max_message_bytes)
+        retry_hint = (
+            f"Your message (id {message_id}) waits in Temporal and applies if a worker "
+            f"takes it soon; to be sure, send it again with --message-id {message_id} once "
+            "a worker runs: the same id is never applied twice."
+        )
+        try:
+            return await self._watch_worker(
+                session_id,
+                self._client.execute_update_with_start_workflow(
+                    ConversationWorkflow.send_message,
+                    SendMessageInput(text=text, message_id=message_id, user_id=user_id),
+                    start_workflow_operation=start,
+                    id=f"message-{message_id}",
+                ),
+                retry_hint,
+            )
+        except WorkflowAlreadyStartedError as err:
+            await _settle(start)
+            raise ConversationRefused(
+                f"conversation {session_id} has ended; use a new session id",
+                ErrorType.CONVERSATION_ENDED,
+            ) from err
+        except (
+            WorkflowUpdateFailedError,
+            WorkflowUpdateRPCTimeoutOrCancelledError,
+            RPCError,
+        ) as err:
+            await _settle(start)
+            raise refusal(err, session_id) from err
+
+    async def decide(
+        self,
+        session_id: str,
+        user_id: str,
+        decisions: Sequence[Decision],
+        update_id: str | None = None,
+    ) -> TurnResult:
+        """Answer every pending call. The same ``update_id`` again returns the first
+        result and runs nothing twice. By default the id is derived from the decisions,
+        so running the same command again (after a timeout, or once a worker is back)
+        attaches to the first call instead of deciding twice."""
+        update_id = update_id or _decision_id(user_id, decisions)
+        retry_hint = (
+            "Your decision is kept by Temporal and applies when a worker takes it; run the "
+            "same command again once one is running to get its result (the same decision "
+            "is the same request: a decided call is never run twice)."
+        )
+        decided_by = checked_user(user_id)
+        try:
+            return await self._watch_worker(
+                session_id,
+                self.handle(session_id).execute_update(
+                    ConversationWorkflow.decide,
+                    DecideInput(decisions=list(decisions), decided_by=decided_by),
+                    id=update_id,
+                ),
+                retry_hint,
+            )
+        except (
+            WorkflowUpdateFailedError,
+            WorkflowUpdateRPCTimeoutOrCancelledError,
+            RPCError,
+        ) as err:
+            raise refusal(err, session_id) from err
+
+    async def state(
+        self, session_id: str, user_id: str, query: StateQuery | None = None
+    ) -> ConversationSnapshot:
+        """One page of the conversation (by default: the latest messages and audit
+        entries). The workflow keeps the latest messages; ``transcript`` reads older ones."""
+        query = (query or StateQuery(user_id=user_id)).model_copy(
+            update={"user_id": checked_user(user_id)}
+        )
+        try:
+            return await self.handle(session_id).query(ConversationWorkflow.state, query)
+        except (WorkflowQueryFailedError, RPCError) as err:
+            raise refusal(err, session_id) from err
+
+    async def transcript(
+        self, session_id: str, user_id: str, offset: int = 0, limit: int = 200
+    ) -> list[AnyMessage]:
+        """Messages ``offset`` to ``offset + limit`` of the conversation, however old:
+        those the workflow no longer keeps are read from the stored transcript chain."""
+        snapshot = await self.state(
+            session_id,
+            user_id,
+            StateQuery(
+                user_id=user_id,
+                transcript_offset=offset,
+                transcript_limit=min(limit, 1_000),
+                audit_limit=0,
+            ),
+        )
+        if snapshot.transcript_offset <= offset or snapshot.model_context is None:
+            return snapshot.transcript[:limit]
+        stored = await TranscriptStore(driver_of(self._client.data_converter)).load(
+            snapshot.model_context
+        )
+        older = stored[offset : min(offset + limit, snapshot.transcript_offset)]
+        return (older + snapshot.transcript)[:limit]
+
+    async def events(
+        self, session_id: str, user_id: str, after: int = -1, limit: int = 500
+    ) -> EventPage:
+        try:
+            return await self.handle(session_id).query(
+                ConversationWorkflow.events,
+                EventsQuery(user_id=checked_user(user_id), after=after, limit=limit),
+            )
+        except (WorkflowQueryFailedError, RPCError) as err:
+            raise refusal(err, session_id) from err
+
+    async def wait_for_events(self, session_id: str, user_id: str, after: int) -> int:
+        """Block until the conversation has an event after ``after`` (or ends, or hands
+        over to a new run); return its latest offset. One call per conversation at a
+        time is enough for any number of readers: the gateway shares it."""
+        try:
+            return await self.handle(session_id).execute_update(
+                ConversationWorkflow.wait_for_events,
+                EventsWait(user_id=checked_user(user_id), after=after),
+                id=f"events-{uuid.uuid4().hex[:16]}",
+            )
+        except (
+            WorkflowUpdateFailedError,
+            WorkflowUpdateRPCTimeoutOrCancelledError,
+            RPCError,
+        ) as err:
+            raise refusal(err, session_id) from err
+
+    async def end(self, session_id: str, user_id: str) -> ConversationSnapshot:
+        """End the conversation once in-flight handlers are done (an owner-checked
+        update); pending calls are answered ``expired`` and never run."""
+        request = EndInput(user_id=checked_user(user_id))
+        try:
+            return await self._watch_worker(
+                session_id,
+                self.handle(session_id).execute_update(
+                    ConversationWorkflow.end, request, id=f"end-{uuid.uuid4().hex[:16]}"
+                ),
+                "Run it again once a worker is running, or end it now with `parley end --force`.",
+            )
+        except (
+            WorkflowUpdateFailedError,
+            WorkflowUpdateRPCTimeoutOrCancelledError,
+            RPCError,
+        ) as err:
+            raise refusal(err, session_id, ended=f"conversation {session_id} has ended") from err
+
+    async def force_end(self, session_id: str, user_id: str, reason: str | None = None) -> None:
+        """Terminate the conversation's workflow, whatever its state and with no worker.
+        Only its owner may: the owner is read from the ``ParleyUser`` search attribute,
+        which Temporal serves without a worker. Pending calls never run."""
+        user_id = checked_user(user_id)
+        handle = self.handle(session_id)
+        try:
+            description = await handle.describe()
+        except RPCError as err:
+            raise refusal(err, session_id) from err
+        owner = description.typed_search_attributes.get(PARLEY_USER)
+        if owner != user_id:
+            # Same words as the workflow's own refusal: it names no one.
+            raise ConversationRefused(NOT_OWNER_MESSAGE, ErrorType.NOT_OWNER)
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            raise ConversationRefused(
+                f"conversation {session_id} has ended", ErrorType.CONVERSATION_ENDED
+            )
+        try:
+            await handle.terminate(reason=reason or f"ended with --force by {user_id}")
+        except RPCError as err:
+            raise refusal(err, session_id, ended=f"conversation {session_id} has ended") from err
+
+
+def _decision_id(user_id: str, decisions: Sequence[Decision]) -> str:
+    """The same decisions by the same user, the same update id. Call ids are unique in
+    a conversation, so equal decisions are one intent, never two."""
+    ordered = sorted(
+        (d.model_dump(mode="json") for d in decisions), key=lambda d: d["tool_call_id"]
+    )
+    digest = hashlib.sha256(json.dumps([user_id, ordered], sort_keys=True).encode()).hexdigest()
+    return f"decide-{digest[:16]}"
+
+
+async def _settle(start: WithStartWorkflowOperation[object, object]) -> None:
+    """Read the outcome of a refused update-with-start's start operation: the SDK keeps
+    it in a future, and an unread failure is logged later as "Future exception was never
+    retrieved". Bounded, in case the SDK never settled it."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(start.workflow_handle(), timeout=1)

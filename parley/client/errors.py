@@ -1,0 +1,99 @@
+"""The client's refusals: ``ConversationRefused``, the local checks made before anything
+is sent, and the translation of a Temporal failure into one clear line.
+
+Client side (never imported by workflows). A refusal by the workflow (not the owner,
+decisions owed, bad decision...) surfaces as ``ConversationRefused`` carrying the
+workflow's message and stable error type (``parley.errors.ErrorType``).
+"""
+
+from __future__ import annotations
+
+from temporalio.client import (
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from parley.contracts import check_user_id, workflow_id_for
+from parley.errors import NOT_OWNER_MESSAGE, ErrorType
+
+
+class ConversationRefused(Exception):
+    """The conversation refused a call; ``message`` says why and what to do."""
+
+    def __init__(self, message: str, error_type: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.error_type = error_type
+
+
+def check_text(text: str, max_bytes: int) -> None:
+    """Refuse, before anything is sent (and so before a conversation is started for
+    it), a message the conversation would refuse."""
+    if not text.strip():
+        raise ConversationRefused("the message is empty", ErrorType.INVALID_MESSAGE)
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as err:
+        raise ConversationRefused(
+            f"the message holds text that is not valid Unicode ({err.reason} at "
+            f"character {err.start}); send it as UTF-8",
+            ErrorType.INVALID_MESSAGE,
+        ) from None
+    if size > max_bytes:
+        raise ConversationRefused(
+            f"the message is {size:,} bytes; a message may be at most {max_bytes:,} bytes "
+            "(PARLEY_MAX_MESSAGE_BYTES). Send a shorter message, or share a large text as "
+            "a file a tool can read.",
+            ErrorType.MESSAGE_TOO_LARGE,
+        )
+
+
+def check_identity(session_id: str, user_id: str) -> None:
+    """Refuse a malformed session or user id locally, before contacting Temporal."""
+    checked_workflow_id(session_id)
+    checked_user(user_id)
+
+
+def checked_user(user_id: str) -> str:
+    try:
+        return check_user_id(user_id)
+    except ValueError as err:
+        raise ConversationRefused(str(err), ErrorType.INVALID_USER) from None
+
+
+def checked_workflow_id(session_id: str) -> str:
+    try:
+        return workflow_id_for(session_id)
+    except ValueError as err:
+        raise ConversationRefused(str(err), ErrorType.INVALID_SESSION) from None
+
+
+def refusal(err: Exception, session_id: str, *, ended: str | None = None) -> ConversationRefused:
+    """The one line a failed workflow call (update, query, RPC) turns into."""
+    if isinstance(err, RPCError):
+        if err.status == RPCStatusCode.NOT_FOUND and "already completed" in err.message:
+            # A call to a closed workflow: the conversation exists, and has ended.
+            return ConversationRefused(
+                ended or f"conversation {session_id} has ended; use a new session id",
+                ErrorType.CONVERSATION_ENDED,
+            )
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return ConversationRefused(f"no conversation {session_id} exists", ErrorType.NOT_FOUND)
+        return ConversationRefused(f"Temporal refused the call: {err.message}", "RPCError")
+    if isinstance(err, WorkflowQueryFailedError):
+        if err.message == NOT_OWNER_MESSAGE:
+            return ConversationRefused(err.message, ErrorType.NOT_OWNER)
+        return ConversationRefused(str(err), "QueryFailed")
+    if isinstance(err, WorkflowUpdateRPCTimeoutOrCancelledError):
+        return ConversationRefused(
+            f"gave up waiting for conversation {session_id}; the turn goes on in Temporal: "
+            "see its result with `parley show`",
+            "StillRunning",
+        )
+    cause = err.cause if isinstance(err, WorkflowUpdateFailedError) else None
+    if isinstance(cause, ApplicationError):
+        return ConversationRefused(cause.message, cause.type)
+    return ConversationRefused(str(cause or err))

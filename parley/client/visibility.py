@@ -1,0 +1,139 @@
+"""Listing conversations from Temporal's visibility: no worker needed.
+
+Client side. ``Conversations.list`` reads the workflow runs a user owns (or reviews)
+with their search attributes (``ParleyUser``, ``ParleyStatus``, ``ParleyPendingTools``),
+and the time of each open one's latest history event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from datetime import UTC, datetime
+
+from pydantic import BaseModel
+from temporalio.api.common.v1 import WorkflowExecution as ExecutionRef
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.service import RPCError
+
+from parley.client.errors import ConversationRefused, checked_user
+from parley.contracts import (
+    PARLEY_PENDING_TOOLS,
+    PARLEY_REVIEWERS,
+    PARLEY_STATUS,
+    PARLEY_USER,
+    WORKFLOW_ID_PREFIX,
+)
+from parley.workflows.conversation import ConversationWorkflow
+
+
+class ConversationSummary(BaseModel):
+    """One conversation as ``Conversations.list`` finds it in Temporal's visibility."""
+
+    session_id: str
+    workflow_id: str
+    #: The status at rest (``ParleyStatus``: awaiting_approval, idle, failed), or
+    #: ``ended`` once the workflow has closed (ended, terminated, timed out...).
+    status: str
+    #: The tools whose calls wait for a decision (``ParleyPendingTools``).
+    pending_tools: list[str]
+    started_at: datetime
+    #: When the conversation last changed: its close time, or its latest history event.
+    last_activity_at: datetime
+    #: Temporal's status of the workflow execution: running, completed, terminated...
+    execution_status: str
+
+
+class ConversationListing:
+    """The listing half of ``Conversations``."""
+
+    _client: Client
+
+    async def list(
+        self, user_id: str, limit: int = 1_000, *, reviewing: bool = False
+    ) -> list[ConversationSummary]:
+        """The user's conversations, from Temporal's visibility (no worker needed):
+        those awaiting a decision first, then the others, most recent first. At most
+        ``limit`` workflow runs are read. With ``reviewing``, the conversations of
+        others that name the user a reviewer instead. Subagents' conversations are
+        left out: their calls wait, and are decided, on their parents' lists."""
+        user_id = checked_user(user_id)
+        query = (
+            f"WorkflowType = {_literal(ConversationWorkflow.__name__)} AND ParentWorkflowId IS NULL"
+        )
+        if reviewing:
+            query += f" AND ParleyReviewers = {_literal(user_id)}"
+        elif '"' in user_id or "\\" in user_id:
+            # Temporal's SQL visibility never matches such a keyword with ``=``: select
+            # by the part before it, and keep the exact owner below.
+            prefix = re.split(r'["\\]', user_id, maxsplit=1)[0]
+            if prefix:
+                query += f" AND ParleyUser STARTS_WITH {_literal(prefix)}"
+        else:
+            query += f" AND ParleyUser = {_literal(user_id)}"
+        runs: dict[str, list[WorkflowExecution]] = {}
+        try:
+            async for execution in self._client.list_workflows(query, limit=limit):
+                attributes = execution.typed_search_attributes
+                mine = (
+                    user_id in (attributes.get(PARLEY_REVIEWERS) or [])
+                    if reviewing
+                    else attributes.get(PARLEY_USER) == user_id
+                )
+                if mine:
+                    runs.setdefault(execution.id, []).append(execution)
+        except RPCError as err:
+            raise ConversationRefused(
+                f"Temporal refused to list conversations: {err.message}", "RPCError"
+            ) from err
+        lookups = asyncio.Semaphore(16)  # one history read per open conversation
+
+        async def summary(group: list[WorkflowExecution]) -> ConversationSummary:
+            async with lookups:
+                return await self._summary(group)
+
+        found = await asyncio.gather(*(summary(group) for group in runs.values()))
+        return sorted(
+            found,
+            key=lambda c: (c.status != "awaiting_approval", -c.last_activity_at.timestamp()),
+        )
+
+    async def _summary(self, runs: list[WorkflowExecution]) -> ConversationSummary:
+        """One conversation from its runs (more than one after continue-as-new)."""
+        continued = WorkflowExecutionStatus.CONTINUED_AS_NEW
+        current = max(runs, key=lambda r: (r.status != continued, r.start_time))
+        open_ = current.status == WorkflowExecutionStatus.RUNNING
+        attributes = current.typed_search_attributes
+        last = current.close_time
+        if last is None:
+            last = await self._latest_event_time(current.id, current.run_id) or current.start_time
+        return ConversationSummary(
+            session_id=current.id.removeprefix(WORKFLOW_ID_PREFIX),
+            workflow_id=current.id,
+            status=(attributes.get(PARLEY_STATUS) or "idle") if open_ else "ended",
+            pending_tools=list(attributes.get(PARLEY_PENDING_TOOLS) or []) if open_ else [],
+            started_at=min(r.start_time for r in runs),
+            last_activity_at=last,
+            execution_status=(current.status.name if current.status else "UNKNOWN").lower(),
+        )
+
+    async def _latest_event_time(self, workflow_id: str, run_id: str) -> datetime | None:
+        try:
+            response = await self._client.workflow_service.get_workflow_execution_history_reverse(
+                GetWorkflowExecutionHistoryReverseRequest(
+                    namespace=self._client.namespace,
+                    execution=ExecutionRef(workflow_id=workflow_id, run_id=run_id),
+                    maximum_page_size=1,
+                )
+            )
+        except RPCError:
+            return None
+        if not response.history.events:
+            return None
+        return response.history.events[0].event_time.ToDatetime(tzinfo=UTC)
+
+
+def _literal(value: str) -> str:
+    """A string literal for a visibility query."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
