@@ -18,6 +18,7 @@ import pytest
 from parley.activities.toolsets.mcp import toolset as mcp_toolset
 
 from parley.contracts import Decision, PolicyRule
+from parley.errors import ErrorType
 from parley.settings import Settings
 from parley.tools import ToolRegistry
 from tests.checks import new_session, tool_messages
@@ -86,7 +87,13 @@ async def test_an_mcp_tool_waits_for_approval_and_runs_once_approved(
         answers = tool_messages((await conversations.state(sid, "alice")).transcript)
         assert "noted: buy milk" in str(answers["n1"].content)
         assert "buy milk" in str(answers["n2"].content)  # auto by rule `reads`
+        # An MCP error result is a tool error the model can read, not a success.
         assert answers["n3"].status == "error" and "no" in str(answers["n3"].content)
+        assert answers["n3"].artifact["status"] == "error"
+        assert answers["n3"].artifact["error"]["type"] == ErrorType.TOOL_INPUT
+        # Text content is text, not JSON-encoded content blocks.
+        assert answers["n1"].content == "noted: buy milk"
+        assert answers["n2"].content == "buy milk\n"
 
 
 def test_unreachable_or_malformed_servers_are_one_clear_error(tmp_path: Path) -> None:

@@ -5,29 +5,54 @@ servers named in ``PARLEY_MCP_SERVERS``: a JSON file of connections as
 ``langchain-mcp-adapters``' ``MultiServerMCPClient`` takes them, e.g.::
 
     {"notes": {"transport": "streamable_http", "url": "http://127.0.0.1:8000/mcp"},
-     "files": {"transport": "stdio", "command": "python", "args": ["files_server.py"]}}
+     "files": {"transport": "stdio", "command": "python", "args": ["files_server.py"],
+               "tool_name_prefix": true}}
+
+``"tool_name_prefix": true`` (Parley's per-server form of the adapter's option of that
+name) names a server's tools ``<server>_<tool>`` (``files_read`` for ``read``): two
+servers that have a tool of the same name cannot both be loaded without it.
 
 Each tool becomes a ``confirm`` tool: it waits for the user's decision, whatever the
 server's annotations say (they are hints from the server, not a policy). The policy
 file (``PARLEY_POLICIES``) makes some ``auto`` or ``deny`` like any other tool, per
-tool and per argument. A tool runs in the ``run_tool`` activity like the others: same
-retries, same error table (an MCP error result is a ``ToolException`` the model
-reads; a server that cannot be reached is retried).
+tool and per argument. A tool runs in the ``run_tool`` activity like the others, and
+what the server answers is mapped here onto the error table that ``tool_failure``
+applies (``mcp_failure``):
 
-MCP has no idempotency key: a call retried after a worker died mid-call reaches the
-server again. Give ``confirm`` MCP tools to servers whose writes are idempotent, or
-that can take the key from the arguments.
+- an ``isError`` result is a ``ToolException`` with the server's text: the model reads
+  it as an input error;
+- a server that cannot be started or reached, or that closes the connection, is a
+  ``TransientError``: Temporal retries the call;
+- a JSON-RPC error the server answers (unknown tool, invalid params) is a
+  ``ToolException`` too; an HTTP status is mapped as the other REST tools map it.
+
+Exception groups (the MCP SDK's task groups wrap every transport failure) are unwrapped
+to their cause first. A result's text content reaches the model as text; a non-text
+block (an image, a file) as one JSON line in its place.
+
+MCP has no idempotency key: a call retried after a worker died mid-call, or after the
+server closed the connection mid-call, reaches the server again. Give ``confirm`` MCP
+tools to servers whose writes are idempotent, or that can take the key from the
+arguments. A server that failed to start never saw the call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from langchain_core.tools import BaseTool
+import anyio
+import httpx
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from mcp.shared.exceptions import McpError
+from mcp.types import CONNECTION_CLOSED
 
+from parley.errors import ToolPermissionError, TransientError, is_transient_status
 from parley.loading import read_config_file
 from parley.settings import Settings
 from parley.tools import ParleyTool, confirm
@@ -35,8 +60,32 @@ from parley.tools import ParleyTool, confirm
 #: How long the worker waits, at start, for the servers to list their tools.
 LOAD_SECONDS = 60.0
 
+#: The per-server option Parley reads from a connection (the adapter never sees it).
+PREFIX_OPTION = "tool_name_prefix"
 
-def read_connections(path: str) -> dict[str, dict[str, Any]]:
+#: Failures that mean the server was not reached (not started, refused, gone away).
+_UNREACHED = (
+    OSError,
+    TimeoutError,
+    httpx.TransportError,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    anyio.EndOfStream,
+)
+
+
+@dataclass(frozen=True)
+class McpServer:
+    name: str
+    connection: dict[str, Any]
+    tool_name_prefix: bool = False
+
+
+class McpServerError(RuntimeError):
+    """A server failed in a way neither the model nor a retry can help with."""
+
+
+def read_servers(path: str) -> list[McpServer]:
     file = Path(path)
     connections = read_config_file(file, "PARLEY_MCP_SERVERS", "JSON")
     if not isinstance(connections, dict) or not all(
@@ -47,31 +96,149 @@ def read_connections(path: str) -> dict[str, dict[str, Any]]:
             f"PARLEY_MCP_SERVERS: {file} must map server names to connections with a "
             '"transport" ("streamable_http" with "url", or "stdio" with "command")'
         )
-    return connections
-
-
-def load_mcp_tools(connections: dict[str, dict[str, Any]]) -> list[BaseTool]:
-    """Every tool of every server, listed once at start. Listing is async and a worker
-    may load its tools inside or outside an event loop, so it runs on a thread of its
-    own; each later call opens its own session from the same connection."""
-    from langchain_mcp_adapters.client import MultiServerMCPClient
-
-    client = MultiServerMCPClient(connections)  # type: ignore[arg-type]
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        try:
-            return pool.submit(asyncio.run, client.get_tools()).result(timeout=LOAD_SECONDS)
-        except Exception as err:
+    servers = []
+    for name, spec in connections.items():
+        connection = dict(spec)
+        prefix = connection.pop(PREFIX_OPTION, False)
+        if not isinstance(prefix, bool):
             raise ValueError(
-                f"PARLEY_MCP_SERVERS: could not list the tools of {', '.join(connections)}: "
-                f"{_reason(err)}"
-            ) from None
+                f'PARLEY_MCP_SERVERS: {file}: server {name!r}: "{PREFIX_OPTION}" must be '
+                f"true or false, not {json.dumps(prefix)}"
+            )
+        servers.append(McpServer(name, connection, prefix))
+    return servers
+
+
+def load_mcp_tools(servers: list[McpServer]) -> list[BaseTool]:
+    """Every tool of every server, listed once at start; two tools of one name are
+    refused, naming both servers. Listing is async and a worker may load its tools
+    inside or outside an event loop, so it runs on a thread of its own; each later call
+    opens its own session from the same connection."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        listed = pool.submit(asyncio.run, _list_all(servers)).result()
+    failed = [
+        f"{server.name}: {_reason(tools)}"
+        for server, tools in zip(servers, listed, strict=True)
+        if isinstance(tools, BaseException)
+    ]
+    if failed:
+        raise ValueError(f"PARLEY_MCP_SERVERS: could not list the tools of {'; '.join(failed)}")
+    owner: dict[str, McpServer] = {}
+    loaded: list[BaseTool] = []
+    for server, tools in zip(servers, listed, strict=True):
+        assert isinstance(tools, list)
+        for tool in tools:
+            first = owner.setdefault(tool.name, server)
+            if first is not server:
+                raise ValueError(_collision(tool.name, first, server))
+            loaded.append(_as_parley_call(tool, server.name))
+    return loaded
+
+
+async def _list_all(servers: list[McpServer]) -> list[list[BaseTool] | BaseException]:
+    from langchain_mcp_adapters.tools import load_mcp_tools as list_tools
+
+    async def listing(server: McpServer) -> list[BaseTool]:
+        listed = list_tools(
+            None,
+            connection=server.connection,  # type: ignore[arg-type]
+            server_name=server.name,
+            tool_name_prefix=server.tool_name_prefix,
+            # An isError result is raised, so mcp_failure makes it a tool error.
+            handle_tool_errors=False,
+        )
+        try:
+            return await asyncio.wait_for(listed, LOAD_SECONDS)
+        except TimeoutError:
+            raise TimeoutError(f"no answer in {LOAD_SECONDS:.0f} s") from None
+
+    return await asyncio.gather(*(listing(s) for s in servers), return_exceptions=True)
+
+
+def _collision(tool: str, first: McpServer, second: McpServer) -> str:
+    unprefixed = first if not first.tool_name_prefix else second
+    return (
+        f"PARLEY_MCP_SERVERS: servers {first.name!r} and {second.name!r} both have a tool "
+        f'named {tool!r}: set "{PREFIX_OPTION}": true on {unprefixed.name!r} (its tools '
+        f"are then named {unprefixed.name}_<tool>)"
+    )
+
+
+def _as_parley_call(tool: BaseTool, server: str) -> BaseTool:
+    """The adapter's tool, with its result's text as text and its failures mapped."""
+    assert isinstance(tool, StructuredTool) and tool.coroutine is not None
+    call_server: Callable[..., Awaitable[tuple[Any, Any]]] = tool.coroutine
+
+    async def call(**arguments: Any) -> tuple[Any, Any]:
+        try:
+            content, artifact = await call_server(**arguments)
+        except Exception as err:
+            cause = innermost(err)
+            failure = mcp_failure(server, cause)
+            # Chained to the cause alone: a cycle (the cause as its own cause, or a group
+            # holding it) would make Temporal's failure converter recurse without end.
+            raise failure from (None if failure is cause else cause)
+        return content_text(content), artifact
+
+    return tool.model_copy(update={"coroutine": call})
+
+
+def innermost(err: BaseException) -> BaseException:
+    """The cause under the exception groups (task groups wrap connection errors)."""
+    while isinstance(err, BaseExceptionGroup) and err.exceptions:
+        err = next(
+            (e for e in err.exceptions if not isinstance(e, asyncio.CancelledError)),
+            err.exceptions[0],
+        )
+    return err
+
+
+def mcp_failure(server: str, err: BaseException) -> Exception:
+    """What a call to ``server`` raised, as the error ``tool_failure`` maps (see the
+    module docstring)."""
+    cause = innermost(err)
+    reason = _reason(cause)
+    if isinstance(cause, ToolException):
+        return cause  # an isError result: the server's own words
+    if isinstance(cause, McpError):
+        if cause.error.code in (CONNECTION_CLOSED, httpx.codes.REQUEST_TIMEOUT):
+            return TransientError(f"MCP server {server!r} could not be reached: {reason}")
+        return ToolException(f"MCP server {server!r} refused the call: {cause.error.message}")
+    if isinstance(cause, httpx.HTTPStatusError):
+        status = cause.response.status_code
+        message = f"MCP server {server!r} answered HTTP {status}"
+        if is_transient_status(status):
+            after = cause.response.headers.get("retry-after", "")
+            retry_after = float(after) if after.isdigit() else None
+            return TransientError(message, http_status=status, retry_after=retry_after)
+        if status in (401, 403):
+            return ToolPermissionError(message, http_status=status)
+        return McpServerError(message)
+    if isinstance(cause, _UNREACHED):
+        return TransientError(f"MCP server {server!r} could not be reached: {reason}")
+    return McpServerError(f"MCP server {server!r}: {reason}")
 
 
 def _reason(err: BaseException) -> str:
-    """The innermost cause (task groups wrap connection errors in exception groups)."""
-    while isinstance(err, BaseExceptionGroup) and err.exceptions:
-        err = err.exceptions[0]
-    return f"{type(err).__name__}: {err}"
+    cause = innermost(err)
+    return f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+
+
+def content_text(content: Any) -> Any:
+    """A result's content blocks as the model reads them: the text of each text block,
+    and each other block (an image, a file) as one JSON line in its place."""
+    if not isinstance(content, list):
+        return content
+    lines = []
+    for block in content:
+        if isinstance(block, dict) and block.get("type") == "text":
+            lines.append(str(block.get("text", "")))
+        elif isinstance(block, dict):
+            # The adapter's block ids are random: they would only make results differ.
+            lines.append(json.dumps({k: v for k, v in block.items() if k != "id"}))
+        else:
+            lines.append(str(block))
+    return "\n".join(lines)
 
 
 def toolset(settings: Settings | None = None) -> list[ParleyTool]:
@@ -80,4 +247,4 @@ def toolset(settings: Settings | None = None) -> list[ParleyTool]:
         raise ValueError(
             "PARLEY_MCP_SERVERS is not set: name a JSON file of MCP server connections"
         )
-    return [confirm(tool) for tool in load_mcp_tools(read_connections(settings.mcp_servers))]
+    return [confirm(tool) for tool in load_mcp_tools(read_servers(settings.mcp_servers))]
