@@ -1,5 +1,6 @@
-"""How the command line and ``parley chat`` print turns, pending calls and
-conversations. Client side; plain text, never Rich markup for what users or models wrote.
+"""How the command line and ``parley chat`` print turns, pending calls, conversations,
+the list of conversations and the worker's tools. Client side; plain text, never Rich
+markup for what users or models wrote.
 
 Every message is printed whole; a tool result once (not again when the next reply
 quotes it whole); pending calls' arguments as indented JSON, never cut at any width.
@@ -9,13 +10,17 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from langchain_core.messages import AnyMessage
 from rich.console import Console
 from rich.text import Text
 
-from parley.contracts import ConversationSnapshot, PendingCall, TurnResult
+from parley.contracts import ConversationSnapshot, PendingCall, ToolCatalogue, TurnResult
+
+if TYPE_CHECKING:
+    from parley.client import ConversationSummary
 
 
 def _quoted_whole(content: str, reply: str | None) -> bool:
@@ -168,3 +173,65 @@ def print_audit(snapshot: ConversationSnapshot, console: Console) -> None:
         if entry.detail:
             parts.append(json.dumps(entry.detail, ensure_ascii=False, default=str))
         console.print(Text("  " + "  ".join(parts)))
+
+
+def print_conversation_list(
+    found: Sequence[ConversationSummary], shown: int, console: Console
+) -> None:
+    """The first ``shown`` of ``found`` as a table (header in bold), and how many more."""
+    rows = [("SESSION", "STATUS", "PENDING TOOLS", "STARTED (UTC)", "LAST ACTIVITY (UTC)")]
+    for c in found[:shown]:
+        rows.append(
+            (
+                c.session_id,
+                c.status,
+                ",".join(c.pending_tools) or "-",
+                c.started_at.strftime("%Y-%m-%d %H:%M:%S"),
+                c.last_activity_at.strftime("%Y-%m-%d %H:%M:%S"),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for number, row in enumerate(rows):
+        line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+        console.print(Text(f"{line}  {row[-1]}", style="bold" if number == 0 else ""))
+    if len(found) > shown:
+        console.print(Text(f"({len(found) - shown} more; see them with --limit)", style="dim"))
+
+
+def print_catalogue(
+    catalogue: ToolCatalogue,
+    console: Console,
+    *,
+    subagent_tools: Mapping[str, Sequence[str]],
+    policies_file: str | None,
+) -> None:
+    """Each tool with its policy and the first line of its description, each subagent
+    with the tools it may use (``subagent_tools``), then the policy file's rules in the
+    order they are tried."""
+    for spec in catalogue.tools:
+        console.print(Text.assemble((spec.name, "bold"), f"  {spec.policy}"))
+        summary = spec.description.strip().splitlines()[0] if spec.description.strip() else ""
+        if summary:
+            console.print(Text(f"    {summary}", style="dim"))
+    for subagent in catalogue.subagents:
+        usable = ", ".join(subagent_tools.get(subagent.name, ()))
+        console.print(Text(f"subagent {subagent.name} may use only: {usable}", style="bold"))
+    if not catalogue.rules:
+        console.print(
+            Text("no policy rules (PARLEY_POLICIES unset): each tool's own policy applies")
+        )
+        return
+    console.print(Text(f"rules from {policies_file}, first match wins:", style="bold"))
+    for rule in catalogue.rules:
+        when = [f"{name}={pattern}" for name, pattern in rule.args.items()]
+        window = " ".join(filter(None, [rule.days, rule.hours]))
+        if window:
+            offset = "" if rule.utc_offset == "+00:00" else f" UTC{rule.utc_offset}"
+            when.append(("outside " if rule.outside else "within ") + window + offset)
+        condition = f" when {', '.join(when)}" if when else ""
+        timeout = ""
+        if rule.timeout_seconds is not None or rule.on_timeout != "expire":
+            after = f" after {rule.timeout_seconds:g} s" if rule.timeout_seconds else ""
+            target = f" to {rule.escalate_to}" if rule.escalate_to else ""
+            timeout = f"; undecided{after}: {rule.on_timeout}{target}"
+        console.print(Text(f"  {rule.name}: {rule.tool}{condition} -> {rule.decide}{timeout}"))

@@ -1,0 +1,46 @@
+"""The ``parley`` command line (the console script ``parley = "parley.cli:app"``). Client
+side: it talks to conversations through ``parley.client`` and starts servers (``dev``,
+``worker``); no workflow logic here.
+
+Every command has ``--help``. Scriptable commands print JSON with ``--json``; a refused
+command exits 1 with one clear line on stderr. ``TEMPORAL_ADDRESS`` and
+``PARLEY_TASK_QUEUE`` pick the cluster and the worker.
+
+The commands live by area: ``servers`` (dev, gateway, plans-service, worker, deploy),
+``tools``, ``conversations`` (send, show, list, events, end, chat) and ``decisions``
+(approve, reject, respond, edit); what they share is ``parley.cli.app``. They are
+registered here, in the order ``parley --help`` lists them. Printing is
+``parley.rendering``; the interactive loop is ``parley.chat``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from parley.cli.app import app, fail, out, warn
+from parley.cli.conversations import chat, end, events, list_, send, show
+from parley.cli.decisions import approve, edit, reject, respond
+from parley.cli.servers import deploy, dev, gateway, load_tools_and_model, plans_service, worker
+from parley.cli.tools import tools
+
+app.command()(dev)
+app.command()(gateway)
+app.command("plans-service")(plans_service)
+app.command()(worker)
+app.command()(deploy)
+app.command()(tools)
+app.command()(send)
+app.command()(approve)
+app.command()(reject)
+app.command()(respond)
+app.command()(edit)
+app.command()(show)
+app.command("list")(list_)
+app.command()(events)
+app.command()(end)
+app.command()(chat)
+
+__all__ = ["app", "fail", "load_tools_and_model", "out", "warn"]
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,120 @@
+"""The ``parley`` console script's app and what every command shares: the consoles,
+one-line errors, settings, a client for a conversation, and the common options. Client
+side; no workflow logic here. The commands are in this package's modules by area and are
+registered, in their help order, by ``parley.cli``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from parley.client import ConversationRefused, Conversations, check_identity, connect
+from parley.contracts import TurnResult
+from parley.rendering import print_pending, render_turn
+from parley.settings import Settings
+
+
+class _Cli(typer.Typer):
+    """The console script. It ends the process with ``os._exit`` once the command is
+    done and its output flushed: the Temporal client's Rust threads can otherwise crash
+    interpreter teardown ("Fatal Python error: PyGILState_Release", exit -6) after the
+    command has already succeeded (temporalio/sdk-python#300)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except SystemExit as done:
+            code = done.code
+        if code is not None and not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code or 0)
+
+
+app = _Cli(
+    help="Parley: LLM-agent conversations as durable Temporal workflows.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+# What users typed (messages, ids, configuration) is printed as it is: never read as Rich
+# markup or ``:emoji:`` codes, never wrapped or cut to the terminal's width (text that
+# is copied back, JSON, paths, must stay whole; the terminal folds long lines itself).
+out = Console(emoji=False, highlight=False, soft_wrap=True)
+err = Console(stderr=True, emoji=False, highlight=False, soft_wrap=True)
+T = TypeVar("T")
+
+Session = Annotated[str, typer.Option("--session", "-s", help="Conversation (session) id.")]
+User = Annotated[str, typer.Option("--user", "-u", help="Your user id (required, not 'default').")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+CallIds = Annotated[
+    list[str] | None,
+    typer.Argument(help="Tool call ids to decide; none means every pending call."),
+]
+
+
+Remember = Annotated[
+    bool,
+    typer.Option(
+        "--remember",
+        help="Decide the same way, without asking, on later calls of the same tool with the "
+        "same arguments in this conversation.",
+    ),
+]
+
+
+def fail(message: str) -> typer.Exit:
+    """Print ``message`` as one line on stderr; raise the result to exit with code 1."""
+    err.print(Text.assemble(("error: ", "bold red"), " ".join(message.split("\n"))))
+    return typer.Exit(1)
+
+
+def warn(message: str) -> None:
+    err.print(Text.assemble(("warning: ", "bold yellow"), message))
+
+
+def run_async(work: Callable[[], Awaitable[T]]) -> T:
+    try:
+        return asyncio.run(work())  # type: ignore[arg-type]
+    except ConversationRefused as refused:
+        raise fail(refused.message) from None
+    except (ValueError, FileNotFoundError) as problem:
+        raise fail(str(problem)) from None
+
+
+def settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except ValueError as problem:
+        raise fail(str(problem)) from None
+
+
+async def conversations(session: str, user: str) -> Conversations:
+    """A client for ``session``, once its ids are known to be well formed (so a bad id
+    is reported as such, even when Temporal is unreachable)."""
+    check_identity(session, user)
+    config = settings()
+    return Conversations(await connect(config), config)
+
+
+def print_turn(
+    result: TurnResult, as_json: bool, session: str | None = None, user: str | None = None
+) -> None:
+    if as_json:
+        print(result.model_dump_json(indent=2))
+    else:
+        render_turn(result, out)
+        print_pending(result.pending, out, session=session, user=user)
+    if result.status == "failed":
+        err.print(Text.assemble(("turn failed: ", "bold red"), result.error or ""))
+        raise typer.Exit(1)

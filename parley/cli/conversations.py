@@ -1,0 +1,246 @@
+"""The commands about conversations other than decisions: ``send``, ``show``, ``list``,
+``events``, ``end`` and ``chat``. Client side, through ``parley.client``; printing is
+``parley.rendering``, the interactive loop ``parley.chat``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
+
+from parley.cli.app import (
+    AsJson,
+    Session,
+    User,
+    conversations,
+    fail,
+    out,
+    print_turn,
+    run_async,
+    settings,
+)
+from parley.client import (
+    ConversationRefused,
+    Conversations,
+    ConversationSummary,
+    check_identity,
+    connect,
+)
+from parley.contracts import StateQuery, TurnResult, check_user_id
+from parley.rendering import print_conversation_list, print_snapshot
+
+
+def send(
+    session: Session,
+    user: User,
+    text: Annotated[
+        str | None,
+        typer.Argument(
+            help="The message. '-', or nothing when input is piped in, reads it from "
+            "standard input."
+        ),
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file", "-f", help="Read the message from this file (UTF-8).", dir_okay=False
+        ),
+    ] = None,
+    message_id: Annotated[
+        str | None,
+        typer.Option(
+            "--message-id",
+            help="An id for this message: sending the same id again never applies it twice.",
+        ),
+    ] = None,
+    reviewer: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--reviewer",
+            help="A user who may read this conversation and decide on its calls "
+            "(repeatable; only when this message starts the conversation).",
+        ),
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Send a message (starting the conversation if new) and print the turn's result.
+    The message is TEXT, the file of --file, or standard input (TEXT '-', or piped in)."""
+    try:
+        check_identity(session, user)
+    except ConversationRefused as refused:
+        raise fail(refused.message) from None
+    message = message_text(text, file)
+
+    async def work() -> TurnResult:
+        return await (await conversations(session, user)).send(
+            session, user, message, message_id=message_id, reviewers=reviewer or ()
+        )
+
+    print_turn(run_async(work), as_json, session, user)
+
+
+def message_text(text: str | None, file: Path | None) -> str:
+    """The message to send: TEXT, or read from --file or standard input (as UTF-8, without
+    its trailing newlines). An empty message is refused before anything is started."""
+    if file is not None and text is not None:
+        raise fail("give the message as TEXT or with --file, not both")
+    if file is not None:
+        try:
+            raw, source = file.read_bytes(), str(file)
+        except OSError as problem:
+            raise fail(f"cannot read {file}: {problem.strerror or problem}") from None
+    elif text == "-" or (text is None and sys.stdin is not None and not sys.stdin.isatty()):
+        raw, source = sys.stdin.buffer.read(), "standard input"
+    elif text is None:
+        raise fail(
+            "no message: give it as TEXT, with --file PATH, or on standard input "
+            "(TEXT '-' or a pipe)"
+        )
+    else:
+        raw, source = None, ""
+    if raw is not None:
+        try:
+            text = raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as problem:
+            raise fail(
+                f"{source} is not UTF-8 text ({problem.reason} at byte {problem.start})"
+            ) from None
+    assert text is not None
+    if not text.strip():
+        raise fail("the message is empty")
+    return text
+
+
+def show(
+    session: Session,
+    user: User,
+    offset: Annotated[
+        int | None,
+        typer.Option(help="First message to show (0 is the first); default: the latest.", min=0),
+    ] = None,
+    limit: Annotated[
+        int,
+        typer.Option(help="How many messages (and latest audit entries) to show.", min=1, max=1000),
+    ] = 50,
+    as_json: AsJson = False,
+) -> None:
+    """Show a conversation: status, pending calls, a page of the transcript, audit log."""
+
+    async def work() -> Any:
+        conv = await conversations(session, user)
+        snapshot = await conv.state(
+            session,
+            user,
+            StateQuery(
+                user_id=user, transcript_offset=offset, transcript_limit=limit, audit_limit=limit
+            ),
+        )
+        if offset is not None and offset < snapshot.transcript_offset:
+            older = await conv.transcript(session, user, offset, limit)
+            snapshot = snapshot.model_copy(
+                update={"transcript": older, "transcript_offset": offset}
+            )
+        return snapshot
+
+    snapshot = run_async(work)
+    if as_json:
+        print(snapshot.model_dump_json(indent=2))
+        return
+    print_snapshot(snapshot, out, audit=True, hint=True)
+
+
+def list_(
+    user: User,
+    limit: Annotated[
+        int, typer.Option(help="Show at most this many conversations.", min=1, max=1000)
+    ] = 50,
+    reviewing: Annotated[
+        bool,
+        typer.Option(
+            "--reviewing", help="Conversations of others that name you a reviewer, instead."
+        ),
+    ] = False,
+    as_json: AsJson = False,
+) -> None:
+    """List your conversations (from Temporal's visibility; no worker needed): those
+    waiting for your decision first, then the others, the most recent first."""
+    try:
+        check_user_id(user)
+    except ValueError as problem:
+        raise fail(str(problem)) from None
+
+    async def work() -> list[ConversationSummary]:
+        config = settings()
+        return await Conversations(await connect(config), config).list(user, reviewing=reviewing)
+
+    found = run_async(work)
+    if as_json:
+        print(json.dumps([c.model_dump(mode="json") for c in found[:limit]], indent=2))
+        return
+    if not found:
+        out.print(
+            Text(
+                f"no conversations for {user} to review"
+                if reviewing
+                else f"no conversations of {user}"
+            )
+        )
+        return
+    print_conversation_list(found, limit, out)
+
+
+def events(
+    session: Session,
+    user: User,
+    after: Annotated[int, typer.Option(help="Print events with offset greater than this.")] = -1,
+) -> None:
+    """Print the conversation's AG-UI events as JSON lines (offset, event)."""
+
+    async def work() -> Any:
+        return await (await conversations(session, user)).events(session, user, after)
+
+    for item in run_async(work).events:
+        print(item.model_dump_json())
+
+
+def end(
+    session: Session,
+    user: User,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Terminate it now, in any state and with no worker running; pending calls "
+            "never run.",
+        ),
+    ] = False,
+) -> None:
+    """End a conversation once its in-flight work is done (pending calls never run)."""
+
+    async def work() -> Any:
+        conv = await conversations(session, user)
+        if force:
+            return await conv.force_end(session, user)
+        return await conv.end(session, user)
+
+    run_async(work)
+    out.print(Text(f"conversation {session} {'was terminated' if force else 'is ending'}"))
+
+
+def chat(session: Session, user: User) -> None:
+    """Talk to a conversation; answer approval prompts with approve/edit/reject/respond
+    (a/e/r/s). /show shows the conversation; /quit, Ctrl-D or Ctrl-C leaves."""
+    from parley.chat import run_chat
+
+    try:
+        code = run_chat(session, user, settings(), console=out)
+    except ConversationRefused as refused:
+        raise fail(refused.message) from None
+    except (ValueError, FileNotFoundError) as problem:
+        raise fail(str(problem)) from None
+    raise typer.Exit(code)

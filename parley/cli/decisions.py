@@ -1,0 +1,148 @@
+"""The decision commands: ``approve``, ``reject``, ``respond`` and ``edit``, each one
+``Decision`` per pending call sent through ``parley.client``. Client side.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from typing import Annotated, Any
+
+import typer
+
+from parley.cli.app import (
+    AsJson,
+    CallIds,
+    Remember,
+    Session,
+    User,
+    conversations,
+    fail,
+    print_turn,
+    run_async,
+)
+from parley.client import ConversationRefused
+from parley.contracts import Decision, DecisionAction, TurnResult
+
+Message = Annotated[
+    str | None, typer.Option("--message", "-m", help="Why you reject them (the model is told).")
+]
+
+
+def approve(
+    session: Session,
+    user: User,
+    call_ids: CallIds = None,
+    all_matching: Annotated[
+        str | None,
+        typer.Option(
+            "--all-matching",
+            metavar="TOOL",
+            help="Approve every pending call of TOOL (a shell-style pattern).",
+        ),
+    ] = None,
+    remember: Remember = False,
+    as_json: AsJson = False,
+) -> None:
+    """Approve pending tool calls: they run now."""
+    decide(
+        session,
+        user,
+        "approve",
+        call_ids,
+        tool_pattern=all_matching,
+        remember=remember,
+        as_json=as_json,
+    )
+
+
+def reject(
+    session: Session,
+    user: User,
+    call_ids: CallIds = None,
+    message: Message = None,
+    remember: Remember = False,
+    as_json: AsJson = False,
+) -> None:
+    """Reject pending tool calls: they never run (optional --message with the reason)."""
+    decide(session, user, "reject", call_ids, message=message, remember=remember, as_json=as_json)
+
+
+def respond(
+    session: Session,
+    user: User,
+    message: Annotated[str, typer.Option("--message", "-m", help="The answer to give the model.")],
+    call_ids: CallIds = None,
+    as_json: AsJson = False,
+) -> None:
+    """Answer pending tool calls yourself (--message): the tool does not run."""
+    if not message.strip():
+        raise fail("respond needs --message with the answer to give the model")
+    decide(session, user, "respond", call_ids, message=message, as_json=as_json)
+
+
+def edit(
+    session: Session,
+    user: User,
+    args: Annotated[str, typer.Option("--args", help="The new arguments, a JSON object.")],
+    call_id: Annotated[
+        str | None,
+        typer.Argument(help="The tool call to edit; optional when only one is pending."),
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Run a pending tool call with new arguments (--args JSON)."""
+    new_args = parse_args_option(args)
+    decide(session, user, "edit", [call_id] if call_id else None, args=new_args, as_json=as_json)
+
+
+def decide(
+    session: str,
+    user: str,
+    action: DecisionAction,
+    call_ids: list[str] | None,
+    *,
+    message: str | None = None,
+    args: dict[str, Any] | None = None,
+    tool_pattern: str | None = None,
+    remember: bool = False,
+    as_json: bool,
+) -> None:
+    if tool_pattern is not None and call_ids:
+        raise fail("give CALL_IDs or --all-matching TOOL, not both")
+
+    async def work() -> TurnResult:
+        conv = await conversations(session, user)
+        pending = [] if call_ids else (await conv.state(session, user)).pending
+        if tool_pattern is not None:
+            pending = [p for p in pending if fnmatch.fnmatchcase(p.name, tool_pattern)]
+            if not pending:
+                raise ConversationRefused(
+                    f"no pending call in {session} is of a tool matching {tool_pattern!r}"
+                )
+        ids = call_ids or [p.tool_call_id for p in pending]
+        if not ids:
+            raise ConversationRefused(f"no tool call waits for a decision in {session}")
+        if action == "edit" and len(ids) > 1:
+            raise ConversationRefused(
+                f"edit needs one CALL_ID when {len(ids)} calls are pending: {', '.join(ids)}"
+            )
+        decisions = [
+            Decision(tool_call_id=i, action=action, args=args, message=message, remember=remember)
+            for i in ids
+        ]
+        return await conv.decide(session, user, decisions)
+
+    print_turn(run_async(work), as_json, session, user)
+
+
+def parse_args_option(raw: str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as problem:
+        raise fail(f"--args is not JSON: {problem.msg} at character {problem.pos}") from None
+    if not isinstance(value, dict):
+        raise fail('--args must be a JSON object, e.g. \'{"branch_slug": "my-change"}\'')
+    return value
