@@ -2,7 +2,9 @@
 streamable HTTP on 127.0.0.1, in its own process), a real worker loading its tools with
 ``langchain-mcp-adapters``, the real dev server. A write waits for approval and runs
 once approved; a policy rule makes the read ``auto``; an MCP error goes back to the
-model as a tool error."""
+model as a tool error (``ToolInputError``) and text as text. A server gone at call time
+is retried with its cause, not an exception group. The published ``mcp-server-git``
+is tested in ``tests/test_mcp_git.py``."""
 
 from __future__ import annotations
 
@@ -11,14 +13,19 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
+from mcp.shared.exceptions import McpError
+from mcp.types import CONNECTION_CLOSED, INVALID_PARAMS, ErrorData
+from parley.activities.tool_calls import tool_failure
+from parley.activities.toolsets.mcp import mcp_failure
 from parley.activities.toolsets.mcp import toolset as mcp_toolset
 
 from parley.contracts import Decision, PolicyRule
-from parley.errors import ErrorType
+from parley.errors import ErrorType, TransientError
 from parley.settings import Settings
 from parley.tools import ToolRegistry
 from tests.checks import new_session, tool_messages
@@ -28,9 +35,9 @@ from tests.test_topology import free_port, process
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def mcp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    home = tmp_path_factory.mktemp("mcp")
+@contextmanager
+def notes_server(home: Path) -> Iterator[tuple[str, Path]]:
+    """The notes server running: its servers file and its notes file."""
     notes = home / "notes.txt"
     port = free_port()
     env = {**os.environ, "NOTES_FILE": str(notes), "PYTHONPATH": str(ROOT)}
@@ -51,6 +58,12 @@ def mcp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
         servers = home / "servers.json"
         servers.write_text(json.dumps({"notes": {"transport": "streamable_http", "url": url}}))
         yield str(servers), notes
+
+
+@pytest.fixture(scope="module")
+def mcp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    with notes_server(tmp_path_factory.mktemp("mcp")) as server:
+        yield server
 
 
 def registry(servers: str) -> ToolRegistry:
@@ -115,3 +128,53 @@ def test_unreachable_or_malformed_servers_are_one_clear_error(tmp_path: Path) ->
         mcp_toolset(Settings(mcp_servers=str(bad)))
     with pytest.raises(ValueError, match="PARLEY_MCP_SERVERS is not set"):
         mcp_toolset(Settings())
+
+
+async def test_a_server_gone_at_call_time_is_retried_with_its_cause(tmp_path: Path) -> None:
+    with notes_server(tmp_path) as (servers, _):
+        tools = registry(servers)
+    list_notes = tools.get("list_notes")
+    assert list_notes is not None
+    with pytest.raises(TransientError) as raised:
+        await list_notes.tool.ainvoke({})
+    failure = tool_failure(raised.value)
+    assert failure.type == ErrorType.TOOL_TRANSIENT and not failure.non_retryable
+    assert failure.message == (
+        "MCP server 'notes' could not be reached: ConnectError: All connection attempts failed"
+    )
+
+
+def test_what_a_server_answers_is_mapped_onto_the_error_table() -> None:
+    """The answers no test server gives on demand, as the SDK and httpx raise them."""
+    request = httpx.Request("POST", "http://127.0.0.1/mcp")
+
+    def status(code: int, **headers: str) -> httpx.HTTPStatusError:
+        response = httpx.Response(code, headers=headers, request=request)
+        return httpx.HTTPStatusError("status", request=request, response=response)
+
+    def mapped(err: BaseException) -> tuple[str, str, bool]:
+        failure = tool_failure(mcp_failure("s", ExceptionGroup("tg", [err])))
+        return failure.type, failure.message, failure.non_retryable
+
+    invalid = McpError(ErrorData(code=INVALID_PARAMS, message="missing text"))
+    assert mapped(invalid) == (
+        ErrorType.TOOL_INPUT,
+        "MCP server 's' refused the call: missing text",
+        True,
+    )
+    closed = McpError(ErrorData(code=CONNECTION_CLOSED, message="Connection closed"))
+    assert mapped(closed)[0] == ErrorType.TOOL_TRANSIENT
+    unavailable = tool_failure(mcp_failure("s", status(503, **{"Retry-After": "2"})))
+    assert unavailable.type == ErrorType.TOOL_TRANSIENT
+    assert unavailable.next_retry_delay is not None
+    assert unavailable.next_retry_delay.total_seconds() == 2
+    assert mapped(status(403)) == (
+        ErrorType.TOOL_PERMISSION,
+        "MCP server 's' answered HTTP 403",
+        True,
+    )
+    assert mapped(status(404)) == (
+        ErrorType.TOOL_FAILED,
+        "McpServerError: MCP server 's' answered HTTP 404",
+        True,
+    )
