@@ -68,6 +68,37 @@ def test_worker_configuration_errors_are_one_plain_line(tmp_path: Path) -> None:
         assert "🏭" not in result.stderr
 
 
+def test_python_worker_py_reports_a_bad_configuration_as_parley_worker_does() -> None:
+    """``python worker.py`` from a checkout is ``parley worker``: each bad configuration
+    is the same one line, not a traceback (issue 19, point 9)."""
+    base = {**NOWHERE, "PARLEY_TOOLS": ""}
+    for name in ("PARLEY_MODEL", "PARLEY_GIT_PROJECTS"):
+        base.pop(name, None)
+    cases = [
+        ({**base, "PARLEY_TOOLS": "os:sep"}, "toolset 'os:sep' is a str, not a toolset"),
+        ({**base, "PARLEY_MODEL": "json:loads"}, "json:loads is not a zero-argument callable"),
+        ({**base, "PARLEY_MAX_MODEL_CALLS_PER_TURN": "0.5"}, "must be a whole number"),
+        ({**base, "PARLEY_LOG_FORMAT": "xml"}, "PARLEY_LOG_FORMAT"),
+        ({k: v for k, v in base.items() if k != "PARLEY_TOOLS"}, "PARLEY_GIT_PROJECTS is not set"),
+        (base, "cannot reach Temporal at 127.0.0.1:1"),  # a good one, with no server
+    ]
+    worker_py = [sys.executable, str(Path(__file__).parents[1] / "worker.py")]
+
+    def run(env: dict[str, str], command: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        from_checkout = list(pool.map(lambda case: run(case[0], worker_py), cases))
+        installed = list(pool.map(lambda case: run(case[0], [*PARLEY, "worker"]), cases))
+    for (_, expected), script, command in zip(cases, from_checkout, installed, strict=True):
+        assert script.returncode == command.returncode == 1, (script, command)
+        assert expected in script.stderr, script.stderr
+        assert "Traceback" not in script.stderr, script.stderr
+        assert script.stderr == command.stderr, (script.stderr, command.stderr)
+        error_lines = [line for line in script.stderr.splitlines() if line.startswith("error: ")]
+        assert len(error_lines) == 1 and script.stderr.splitlines()[-1] == error_lines[0]
+
+
 def test_unreachable_temporal_is_one_line() -> None:
     show, chat, worker = parley_all(
         (NOWHERE, ["show", "--session", "s", "--user", "bob"]),
