@@ -156,11 +156,13 @@ async def _list_all(servers: list[McpServer]) -> list[list[BaseTool] | BaseExcep
 
 
 def _collision(tool: str, first: McpServer, second: McpServer) -> str:
-    unprefixed = first if not first.tool_name_prefix else second
+    clash = f"PARLEY_MCP_SERVERS: servers {first.name!r} and {second.name!r} both have a tool "
+    unprefixed = next((s for s in (first, second) if not s.tool_name_prefix), None)
+    if unprefixed is None:  # e.g. server "a" with "b_c" and server "a_b" with "c"
+        return f"{clash}named {tool!r} once prefixed: rename one of the servers"
     return (
-        f"PARLEY_MCP_SERVERS: servers {first.name!r} and {second.name!r} both have a tool "
-        f'named {tool!r}: set "{PREFIX_OPTION}": true on {unprefixed.name!r} (its tools '
-        f"are then named {unprefixed.name}_<tool>)"
+        f'{clash}named {tool!r}: set "{PREFIX_OPTION}": true on {unprefixed.name!r} (its '
+        f"tools are then named {unprefixed.name}_<tool>)"
     )
 
 
