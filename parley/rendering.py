@@ -29,11 +29,25 @@ def _quoted_whole(content: str, reply: str | None) -> bool:
     return reply is not None and len(content) >= 16 and content in reply
 
 
+def result_label(status: str, payload: object) -> str:
+    """How a tool result's outcome is named: its status, except that a call a person
+    answered with ``respond`` is "responded" (the workflow records it with the status
+    ``rejected``, since the tool did not run, and the decision in its payload)."""
+    if isinstance(payload, dict) and payload.get("decision") == "respond":
+        return "responded"
+    return status
+
+
+def _label_style(label: str) -> str:
+    return "green" if label in ("success", "responded") else "yellow"
+
+
 def render_turn(result: TurnResult, console: Console) -> None:
     """A turn's tool results (each once), then the reply."""
     for item in result.results:
+        label = result_label(item.status, item.payload)
         line = Text.assemble(
-            (item.status, "green" if item.status == "success" else "yellow"),
+            (label, _label_style(label)),
             f" {item.name} ({item.tool_call_id})",
         )
         if item.content and not _quoted_whole(item.content, result.reply):
@@ -124,11 +138,13 @@ def print_messages(messages: Sequence[AnyMessage], console: Console) -> None:
             artifact = getattr(message, "artifact", None)
             status = (artifact or {}).get("status") if isinstance(artifact, dict) else None
             status = status or getattr(message, "status", "")
+            if isinstance(artifact, dict):
+                status = result_label(status, artifact.get("payload"))
             line = Text.assemble(
                 _label("tool"),
                 f"{getattr(message, 'name', None) or 'tool'} "
                 f"({getattr(message, 'tool_call_id', '')}) ",
-                (status, "green" if status == "success" else "yellow"),
+                (status, _label_style(status)),
             )
             if _quoted_whole(text, _next_reply(messages, index)):
                 line.append(": quoted whole in the reply below", style="dim")

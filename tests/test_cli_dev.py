@@ -206,6 +206,24 @@ def test_cli_refuses_bad_input_with_one_line(dev_server) -> None:
         assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
 
 
+def test_respond_says_it_responded(dev_server) -> None:
+    """``respond`` answers the call with the user's words: the CLI says "responded", in
+    the turn it prints and in ``show``'s transcript, never "rejected" (issue 19, point 9)."""
+    env = without_paths(dev_server)
+    who = ["--session", "cli-respond", "--user", "jill"]
+    proposed = parley(env, "send", *who, "prepare a feat branch respond-words in web")
+    assert "git_prepare_worktree" in proposed.stdout, proposed
+    responded = parley(env, "respond", *who, "--message", "I made that branch myself")
+    assert responded.returncode == 0, responded.stderr
+    first = responded.stdout.splitlines()[0]
+    assert first.startswith("responded git_prepare_worktree (call"), responded.stdout
+    assert "rejected" not in responded.stdout
+    shown = parley(env, "show", *who)
+    (tool_line,) = [line for line in shown.stdout.splitlines() if line.startswith("  tool ")]
+    assert "git_prepare_worktree" in tool_line and " responded" in tool_line, shown.stdout
+    assert "rejected" not in shown.stdout.split("Audit log")[0]
+
+
 def test_chat_answers_approval_prompts(dev_server) -> None:
     env = without_paths(dev_server)
     typed = "\n".join(
@@ -543,7 +561,8 @@ def test_chat_respond_works_show_prints_the_conversation_and_ctrl_c_leaves(
     shown = chat.expect("you> ")
     assert "cli-chat-respond (gina): status idle" in shown
     assert " human prepare a feat branch chat-respond in web" in shown  # the messages
-    assert "git_prepare_worktree" in shown and "rejected" in shown  # its result
+    assert "git_prepare_worktree" in shown and "responded" in shown  # its result
+    assert "rejected" not in shown
     assert "use the api repository instead" in shown
 
     started = time.monotonic()
