@@ -29,6 +29,7 @@ from parley.activities.toolsets.git import create_demo_projects
 from parley.binaries import temporal_cli
 from parley.client import Conversations
 from parley.contracts import check_user_id
+from parley.dev_state import remove_state, write_state
 from parley.gateway.access import TokenTable, write_tokens_file
 from parley.gateway.server import serving
 from parley.services.plans import BackgroundServer, create_app
@@ -227,9 +228,14 @@ async def _run_dev(
                 "Pick a free one with --plans-port."
             ) from None
         settings = replace(settings, plans_url=plans.url, plans_api_key=plans_key)
+    # What `parley tools` in another shell needs to show this worker's tools.
+    state = write_state(
+        port, data_dir, settings, data_dir / "plans-api-key" if plans is not None else None
+    )
     try:
         await _run_temporal_and_worker(settings, data_dir, port, ui_port, token, console)
     finally:
+        remove_state(state)
         if plans is not None:
             plans.stop()
 
@@ -317,6 +323,7 @@ def _banner(
         "Try:  parley send --session demo --user alice 'prepare a feat branch my-change in web'",
         "      parley approve --session demo --user alice",
         "      parley list --user alice",
+        "      parley tools          (the worker's tools, subagents and policy rules)",
         "Ctrl-C stops everything; conversations persist in temporal.db.",
     ]
     return "\n".join(lines)

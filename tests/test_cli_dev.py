@@ -23,6 +23,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from parley.dev_state import state_file
+
 # The console script the README's quick start runs (installed next to this Python).
 PARLEY = [str(Path(sys.executable).parent / "parley")]
 
@@ -119,8 +121,10 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
         children = children_of(process.pid)
         process.terminate()  # SIGTERM, as a service manager stops it
         process.wait(timeout=30)
-    # The Temporal dev server it started is stopped with it, not left running.
+    # The Temporal dev server it started is stopped with it, not left running, and the
+    # file that told `parley tools` about its worker is gone.
     assert "temporal" in children.values(), children
+    assert not state_file(port).exists()
     deadline = time.monotonic() + 5
     while any(alive(pid) for pid in children) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -222,6 +226,36 @@ def test_respond_says_it_responded(dev_server) -> None:
     (tool_line,) = [line for line in shown.stdout.splitlines() if line.startswith("  tool ")]
     assert "git_prepare_worktree" in tool_line and " responded" in tool_line, shown.stdout
     assert "rejected" not in shown.stdout.split("Audit log")[0]
+
+
+def test_tools_works_beside_dev_with_no_variables_set(dev_server) -> None:
+    """`parley tools` in a second shell shows the tools of `parley dev`'s worker, as the
+    other commands talk to it: with only the address (issue 19, point 9)."""
+    env = without_paths(dev_server)
+    for name in ("PARLEY_TOOLS", "PARLEY_GIT_PROJECTS", "PARLEY_PLANS_URL", "PARLEY_POLICIES"):
+        assert name not in env
+    env.pop("PARLEY_PLANS_API_KEY", None)
+    cases = [
+        (env, ["tools"]),
+        (env, ["tools", "--json"]),
+        ({**env, "TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}"}, ["tools"]),
+        ({**env, "PARLEY_TASK_QUEUE": "not-the-dev-queue"}, ["tools"]),
+        ({**env, "PARLEY_TOOLS": "parley.activities.toolsets.git:toolset"}, ["tools", "--json"]),
+    ]
+    with ThreadPoolExecutor(max_workers=len(cases)) as pool:
+        results = list(pool.map(lambda case: parley(case[0], *case[1]), cases))
+    text, as_json, elsewhere, other_queue, own_tools = results
+    assert text.returncode == 0, text.stderr
+    assert f"the worker of the parley dev at {env['TEMPORAL_ADDRESS']}" in text.stdout
+    assert "git_prepare_worktree  confirm" in text.stdout and "create_plan" in text.stdout
+    names = {tool["name"] for tool in json.loads(as_json.stdout)["tools"]}
+    assert {"git_push_branch", "create_plan", "list_plans"} <= names
+    # Not the dev's address or task queue: the environment alone, as before.
+    assert_one_line_error(elsewhere, "PARLEY_GIT_PROJECTS is not set")
+    assert_one_line_error(other_queue, "PARLEY_GIT_PROJECTS is not set")
+    # What the environment sets wins over the dev's.
+    own = {tool["name"] for tool in json.loads(own_tools.stdout)["tools"]}
+    assert "git_push_branch" in own and "create_plan" not in own
 
 
 def test_chat_answers_approval_prompts(dev_server) -> None:

@@ -5,18 +5,26 @@ loads the toolsets as the worker would, and needs no server.
 from __future__ import annotations
 
 import json
+import os
+
+from rich.text import Text
 
 from parley.cli.app import AsJson, fail, out, settings
+from parley.dev_state import running_dev
 from parley.rendering import print_catalogue
 
 
 def tools(as_json: AsJson = False) -> None:
     """List the worker's tools (PARLEY_TOOLS) with their policies, the policy file's
     subagents with the tools each may use, and its rules (PARLEY_POLICIES) in the
-    order they are tried. No server needed."""
+    order they are tried. No server needed. Beside a running `parley dev` (the one at
+    TEMPORAL_ADDRESS), its worker's settings fill in those the environment does not set."""
     from parley.tools import load_registry
 
     config = settings()
+    dev = running_dev(config)
+    if dev is not None:
+        config = dev.apply_to(config, os.environ)
     try:
         registry = load_registry(config.tools, settings=config)
     except ValueError as problem:
@@ -25,6 +33,13 @@ def tools(as_json: AsJson = False) -> None:
     if as_json:
         print(json.dumps(catalogue.model_dump(mode="json"), indent=2))
         return
+    if dev is not None:
+        out.print(
+            Text(
+                f"the worker of the parley dev at {config.temporal_address} (data {dev.data_dir}):",
+                style="dim",
+            )
+        )
     usable = {
         subagent.name: [name for name in registry.names() if subagent.allows(name)]
         for subagent in catalogue.subagents
