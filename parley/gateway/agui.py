@@ -20,7 +20,7 @@ from parley.errors import ErrorType
 from parley.gateway.deps import Gateway, current_user, gateway, session
 from parley.gateway.errors import ApiError
 from parley.gateway.rest import MESSAGE_ID
-from parley.gateway.streams import sse, turn_events
+from parley.gateway.streams import turn_stream
 
 router = APIRouter()
 
@@ -55,7 +55,7 @@ async def agui(
         def call() -> Awaitable[TurnResult]:
             return gw.conversations.send(session_id, user_id, text, message_id=message_id)
 
-    return sse(turn_events(gw, session_id, user_id, call, run_id=run.run_id))
+    return await turn_stream(gw, session_id, user_id, call, run_id=run.run_id)
 
 
 def decisions_from_resume(entries: list[ResumeEntry]) -> list[Decision]:

@@ -1,13 +1,22 @@
-"""One subscription per conversation, shared by every stream that follows it. Client
-side (the gateway).
+"""One subscription per conversation, shared by every stream that follows it, whoever
+follows. Client side (the gateway).
 
 A browser tab, an AG-UI client or a ``curl`` that follows a conversation does not call
-Temporal's ``wait_for_events`` itself: a workflow admits about ten updates in flight,
-so a dozen direct followers would lock out a decision. The gateway keeps one
-:class:`Feed` per conversation: one task that waits (``Conversations.wait_for_events``)
-and wakes its followers when the conversation has new events; each follower then reads
-them with the ``events`` query from its own offset. A feed with no follower stops after
-``IDLE_SECONDS``.
+Temporal's ``wait_for_events`` itself: each call is an update, a workflow admits about
+ten in flight and a run about 2,000 in all. The gateway keeps one :class:`Feed` per
+conversation, shared by the owner's and the reviewers' streams alike: one task that
+waits (``Conversations.wait_for_events``) and wakes its followers when the conversation
+has new events; each follower then reads them with the ``events`` query, as its own
+user (the access check stays per follower), from its own offset. The feed stops when
+its last follower leaves.
+
+The feed only ever waits beyond an offset the workflow itself reported (an ``events``
+page's ``latest`` or a wait's answer), never beyond one a client sent: a client's
+``after`` is bounded by the latest offset before it follows (``streams``), so no
+follower can make the feed, or the others, wait for an event that will never come.
+A wait that comes back with nothing new (the workflow let it go for a newer waiter, or
+the run handed over) is retried after a pause that grows while it repeats, so waiters
+that evict one another can never loop.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator
 
 from parley.client import ConversationRefused, Conversations
@@ -22,35 +32,59 @@ from parley.errors import ErrorType
 
 log = logging.getLogger("parley.gateway")
 
-#: How long a feed outlives its last follower (a page reload reuses it).
-IDLE_SECONDS = 30.0
 #: Pause before waiting again after a refused or failed wait (a run handing over).
 RETRY_SECONDS = 0.5
+#: Pauses after a wait that came back with nothing new: from the first to the longest.
+RELEASED_PAUSE_SECONDS = (0.1, 5.0)
 
 
 class Feed:
     """The latest event offset of one conversation, and a way to wait for a newer one."""
 
-    def __init__(self, conversations: Conversations, session_id: str, user_id: str) -> None:
+    def __init__(self, conversations: Conversations, session_id: str) -> None:
         self._conversations = conversations
         self.session_id = session_id
-        self.user_id = user_id
-        #: The latest offset seen (-1: none yet).
+        #: The latest offset the workflow reported (-1: none yet).
         self.latest = -1
         #: True once the conversation's workflow has closed.
         self.closed = False
         self._changed = asyncio.Event()
-        self.followers = 0
+        #: Following users and how many streams each has open.
+        self.followers: Counter[str] = Counter()
+        #: The user whose access the shared wait uses (one of the followers).
+        self._waiting_as: str | None = None
         self._task: asyncio.Task[None] | None = None
+        #: How many waits have been sent to the workflow (for tests and logs).
+        self.waits = 0
 
-    def start(self, after: int) -> None:
-        self.latest = max(self.latest, after)
+    def join(self, user_id: str, latest: int) -> None:
+        """A follower arrives; ``latest`` is the latest offset as the workflow reported
+        it to this follower just now."""
+        self.followers[user_id] += 1
+        self.note(latest)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._follow(), name=f"feed-{self.session_id}")
 
-    async def stop(self) -> None:
+    def leave(self, user_id: str) -> None:
+        self.followers[user_id] -= 1
+        if self.followers[user_id] <= 0:
+            del self.followers[user_id]
+
+    def note(self, latest: int) -> None:
+        """The workflow reported ``latest``: wake the followers if it is news."""
+        if latest > self.latest:
+            self.latest = latest
+            self._changed.set()
+
+    def cancel(self) -> None:
+        """Stop waiting (the last follower left). Its wait, already in the workflow,
+        stays there until an event comes or a newer waiter lets it go."""
         if self._task is not None:
             self._task.cancel()
+
+    async def stop(self) -> None:
+        self.cancel()
+        if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
 
@@ -67,24 +101,39 @@ class Feed:
                 await asyncio.wait_for(self._changed.wait(), timeout=left)
         return True
 
-    def _wake(self) -> None:
-        self._changed.set()
+    def _wait_user(self) -> str | None:
+        """Whose access the next wait uses: the same follower while it follows."""
+        if self._waiting_as not in self.followers:
+            self._waiting_as = next(iter(self.followers), None)
+        return self._waiting_as
+
+    def _next_wait_user(self) -> None:
+        """The current one was refused: let the next wait use another follower."""
+        users = list(self.followers)
+        if self._waiting_as in users and len(users) > 1:
+            self._waiting_as = users[(users.index(self._waiting_as) + 1) % len(users)]
 
     async def _follow(self) -> None:
+        pause = RELEASED_PAUSE_SECONDS[0]
         while not self.closed:
+            user_id = self._wait_user()
+            if user_id is None:
+                return
+            after = self.latest
+            self.waits += 1
             try:
-                latest = await self._conversations.wait_for_events(
-                    self.session_id, self.user_id, self.latest
-                )
+                latest = await self._conversations.wait_for_events(self.session_id, user_id, after)
             except ConversationRefused as refusal:
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():
                     raise asyncio.CancelledError from None  # stopped, not refused
                 if refusal.error_type == ErrorType.CONVERSATION_ENDED:
                     self.closed = True
-                    self._wake()
+                    self._changed.set()
                     return
-                if refusal.error_type not in (ErrorType.HANDING_OVER, ErrorType.NOT_FOUND):
+                if refusal.error_type == ErrorType.NOT_OWNER:
+                    self._next_wait_user()
+                elif refusal.error_type not in (ErrorType.HANDING_OVER, ErrorType.NOT_FOUND):
                     log.warning("following %s: %s", self.session_id, refusal)
                 await asyncio.sleep(RETRY_SECONDS)
                 continue
@@ -92,56 +141,49 @@ class Feed:
                 log.exception("following %s failed; retrying", self.session_id)
                 await asyncio.sleep(RETRY_SECONDS * 4)
                 continue
-            if latest > self.latest:
-                self.latest = latest
-                self._wake()
+            if latest > after:
+                pause = RELEASED_PAUSE_SECONDS[0]
+                self.note(latest)
+            else:
+                # Let go with nothing new: a newer waiter (another gateway) or a run
+                # handing over. Waiting again at once could evict that waiter in turn.
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, RELEASED_PAUSE_SECONDS[1])
 
 
 class Feeds:
-    """The gateway's feeds, one per conversation."""
+    """The gateway's feeds, one per conversation, each while it has followers."""
 
-    def __init__(self, conversations: Conversations, idle_seconds: float = IDLE_SECONDS) -> None:
+    def __init__(self, conversations: Conversations) -> None:
         self._conversations = conversations
         self._feeds: dict[str, Feed] = {}
-        self._idle_seconds = idle_seconds
-        self._reapers: dict[str, asyncio.TimerHandle] = {}
 
     @contextlib.asynccontextmanager
-    async def follow(self, session_id: str, user_id: str, after: int) -> AsyncIterator[Feed]:
+    async def follow(self, session_id: str, user_id: str, latest: int) -> AsyncIterator[Feed]:
         """The conversation's feed, for as long as the caller follows it. The caller has
-        checked that ``user_id`` owns the conversation."""
+        checked that ``user_id`` may read the conversation, and read its latest offset
+        ``latest`` (-1 if it has none yet) from the workflow."""
         feed = self._feeds.get(session_id)
-        if feed is None or feed.user_id != user_id:
-            feed = Feed(self._conversations, session_id, user_id)
-            self._feeds[session_id] = feed
-        reaper = self._reapers.pop(session_id, None)
-        if reaper is not None:
-            reaper.cancel()
-        feed.followers += 1
-        feed.start(after)
+        if feed is None:
+            feed = self._feeds[session_id] = Feed(self._conversations, session_id)
+        feed.join(user_id, latest)
         try:
             yield feed
         finally:
-            feed.followers -= 1
-            if feed.followers == 0:
-                self._reapers[session_id] = asyncio.get_running_loop().call_later(
-                    self._idle_seconds, lambda: asyncio.ensure_future(self._reap(session_id))
-                )
+            feed.leave(user_id)
+            if not feed.followers and self._feeds.get(session_id) is feed:
+                # Out of the table at once: a follower arriving while it stops gets a
+                # new feed, never one that is stopping.
+                del self._feeds[session_id]
+                feed.cancel()
 
-    async def _reap(self, session_id: str) -> None:
-        self._reapers.pop(session_id, None)
-        feed = self._feeds.get(session_id)
-        if feed is not None and feed.followers == 0:
-            del self._feeds[session_id]
-            await feed.stop()
+    def get(self, session_id: str) -> Feed | None:
+        return self._feeds.get(session_id)
 
     def __len__(self) -> int:
         return len(self._feeds)
 
     async def aclose(self) -> None:
-        for reaper in self._reapers.values():
-            reaper.cancel()
-        self._reapers.clear()
         feeds, self._feeds = list(self._feeds.values()), {}
         for feed in feeds:
             await feed.stop()

@@ -168,7 +168,8 @@ async def follow_events(
     last_event_id: str | None = Header(default=None),
 ) -> StreamingResponse:
     """The conversation's AG-UI events as Server-Sent Events, from ``after`` (or the
-    ``Last-Event-ID`` a reconnecting client sends), following new ones."""
+    ``Last-Event-ID`` a reconnecting client sends), following new ones. An offset
+    beyond the latest event is read as the latest: the stream sends new events only."""
     if last_event_id is not None:
         try:
             after = max(int(last_event_id), -1)
@@ -177,5 +178,5 @@ async def follow_events(
                 422, "InvalidRequest", "Last-Event-ID must be an event offset (an integer)"
             ) from None
     # Refused now (404, 422), not after the stream has begun.
-    await guarded(session_id, gw.conversations.events(session_id, user_id, limit=1))
-    return sse(follow(gw, session_id, user_id, after))
+    page = await guarded(session_id, gw.conversations.events(session_id, user_id, limit=1))
+    return sse(follow(gw, session_id, user_id, after, page.latest))

@@ -42,9 +42,22 @@ async def respond_to_turn(
     call: Callable[[], Awaitable[TurnResult]],
 ) -> Any:
     if "text/event-stream" in request.headers.get("accept", ""):
-        return sse(turn_events(gateway, session_id, user_id, call))
+        return await turn_stream(gateway, session_id, user_id, call)
     result = await guarded(session_id, call())
     return JSONResponse(result.model_dump(mode="json"))
+
+
+async def turn_stream(
+    gateway: Gateway,
+    session_id: str,
+    user_id: str,
+    call: Callable[[], Awaitable[TurnResult]],
+    run_id: str | None = None,
+) -> StreamingResponse:
+    """The turn's events as Server-Sent Events. Another user's conversation answers
+    404 here, before the stream (and its 200) begins."""
+    cursor = await current_offset(gateway, session_id, user_id)
+    return sse(turn_events(gateway, session_id, user_id, call, cursor, run_id))
 
 
 async def current_offset(gateway: Gateway, session_id: str, user_id: str) -> int:
@@ -74,11 +87,12 @@ async def turn_events(
     session_id: str,
     user_id: str,
     call: Callable[[], Awaitable[TurnResult]],
+    cursor: int,
     run_id: str | None = None,
 ) -> StreamItems:
-    """The events of the turn ``call`` runs, as they happen; a refusal ends the
-    stream with ``RUN_ERROR``. With ``run_id`` (AG-UI), runs carry the caller's id."""
-    cursor = await current_offset(gateway, session_id, user_id)
+    """The events of the turn ``call`` runs, after ``cursor`` (the latest offset
+    before it), as they happen; a refusal ends the stream with ``RUN_ERROR``. With
+    ``run_id`` (AG-UI), runs carry the caller's id."""
     turn = asyncio.ensure_future(call())
     try:
         async with gateway.feeds.follow(session_id, user_id, cursor) as feed:
@@ -113,11 +127,15 @@ async def turn_events(
             turn.cancel()
 
 
-async def follow(gateway: Gateway, session_id: str, user_id: str, after: int) -> StreamItems:
+async def follow(
+    gateway: Gateway, session_id: str, user_id: str, after: int, latest: int
+) -> StreamItems:
     """Every event after ``after``, then new ones as they come, until the
-    conversation's workflow closes. Empty events are keepalives."""
-    cursor = after
-    async with gateway.feeds.follow(session_id, user_id, cursor) as feed:
+    conversation's workflow closes. Empty events are keepalives. ``latest`` is the
+    latest offset the workflow reported to this user just now: an ``after`` beyond it
+    is read as ``latest`` (only new events), never waited for."""
+    cursor = min(after, latest)
+    async with gateway.feeds.follow(session_id, user_id, latest) as feed:
         while True:
             try:
                 page = await read_after(gateway, session_id, user_id, cursor)
