@@ -9,10 +9,19 @@ back only when the workflow's copy is out of date. Provider SDK retries are off;
 are classified once (``parley.activities.models.failures``) into the retry contract: transient ones
 are retried by Temporal (``Retry-After`` honoured), refusals fail the turn. A subagent's
 conversation is offered only the tools that subagent may use, as this worker defines it.
+
+Each proposed call leaves here canonical (``ParleyTool.canonical_args``): the workflow's
+rules, the approval card, the audit log and the tool see exactly those arguments. A call
+whose arguments the tool cannot take becomes an invalid tool call carrying the reason,
+which the model reads; nobody is asked to approve it. Ids are Parley's: an assistant
+message id no client can have chosen, and call ids unique in the conversation and its
+subagents (a subagent's carry its ``<name>-<n>``, a top-level conversation's never do).
 """
 
 from __future__ import annotations
 
+import json
+import uuid
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -23,11 +32,18 @@ from parley.activities.redaction import redact
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from parley.contracts import CALL_MODEL, CallModelInput, CallModelOutput
-from parley.errors import ErrorType, TransientError
+from parley.contracts import (
+    ASSISTANT_MESSAGE_PREFIX,
+    CALL_MODEL,
+    SUBAGENT_CALL_PREFIX,
+    CallModelInput,
+    CallModelOutput,
+    subagent_tag,
+)
+from parley.errors import ErrorType, ToolInputError, TransientError
 from parley.settings import DEFAULT_OVERLOAD_CODES, MODEL_ACTIVITY, retry_delay
 from parley.storage import TranscriptStore
-from parley.tools import ToolRegistry
+from parley.tools import ToolRegistry, UnstableCanonicalForm
 
 
 class ModelActivities:
@@ -73,7 +89,8 @@ class ModelActivities:
                 if isinstance(message, AIMessage)
                 for call in message.tool_calls
             }
-            reply = self._prepared(_with_unique_ids(reply, len(messages), used))
+            tag = subagent_tag(activity.info().workflow_id)
+            reply = self._canonical(_with_unique_ids(reply, len(messages), used, tag))
             context = await self._transcripts.append(
                 request.context,
                 [*request.new_messages, reply],
@@ -101,42 +118,60 @@ class ModelActivities:
             )
         return model
 
-    def _prepared(self, reply: AIMessage) -> AIMessage:
-        """Apply each tool's ``prepare`` to the proposed args. One that cannot be prepared
-        stays as the model wrote it: validation or the tool itself will say why."""
-        calls = []
+    def _canonical(self, reply: AIMessage) -> AIMessage:
+        """Each proposed call with its arguments in the tool's canonical form; a call the
+        tool cannot take becomes an invalid call saying why. Calls of tools this worker
+        does not have (and of subagents) are left to the workflow's catalogue check."""
+        calls, invalid = [], list(reply.invalid_tool_calls)
         for call in reply.tool_calls:
             tool = self._registry.get(call["name"])
-            if tool is not None and tool.prepare is not None:
-                try:
-                    call = {**call, "args": tool.prepare(dict(call["args"]))}
-                except Exception:
-                    activity.logger.info("could not prepare args of %s", call["name"])
-            calls.append(call)
-        return reply.model_copy(update={"tool_calls": calls})
+            if tool is None:
+                calls.append(call)
+                continue
+            try:
+                calls.append({**call, "args": tool.canonical_args(dict(call["args"]))})
+            except (ToolInputError, UnstableCanonicalForm) as err:
+                invalid.append(
+                    {
+                        "type": "invalid_tool_call",
+                        "id": call["id"],
+                        "name": call["name"],
+                        "args": json.dumps(call["args"], ensure_ascii=False, default=str),
+                        "error": str(err),
+                    }
+                )
+        return reply.model_copy(update={"tool_calls": calls, "invalid_tool_calls": invalid})
 
 
 def _bound(model: BaseChatModel, tools: list[Any]) -> Any:
     return model.bind_tools(tools) if tools else model
 
 
-def _with_unique_ids(reply: AIMessage, transcript_length: int, used: set[str]) -> AIMessage:
-    """Give the message and every tool call (valid or not) an id unique in the
-    conversation. Some providers omit ids, some (Ollama, vLLM) restart at ``call_0``
-    every turn; the confirmation gate and the idempotency key
-    ``<workflow_id>:<tool_call_id>`` address calls by id, so a reused id would mix up
-    two calls."""
+def _with_unique_ids(
+    reply: AIMessage, transcript_length: int, used: set[str], subagent: str | None = None
+) -> AIMessage:
+    """Give the message an id of Parley's and every tool call (valid or not) an id
+    unique in the conversation and its subagents. Some providers omit ids, some
+    (Ollama, vLLM) restart at ``call_0`` every turn, and a subagent's model numbers its
+    calls as its parent's does; the gate, a decision's update id and the idempotency key
+    ``<workflow_id>:<tool_call_id>`` address calls by id, so a shared id would answer
+    one call with another's decision. ``subagent``: the conversation's ``<name>-<n>``."""
     base = f"m{transcript_length}"
-    # LangChain names a message it got without an id "lc_run--<uuid>"; that says
-    # nothing and costs history bytes on every turn, so such a message gets ``base``.
-    message_id = reply.id if reply.id and not reply.id.startswith("lc_run-") else base
+    # Random, and in a namespace clients may not use: a client's message id (``m1``)
+    # never names the assistant's message, whatever the provider or client chose.
+    message_id = f"{ASSISTANT_MESSAGE_PREFIX}{uuid.uuid4().hex[:12]}"
+    prefix = f"{SUBAGENT_CALL_PREFIX}{subagent}-" if subagent else ""
     counter = iter(range(len(reply.tool_calls) + len(reply.invalid_tool_calls)))
 
     def unique(call: Any) -> Any:
-        call_id = call.get("id")
+        call_id = call.get("id") or ""
         index = next(counter)
+        if subagent:
+            call_id = f"{prefix}{call_id or f'call_{base}_{index}'}"
+        elif call_id.startswith(SUBAGENT_CALL_PREFIX):
+            call_id = ""  # the subagents' namespace
         if not call_id or call_id in used:
-            call_id = f"call_{base}_{index}"
+            call_id = f"{prefix}call_{base}_{index}"
         used.add(call_id)
         return {**call, "id": call_id}
 

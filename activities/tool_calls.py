@@ -1,8 +1,10 @@
-"""The ``run_tool`` activity. Activity side.
+"""The ``run_tool`` and ``canonical_args`` activities. Activity side.
 
-``run_tool`` looks the tool up in the worker's registry, gives it the conversation's
-``ToolContext`` when it asks for one, and returns the result envelope. The envelope's
-status comes from what the tool returned (F4); what it raised is mapped, in
+``canonical_args`` puts an edit's arguments in the tool's canonical form (the model's
+proposals are put in it by ``call_model``). ``run_tool`` runs only canonical arguments
+whose digest is the one approved, looks the tool up in the worker's registry, gives it
+the conversation's ``ToolContext`` when it asks for one, and returns the result
+envelope. The envelope's status comes from what the tool returned (F4); what it raised is mapped, in
 ``tool_failure`` and nowhere else, onto the error table of design.md.
 
 Once a tool has run, nothing may make Temporal run it again: ``storable`` checks the
@@ -29,14 +31,18 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from parley.contracts import (
+    CANONICAL_ARGS,
     MODEL_RESULT_MAX_CHARS,
     RUN_TOOL,
     WORKFLOW_ID_PREFIX,
+    CanonicalArgsInput,
+    CanonicalArgsOutput,
     RunToolInput,
     RunToolOutput,
     ToolContext,
     ToolErrorInfo,
     ToolResult,
+    args_hash,
     evaluate,
 )
 from parley.errors import (
@@ -46,7 +52,7 @@ from parley.errors import (
     TransientError,
 )
 from parley.settings import DEFAULT_MAX_TOOL_RESULT_BYTES, TOOL_ACTIVITY, retry_delay
-from parley.tools import CONTEXT_ARG, ToolRegistry
+from parley.tools import CONTEXT_ARG, ParleyTool, ToolRegistry, UnstableCanonicalForm
 
 
 class ToolActivities:
@@ -66,25 +72,62 @@ class ToolActivities:
         )
         return outcome.policy == "auto" and outcome.rule == request.rule
 
-    @activity.defn(name=RUN_TOOL)
-    async def run_tool(self, request: RunToolInput) -> RunToolOutput:
-        registered = self._registry.get(request.name)
+    def _tool(self, name: str, subagent: str | None) -> ParleyTool:
+        """The registered tool, if this worker has it and the subagent (if any) may use
+        it: the workflow's catalogue came from some worker; this one's word wins."""
+        registered = self._registry.get(name)
         if registered is None:
             raise ApplicationError(
-                f"tool {request.name!r} is not registered on this worker",
+                f"tool {name!r} is not registered on this worker",
                 type=ErrorType.TOOL_FAILED,
                 non_retryable=True,
             )
-        if request.subagent is not None:
-            subagent = self._registry.subagent(request.subagent)
-            if subagent is None or not subagent.allows(request.name):
-                # The workflow's catalogue came from some worker; this one's word wins.
+        if subagent is not None:
+            spec = self._registry.subagent(subagent)
+            if spec is None or not spec.allows(name):
                 raise ApplicationError(
-                    f"refused to run {request.name}: subagent {request.subagent!r} may not "
-                    "use it on this worker",
+                    f"refused to run {name}: subagent {subagent!r} may not use it on this worker",
                     type=ErrorType.TOOL_FAILED,
                     non_retryable=True,
                 )
+        return registered
+
+    @activity.defn(name=CANONICAL_ARGS)
+    async def canonical_args(self, request: CanonicalArgsInput) -> CanonicalArgsOutput:
+        """An edit's arguments in the tool's canonical form, or a non-retryable
+        ``ToolInputError`` saying why the tool cannot take them."""
+        registered = self._tool(request.name, request.subagent)
+        try:
+            args = registered.canonical_args(request.args)
+        except (ToolInputError, UnstableCanonicalForm) as err:
+            raise ApplicationError(
+                str(err), type=ErrorType.TOOL_INPUT, non_retryable=True
+            ) from None
+        return CanonicalArgsOutput(args=args, args_hash=args_hash(args))
+
+    def _check_canonical(self, registered: ParleyTool, request: RunToolInput) -> None:
+        """Run only what was approved: canonical arguments, with the approved digest."""
+        try:
+            canonical = registered.canonical_args(request.args)
+        except (ToolInputError, UnstableCanonicalForm) as err:
+            canonical, problem = None, str(err)
+        else:
+            problem = "" if canonical == request.args else f"their canonical form is {canonical}"
+        if not problem and request.args_hash is not None:
+            digest = args_hash(request.args)
+            if digest != request.args_hash:
+                problem = f"they hash to {digest}, not to the approved {request.args_hash}"
+        if problem:
+            raise ApplicationError(
+                f"refused to run {request.name}: its arguments are not the ones approved "
+                f"({problem})",
+                type=ErrorType.TOOL_FAILED,
+                non_retryable=True,
+            )
+
+    @activity.defn(name=RUN_TOOL)
+    async def run_tool(self, request: RunToolInput) -> RunToolOutput:
+        registered = self._tool(request.name, request.subagent)
         if registered.policy == "deny" or (
             registered.policy == "confirm"
             and not request.approved_by
@@ -97,6 +140,7 @@ class ToolActivities:
                 type=ErrorType.TOOL_FAILED,
                 non_retryable=True,
             )
+        self._check_canonical(registered, request)
         args = dict(request.args)
         if registered.wants_context:
             args[CONTEXT_ARG] = tool_context(request)

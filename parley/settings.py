@@ -79,6 +79,13 @@ TOOL_ACTIVITY = ActivityOptions(
     ),
 )
 
+CANONICAL_ARGS_ACTIVITY = ActivityOptions(
+    # Pure validation on the worker, milliseconds: a short timeout, a few retries for a
+    # worker that dies; arguments that do not fit are non-retryable and refuse the edit.
+    start_to_close=timedelta(seconds=30),
+    retry=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=5),
+)
+
 NOTIFY_ACTIVITY = ActivityOptions(
     start_to_close=timedelta(seconds=30),
     # A reviewer's webhook may be down for a while: keep trying for about an hour, then
@@ -161,6 +168,8 @@ class Settings:
     gateway_public_url: str | None = None
     #: The bearer tokens file: one ``<user id> <token>`` per line (``#`` comments).
     gateway_tokens_file: str | None = None
+    #: The largest request body the gateway reads; None: the message limit plus 4 MiB.
+    gateway_max_body_bytes: int | None = None
     #: The Temporal Web UI, for links from the page to a conversation's workflow.
     temporal_ui_url: str = DEFAULT_TEMPORAL_UI_URL
     # --- notifications (worker) ---
@@ -233,6 +242,11 @@ class Settings:
             gateway_port=_port(env, "PARLEY_GATEWAY_PORT", DEFAULT_GATEWAY_PORT),
             gateway_public_url=env.get("PARLEY_GATEWAY_URL", "").strip() or None,
             gateway_tokens_file=env.get("PARLEY_GATEWAY_TOKENS_FILE", "").strip() or None,
+            gateway_max_body_bytes=(
+                _positive_int(env, "PARLEY_GATEWAY_MAX_BODY_BYTES", 8 * 1024 * 1024)
+                if env.get("PARLEY_GATEWAY_MAX_BODY_BYTES", "").strip()
+                else None
+            ),
             temporal_ui_url=(
                 env.get("PARLEY_TEMPORAL_UI_URL", "").strip() or DEFAULT_TEMPORAL_UI_URL
             ),

@@ -12,6 +12,12 @@ callable returning one. The worker loads toolsets from ``PARLEY_TOOLS=module:att
 A tool that needs to know whom it acts for declares an injected argument
 ``context: Annotated[ToolContext, InjectedToolArg]``; the model never sees it, and
 ``run_tool`` fills it with the conversation's user id, session and idempotency key.
+
+Canonical once: :meth:`ParleyTool.canonical_args` validates a call's arguments against
+the tool's schema and puts them in the tool's canonical form (its ``prepare``, applied
+until it changes nothing more) when the call is proposed or edited. The policy rules,
+remembered decisions, the approval card, the audit log and the tool itself all see
+exactly those arguments; ``run_tool`` refuses arguments that are not canonical.
 """
 
 from __future__ import annotations
@@ -20,10 +26,12 @@ import hashlib
 import importlib
 import itertools
 import json
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pydantic
 from langchain_core.tools import BaseTool, StructuredTool
 
 from parley.contracts import (
@@ -34,6 +42,7 @@ from parley.contracts import (
     ToolPolicy,
     ToolSpec,
 )
+from parley.errors import ToolInputError
 from parley.loading import takes_no_arguments, wants_settings
 from parley.policies import load_policies
 from parley.settings import Settings
@@ -44,12 +53,24 @@ POLICIES: tuple[ToolPolicy, ...] = ("auto", "confirm", "deny")
 
 ArgsPreparer = Callable[[dict[str, Any]], dict[str, Any]]
 
+#: How many times ``prepare`` may change its own output before the form counts as
+#: unstable (a bug in the tool: the call is refused, never run in some other form).
+CANONICAL_ROUNDS = 4
+
+
+class UnstableCanonicalForm(ValueError):
+    """A tool's ``prepare`` keeps changing its own output: no form is canonical."""
+
 
 @dataclass(frozen=True)
 class ParleyTool:
-    """A tool, its policy, and optionally ``prepare``: a pure function the worker applies
-    to the model's proposed args before anyone sees them (e.g. a whole sentence given as
-    a title becomes the title it names), so the user approves exactly what will run."""
+    """A tool, its policy, and optionally ``prepare``: a pure function that puts
+    validated arguments in the tool's canonical form (e.g. a whole sentence given as a
+    title becomes the title it names; a branch name loses its whitespace and its
+    ``refs/heads/``). It runs when a call is proposed or edited, before any rule or
+    person sees the arguments, so the user approves exactly what will run. The tool
+    body may normalize again only idempotently: ``canonical_args`` checks that
+    ``prepare`` settles, and ``run_tool`` that what it runs is canonical."""
 
     tool: BaseTool
     policy: ToolPolicy = "confirm"
@@ -73,6 +94,49 @@ class ParleyTool:
             self.tool.tool_call_schema.model_fields
         )
         return CONTEXT_ARG in injected
+
+    def canonical_args(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``args`` in this tool's canonical form (see the class docstring). Raises
+        ``ToolInputError`` for arguments the tool cannot take, saying why, and
+        :class:`UnstableCanonicalForm` if ``prepare`` never settles."""
+        current = self._validated(args)
+        for _ in range(CANONICAL_ROUNDS):
+            if self.prepare is None:
+                return current
+            try:
+                prepared = self._validated(self.prepare(dict(current)))
+            except ToolInputError:
+                raise
+            except (ValueError, TypeError) as err:
+                raise ToolInputError(f"invalid arguments for {self.name}: {err}") from err
+            if prepared == current:
+                return current
+            current = prepared
+        raise UnstableCanonicalForm(
+            f"tool {self.name}: prepare() still changed its own output after "
+            f"{CANONICAL_ROUNDS} rounds ({args!r} -> {current!r}); a canonical form must "
+            "be a fixed point"
+        )
+
+    def _validated(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The arguments the tool's schema accepts, as it reads them (pydantic coercion
+        and validators); keys it does not name are refused unless it opts in."""
+        if not isinstance(args, dict):
+            raise ToolInputError(f"the arguments of {self.name} must be a JSON object")
+        problem = self.spec().args_error(args)
+        if problem:
+            raise ToolInputError(f"invalid arguments for {self.name}: {problem}")
+        schema = self.tool.tool_call_schema
+        if isinstance(schema, dict):
+            return dict(args)  # a JSON-schema tool (MCP): the schema check is all
+        try:
+            model = schema.model_validate(args)
+        except pydantic.ValidationError as err:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()
+            )
+            raise ToolInputError(f"invalid arguments for {self.name}: {problems}") from None
+        return model.model_dump(mode="json", exclude_unset=True)
 
     def spec(self) -> ToolSpec:
         call_schema = self.tool.tool_call_schema
@@ -130,6 +194,13 @@ def confirm(tool: BaseTool) -> ParleyTool:
 
 def deny(tool: BaseTool) -> ParleyTool:
     return ParleyTool(tool, "deny")
+
+
+def identifier(value: str) -> str:
+    """An identifier-like argument (a project, an alias, a branch) in canonical text:
+    Unicode NFKC (full-width and compatibility forms become their plain letters) and no
+    surrounding whitespace. Idempotent."""
+    return unicodedata.normalize("NFKC", value).strip()
 
 
 class ToolRegistry:

@@ -66,7 +66,11 @@ def build_worker(
         notifications=settings.notify_url is not None,
     )
     tool_activities = ToolActivities(registry, max_result_bytes=settings.max_tool_result_bytes)
-    activities: list[Callable[..., Any]] = [model_activities.call_model, tool_activities.run_tool]
+    activities: list[Callable[..., Any]] = [
+        model_activities.call_model,
+        tool_activities.canonical_args,
+        tool_activities.run_tool,
+    ]
     if settings.notify_url:
         activities.append(NotifyActivities(settings.notify_url, settings.gateway_url).notify)
     return Worker(

@@ -30,7 +30,14 @@ def tool_messages(
     counts = Counter(m.tool_call_id for m in answers)
     twice = [call_id for call_id, n in counts.items() if n > 1]
     assert twice == [], f"answered more than once: {twice}"
-    proposed = [c["id"] for m in transcript if isinstance(m, AIMessage) for c in m.tool_calls]
+    # An invalid call (arguments refused when proposed) is answered too: providers
+    # receive it as a tool call of its message.
+    proposed = [
+        c["id"]
+        for m in transcript
+        if isinstance(m, AIMessage)
+        for c in [*m.tool_calls, *m.invalid_tool_calls]
+    ]
     assert not set(pending) & set(counts), "a pending call is already answered"
     assert sorted([*counts, *pending]) == sorted(proposed), "every call answered exactly once"
     return {m.tool_call_id: m for m in answers}

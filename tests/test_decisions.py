@@ -56,7 +56,8 @@ async def test_valid_edit_runs_with_new_args_and_keeps_the_models_call(parley_wo
         answer = tool_messages(state.transcript)["c1"]
         assert answer.status == "success"
         assert envelope_status(answer) == "success"
-        assert "reviewer changed the arguments" in answer.content
+        # who edited, said as it is (the owner here, not "a reviewer")
+        assert "alice, the owner, changed the arguments" in answer.content
         assert '"Q4"' in answer.content
         assert answer.artifact["payload"] == {"written": "Q4", "by": "alice"}
 

@@ -44,12 +44,10 @@ async def test_prepare_correct_and_push_through_the_gate(parley_worker, tmp_path
     async with parley_worker(tools, ScriptedChatModel()) as conv:
         sid, user = new_session(), "gina"
         turn = await conv.send(sid, user, 'prepare a feat branch "PJ1 project git extend!" in web')
-        assert [p.name for p in turn.pending] == ["git_prepare_worktree"]
-        assert turn.pending[0].args["branch_slug"] == "PJ1 project git extend!"
-
-        # approved, the tool answers 422; the model fixes the slug and asks again
-        turn = await approve_all(conv, sid, user)
+        # A slug the tool cannot take is refused when proposed (its canonical form is
+        # checked then): nobody is asked to approve it, the model fixes it and asks again.
         assert turn.status == "awaiting_approval"
+        assert [p.name for p in turn.pending] == ["git_prepare_worktree"]
         assert turn.results[0].status == "error"
         assert turn.results[0].content.endswith("Please fix your mistakes.")
         assert turn.pending[0].args["branch_slug"] == "pj1-project-git-extend"

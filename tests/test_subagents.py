@@ -85,14 +85,14 @@ async def test_a_subagents_confirm_call_is_approved_from_the_parent(parley_worke
     task = f"record a plan for Q3 ({new_session()})"
     async with parley_worker(registry(), planner_model(task)) as conversations:
         sid = new_session()
-        child = f"{sid}.planner-1"
+        child = f"{sid}/planner-1"
         turn = await conversations.send(sid, "alice", "get the Q3 plan done")
 
         # The subagent's confirm call waits on the parent's list, marked as its.
         assert turn.status == "awaiting_approval"
         (pending,) = turn.pending
         assert (pending.tool_call_id, pending.name, pending.args) == (
-            "c3",
+            "sub-planner-1-c3",
             "create_plan",
             {"title": "Q3"},
         )
@@ -100,7 +100,10 @@ async def test_a_subagents_confirm_call_is_approved_from_the_parent(parley_worke
         assert (pending.subagent.name, pending.subagent.session_id) == ("planner", child)
         assert pending.subagent.tool_call_id == "p1"
         # What ran in the subagent so far is in the parent's turn result.
-        assert {r.tool_call_id: r.status for r in turn.results} == {"c1": "error", "c2": "success"}
+        assert {r.tool_call_id: r.status for r in turn.results} == {
+            "sub-planner-1-c1": "error",
+            "sub-planner-1-c2": "success",
+        }
         assert runs_in(child, "create_plan") == []
 
         # The subagent was offered, and could run, only its own tools.
@@ -111,11 +114,11 @@ async def test_a_subagents_confirm_call_is_approved_from_the_parent(parley_worke
             ["push_branch", "create_plan", "list_plans", "planner"],
         ) in OFFERED
         child_state = await conversations.state(child, "alice")
-        answers = tool_messages(child_state.transcript, pending=("c3",))
-        assert "unknown tool 'push_branch'" in str(answers["c1"].content)
+        answers = tool_messages(child_state.transcript, pending=("sub-planner-1-c3",))
+        assert "unknown tool 'push_branch'" in str(answers["sub-planner-1-c1"].content)
         assert runs_in(child, "push_branch") == []
         assert isinstance(child_state.transcript[0], SystemMessage)
-        assert [c.tool_call_id for c in child_state.pending] == ["c3"]
+        assert [c.tool_call_id for c in child_state.pending] == ["sub-planner-1-c3"]
 
         # `parley list` shows the parent, waiting; the subagent's conversation is not
         # listed (its calls are decided on the parent's list).
@@ -136,13 +139,14 @@ async def test_a_subagents_confirm_call_is_approved_from_the_parent(parley_worke
         # Approved from the parent: it runs in the subagent, once, under the
         # subagent's idempotency key; the subagent's reply answers the parent's call.
         done = await conversations.decide(
-            sid, "alice", [Decision(tool_call_id="c3", action="approve")]
+            sid, "alice", [Decision(tool_call_id="sub-planner-1-c3", action="approve")]
         )
         assert done.status == "completed"
         assert done.reply == "The planner is done."
-        assert [r["key"] for r in runs_in(child, "create_plan")] == [f"{workflow_id_for(child)}:c3"]
+        key = f"{workflow_id_for(child, subagent=True)}:sub-planner-1-c3"
+        assert [r["key"] for r in runs_in(child, "create_plan")] == [key]
         assert {r.tool_call_id: r.status for r in done.results} == {
-            "c3": "success",
+            "sub-planner-1-c3": "success",
             "p1": "success",
         }
 
@@ -151,7 +155,7 @@ async def test_a_subagents_confirm_call_is_approved_from_the_parent(parley_worke
         assert answers["p1"].content == "Plan Q3 recorded."
         decided = [e for e in parent_state.audit if e.event == "decided"]
         assert [(e.tool_call_id, e.actor, e.detail["subagent"]) for e in decided] == [
-            ("c3", "alice", child)
+            ("sub-planner-1-c3", "alice", child)
         ]
         assert [e.detail for e in parent_state.audit if e.event == "delegated"] == [
             {"session_id": child}
@@ -165,7 +169,7 @@ async def test_a_subagents_confirm_call_is_approved_from_the_parent(parley_worke
         child_state = await conversations.state(child, "alice")
         assert child_state.status == "ended"
         assert [(e.tool_call_id, e.actor) for e in child_state.audit if e.event == "decided"] == [
-            ("c3", "alice")
+            ("sub-planner-1-c3", "alice")
         ]
 
 
@@ -195,10 +199,10 @@ async def test_one_decision_covers_the_parents_calls_and_the_subagents_across_a_
     )
     queue = f"parley-test-{new_session()}"
     sid = new_session()
-    child = f"{sid}.planner-1"
+    child = f"{sid}/planner-1"
     async with parley_worker(registry(), model, task_queue=queue) as conversations:
         turn = await conversations.send(sid, "alice", "plan Q3 and push main")
-        assert sorted(c.tool_call_id for c in turn.pending) == ["c3", "p2"]
+        assert sorted(c.tool_call_id for c in turn.pending) == ["p2", "sub-planner-1-c3"]
     # A new worker (no cached workflows): both conversations are replayed.
     async with parley_worker(registry(), model, task_queue=queue) as conversations:
         done = await conversations.decide(
@@ -206,7 +210,9 @@ async def test_one_decision_covers_the_parents_calls_and_the_subagents_across_a_
             "alice",
             [
                 Decision(tool_call_id="p2", action="approve"),
-                Decision(tool_call_id="c3", action="reject", message="not this quarter"),
+                Decision(
+                    tool_call_id="sub-planner-1-c3", action="reject", message="not this quarter"
+                ),
             ],
         )
         assert done.status == "completed"
@@ -217,7 +223,7 @@ async def test_one_decision_covers_the_parents_calls_and_the_subagents_across_a_
         assert parent["p1"].content == "The plan was rejected; nothing recorded."
         child_state = await conversations.state(child, "alice")
         answers = tool_messages(child_state.transcript)
-        assert "not this quarter" in str(answers["c3"].content)
+        assert "not this quarter" in str(answers["sub-planner-1-c3"].content)
         assert child_state.status == "ended"
 
 
@@ -225,9 +231,9 @@ async def test_ending_the_parent_cancels_its_subagent(parley_worker) -> None:
     task = f"record a plan for Q3 ({new_session()})"
     async with parley_worker(registry(), planner_model(task)) as conversations:
         sid = new_session()
-        child = f"{sid}.planner-1"
+        child = f"{sid}/planner-1"
         turn = await conversations.send(sid, "alice", "get the Q3 plan done")
-        assert [c.tool_call_id for c in turn.pending] == ["c3"]
+        assert [c.tool_call_id for c in turn.pending] == ["sub-planner-1-c3"]
 
         ended = await conversations.end(sid, "alice")
         assert ended.status == "ended"
@@ -266,7 +272,7 @@ async def test_a_subagent_call_nobody_decides_on_expires_and_the_parent_goes_on(
     async with parley_worker(registry(), model, pending_expiry_seconds=2) as conversations:
         sid = new_session()
         turn = await conversations.send(sid, "alice", "get the Q3 plan done")
-        assert [c.tool_call_id for c in turn.pending] == ["c3"]
+        assert [c.tool_call_id for c in turn.pending] == ["sub-planner-1-c3"]
         for _ in range(150):
             state = await conversations.state(sid, "alice")
             if state.status == "idle":
@@ -278,7 +284,7 @@ async def test_a_subagent_call_nobody_decides_on_expires_and_the_parent_goes_on(
         assert state.last_turn.reply == "The planner could not record it."
         answers = tool_messages(state.transcript)
         assert answers["p1"].content == "Nobody approved the plan; nothing was recorded."
-        assert runs_in(f"{sid}.planner-1", "create_plan") == []
+        assert runs_in(f"{sid}/planner-1", "create_plan") == []
 
 
 async def test_the_offline_model_hands_a_task_to_a_subagent(parley_worker) -> None:
@@ -288,7 +294,7 @@ async def test_the_offline_model_hands_a_task_to_a_subagent(parley_worker) -> No
         turn = await conversations.send(sid, "alice", "ask the planner to list my plans")
         assert turn.status == "completed"
         assert turn.reply == 'planner answered: list_plans succeeded: ["Q2"]'
-        assert len(runs_in(f"{sid}.planner-1", "list_plans")) == 1
+        assert len(runs_in(f"{sid}/planner-1", "list_plans")) == 1
 
 
 async def test_the_worker_runs_only_the_subagents_tools() -> None:

@@ -78,6 +78,7 @@ with workflow.unsafe.imports_passed_through():
         ConversationEnded,
         ConversationHandingOver,
         InvalidDecision,
+        InvalidMessage,
         Refusal,
     )
 
@@ -90,6 +91,14 @@ RECENT_RESULTS_KEPT = 32
 EVENT_WAITERS_KEPT = 4
 #: How many ``decide_signal`` decisions may wait for the turn in flight.
 QUEUED_DECISIONS_KEPT = 16
+#: Per-run budgets, far below Temporal's limits (2,000 updates and 10,000 signals per
+#: run): past them the run continues as new at its next rest, turn or no turn. The
+#: counts start again in the new run, so this never loops.
+UPDATES_PER_RUN = 1_000
+SIGNALS_PER_RUN = 5_000
+#: Past this many updates in one run (a turn that holds the run for long), followers
+#: are refused (``wait_for_events``), keeping the rest for decisions and messages.
+FOLLOWER_UPDATES_PER_RUN = 1_500
 
 
 @workflow.defn  # pinned by the versioned worker (``parley.worker.deployment_config``)
@@ -111,6 +120,9 @@ class ConversationWorkflow:
         self._event_waiters: list[object] = []
         #: Set when this run hands over to the next (continue-as-new): waiters are let go.
         self._handing_over = False
+        #: Updates and signals accepted in this run (Temporal limits both per run).
+        self._updates_this_run = 0
+        self._signals_this_run = 0
 
     # --- run: the conversation's lifetime -------------------------------------------
 
@@ -130,8 +142,7 @@ class ConversationWorkflow:
             self._close()
             raise
         self._event_waiters.clear()
-        for task in self._turns.notifying:
-            task.cancel()  # the conversation ended: nobody need be told it waits
+        self._turns.notifier.cancel_all()  # the conversation ended: nobody need be told
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._close()
         if start.subagent is not None:
@@ -154,7 +165,7 @@ class ConversationWorkflow:
                         self._state.ended
                         or (not self._state.turn_running and self._expired_calls() != [])
                         or (not self._state.turn_running and self._state.queued_decisions != [])
-                        or (not self._state.turn_running and self._turns.has_subagent_news())
+                        or (not self._state.turn_running and self._turns.subagents.has_news())
                         or self._task_done()
                         or self._should_continue_as_new()
                         or self._next_deadline() != deadline
@@ -173,7 +184,7 @@ class ConversationWorkflow:
                 await self._expire_due_calls()
             elif not self._state.turn_running and self._state.queued_decisions:
                 await self._apply_queued_decision()
-            elif not self._state.turn_running and self._turns.has_subagent_news():
+            elif not self._state.turn_running and self._turns.subagents.has_news():
                 self._state.turn_running = True
                 await self._turns.run(subagent_news=True)
             elif self._should_continue_as_new():
@@ -228,7 +239,7 @@ class ConversationWorkflow:
         """The end of the conversation, once: what is pending is answered, never run."""
         if self._state.status == "ended":
             return
-        self._turns.stop_subagents("the conversation ended")
+        self._turns.subagents.stop("the conversation ended")
         for call in self._state.pending:
             self._ledger.answer_unrun(call, "the conversation ended before anyone decided on it")
         metrics.approvals_answered(len(self._state.pending))
@@ -244,19 +255,22 @@ class ConversationWorkflow:
         if (
             self._state.turn_running
             or self._state.queued_decisions
-            or self._turns.notifying  # a notification in flight finishes in this run
+            or self._turns.notifier.in_flight  # a notification finishes in this run
             or self._state.delegations  # its child workflows belong to this run
         ):
             return False
         if self._upgrade_due():
             return True
+        info = workflow.info()
+        if (
+            self._updates_this_run >= UPDATES_PER_RUN
+            or self._signals_this_run >= SIGNALS_PER_RUN
+            or info.is_continue_as_new_suggested()
+        ):
+            return True  # counted from this run's start, so the next run starts at zero
         if self._state.runs == self._runs_at_start:
             return False
-        info = workflow.info()
-        return (
-            info.is_continue_as_new_suggested()
-            or info.get_current_history_length() >= self._start.continue_as_new_after_events
-        )
+        return info.get_current_history_length() >= self._start.continue_as_new_after_events
 
     def _upgrade_due(self) -> bool:
         """Temporal says the task queue's target build is no longer this run's (a deploy
@@ -291,7 +305,9 @@ class ConversationWorkflow:
     # --- updates ----------------------------------------------------------------------
 
     @workflow.update
-    async def send_message(self, message: SendMessageInput) -> TurnResult:
+    async def send_message(self, raw: Any) -> TurnResult:
+        self._updates_this_run += 1
+        message = gate.parse(SendMessageInput, raw, InvalidMessage)
         gate.check_owner(self._state, message.user_id)
         if replayed := self._earlier_result():
             return replayed
@@ -304,13 +320,16 @@ class ConversationWorkflow:
         return self._remember(await self._turns.run())
 
     @send_message.validator
-    def _validate_send_message(self, message: SendMessageInput) -> None:
+    def _validate_send_message(self, raw: Any) -> None:
+        message = gate.parse(SendMessageInput, raw, InvalidMessage)
         gate.check_owner(self._state, message.user_id)
         if not self._earlier_result():
             self._check_message(message)
 
     @workflow.update
-    async def decide(self, decision: DecideInput) -> TurnResult:
+    async def decide(self, raw: Any) -> TurnResult:
+        self._updates_this_run += 1
+        decision = gate.parse(DecideInput, raw, InvalidDecision)
         gate.check_member(self._state, decision.decided_by)
         if replayed := self._earlier_result():
             return replayed
@@ -319,16 +338,19 @@ class ConversationWorkflow:
         return self._remember(await self._turns.run(decisions=decision))
 
     @decide.validator
-    def _validate_decide(self, decision: DecideInput) -> None:
+    def _validate_decide(self, raw: Any) -> None:
+        decision = gate.parse(DecideInput, raw, InvalidDecision)
         gate.check_member(self._state, decision.decided_by)
         if not self._earlier_result():
             gate.check_decisions(self._state, decision, workflow.now())
 
     @workflow.update
-    async def end(self, request: EndInput) -> ConversationSnapshot:
+    async def end(self, raw: Any) -> ConversationSnapshot:
         """End the conversation once the turn in flight (if any) is done; pending calls
         are answered ``expired`` and never run. Owner-checked, like every other update.
         Returns the ended conversation's latest page."""
+        self._updates_this_run += 1
+        request = gate.parse(EndInput, raw, InvalidMessage)
         gate.check_owner(self._state, request.user_id)
         if not self._state.ended:
             self._state.ended = True  # from here on, validators refuse sends and decisions
@@ -338,16 +360,21 @@ class ConversationWorkflow:
         return self._ledger.snapshot(StateQuery(user_id=request.user_id))
 
     @end.validator
-    def _validate_end(self, request: EndInput) -> None:
+    def _validate_end(self, raw: Any) -> None:
+        request = gate.parse(EndInput, raw, InvalidMessage)
         gate.check_owner(self._state, request.user_id)
         if self._state.ended:
             raise ConversationEnded("this conversation has ended")
 
     @workflow.update
-    async def wait_for_events(self, request: EventsWait) -> int:
+    async def wait_for_events(self, raw: Any) -> int:
         """Wait until the event log has an event after ``request.after`` (or the
         conversation ends, or this run hands over); return the latest offset. Costs two
-        small history events per wake-up; the events are read with the query."""
+        small history events per wake-up; the events are read with the query. An
+        ``after`` past the latest offset waits for the next event, never spins."""
+        self._updates_this_run += 1
+        request = gate.parse(EventsWait, raw, InvalidMessage)
+        after = min(request.after, self._events.last_offset)
         token = object()
         self._event_waiters.append(token)
         if len(self._event_waiters) > EVENT_WAITERS_KEPT:
@@ -355,7 +382,7 @@ class ConversationWorkflow:
         try:
             await workflow.wait_condition(
                 lambda: (
-                    self._events.last_offset > request.after
+                    self._events.last_offset > after
                     or self._state.ended
                     or token not in self._event_waiters
                 )
@@ -366,11 +393,12 @@ class ConversationWorkflow:
         return self._events.last_offset
 
     @wait_for_events.validator
-    def _validate_wait_for_events(self, request: EventsWait) -> None:
+    def _validate_wait_for_events(self, raw: Any) -> None:
+        request = gate.parse(EventsWait, raw, InvalidMessage)
         gate.check_member(self._state, request.user_id)
         if self._state.ended:
             raise ConversationEnded("this conversation has ended")
-        if self._handing_over:
+        if self._handing_over or self._updates_this_run >= FOLLOWER_UPDATES_PER_RUN:
             raise ConversationHandingOver(
                 "this conversation is moving to a new run; wait again in a moment"
             )
@@ -380,19 +408,18 @@ class ConversationWorkflow:
         """Wake up: the run loop then sees whether a newer worker build is current and,
         if so, moves to it between turns. Temporal tells a waiting workflow nothing
         until its next workflow task, which this signal makes."""
+        self._signals_this_run += 1
 
     @workflow.signal
     def decide_signal(self, decision: Any) -> None:
         """The ``decide`` update's decision, fire-and-forget. Applied between turns;
         refused ones are recorded (audit log and a ``CUSTOM`` event), never dropped."""
+        self._signals_this_run += 1
         try:
-            request = DecideInput.model_validate(decision)
-        except ValueError as err:
+            request = gate.parse(DecideInput, decision, InvalidDecision)
+        except InvalidDecision as refusal:
             decided_by = decision.get("decided_by") if isinstance(decision, dict) else None
-            self._record_refused_decision(
-                str(decided_by or "unknown"),
-                InvalidDecision(f"decision refused: not a valid decision: {err}"),
-            )
+            self._record_refused_decision(str(decided_by or "unknown"), refusal)
             return
         if len(self._state.queued_decisions) >= QUEUED_DECISIONS_KEPT:
             self._record_refused_decision(
@@ -411,6 +438,7 @@ class ConversationWorkflow:
         """A subagent at work came to rest waiting for decisions: applied by the turn
         that waits for it, or between turns. One from a subagent no longer at work is
         dropped (its end has been applied)."""
+        self._signals_this_run += 1
         if any(d.tool_call_id == report.tool_call_id for d in self._state.delegations):
             self._state.subagent_reports.append(report)
 
@@ -421,10 +449,15 @@ class ConversationWorkflow:
         except Refusal as refusal:
             self._record_refused_decision(request.decided_by, refusal, request)
             if self._start.subagent is not None:
-                await self._turns.report_to_parent()  # so the parent stops waiting
+                await self._turns.subagents.report_to_parent()  # so the parent stops waiting
             return
         self._state.turn_running = True
-        await self._turns.run(decisions=request)
+        try:
+            await self._turns.run(decisions=request)
+        except InvalidDecision as refusal:  # an edit the rules refuse: nothing applied
+            self._record_refused_decision(request.decided_by, refusal, request)
+            if self._start.subagent is not None:
+                await self._turns.subagents.report_to_parent()
 
     def _record_refused_decision(
         self, decided_by: str, refusal: Refusal, request: DecideInput | None = None
@@ -502,10 +535,10 @@ class ConversationWorkflow:
                 {"to": call.on_timeout.escalate_to, "until": call.expires_at.isoformat()},
             )
         if escalating:
-            self._turns.escalate(escalating)
+            self._turns.notifier.escalate(escalating)
             publish_status(self._state)  # the new deadline, in the current details
             if self._start.subagent is not None:
-                await self._turns.report_to_parent()  # the parent shows the new deadline
+                await self._turns.subagents.report_to_parent()  # the parent shows the new deadline
         due = [call for call in due if call not in escalating]
         if not due:
             return

@@ -11,11 +11,12 @@ stable ``type``).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-import jsonschema
+from pydantic import BaseModel, ValidationError
 
 from parley.contracts import (
+    ASSISTANT_MESSAGE_PREFIX,
     WORKFLOW_ID_PREFIX,
     ConversationState,
     DecideInput,
@@ -33,8 +34,32 @@ from parley.errors import (
     MessageTooLarge,
     NoDecisionsOwed,
     NotOwner,
+    Refusal,
     TurnInProgress,
 )
+
+Input = TypeVar("Input", bound=BaseModel)
+
+
+def parse(model: type[Input], raw: Any, refusal: type[Refusal]) -> Input:
+    """An update's input, read from what the caller sent: anything that does not fit
+    (a key the model does not define included) is ``refusal``, non-retryable, with one
+    line per problem; never a converter failure that Temporal would call retryable."""
+    if isinstance(raw, model):
+        return raw
+    try:
+        return model.model_validate(raw)
+    except ValidationError as err:
+        raise refusal(f"{model.__name__} refused: {describe(err)}") from None
+
+
+def describe(err: ValidationError) -> str:
+    """A validation error as one line: ``decisions.0.mesage: Extra inputs are not
+    permitted; ...`` (no documentation links)."""
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}"
+        for e in err.errors(include_url=False)
+    )
 
 
 def check_owner(state: ConversationState, user_id: str) -> None:
@@ -76,6 +101,11 @@ def check_message(
     check_open(state)
     if not message.text.strip():
         raise InvalidMessage("the message is empty")
+    if message.message_id.startswith(ASSISTANT_MESSAGE_PREFIX):
+        raise InvalidMessage(
+            f"message ids starting with {ASSISTANT_MESSAGE_PREFIX!r} are the assistant's; "
+            "choose another message id"
+        )
     size = len(message.text.encode("utf-8", errors="surrogatepass"))
     if size > max_bytes:
         raise MessageTooLarge(
@@ -123,6 +153,8 @@ def check_decisions(state: ConversationState, decision: DecideInput, now: dateti
     missing = [i for i in pending if i not in given]
     if missing:
         problems.append(f"missing a decision for: {', '.join(missing)}")
+    # Said only when the set of ids is what is wrong.
+    hint = " Send one decision for every pending call." if problems else ""
     catalogue = state.tools or ToolCatalogue(tools=[])
     for d in decision.decisions:
         if d.remember and d.action not in ("approve", "reject"):
@@ -131,10 +163,15 @@ def check_decisions(state: ConversationState, decision: DecideInput, now: dateti
                 "a remembered edit would run later calls with args nobody saw"
             )
         call = pending.get(d.tool_call_id)
+        if call is not None and d.args_hash is not None and d.args_hash != call.args_hash:
+            problems.append(
+                f"the arguments of {d.tool_call_id} are no longer the ones you decided on "
+                f"(args_hash {d.args_hash}, now {call.args_hash}); read the call again"
+            )
         if (
             call is not None
             and call.reviewer_rule
-            and d.action in ("approve", "edit")
+            and d.action == "approve"  # an edit is a new proposal: the rules judge it
             and (decision.decided_by == state.user_id or decision.decided_by not in state.reviewers)
         ):
             problems.append(
@@ -146,10 +183,7 @@ def check_decisions(state: ConversationState, decision: DecideInput, now: dateti
             if error:
                 problems.append(f"edited args for {d.tool_call_id} are invalid: {error}")
     if problems:
-        raise InvalidDecision(
-            "decision refused: " + "; ".join(problems) + ". Send one decision for "
-            "every pending call."
-        )
+        raise InvalidDecision("decision refused: " + "; ".join(problems) + "." + hint)
 
 
 def args_error(catalogue: ToolCatalogue, tool_name: str, args: dict[str, Any]) -> str | None:
@@ -158,15 +192,4 @@ def args_error(catalogue: ToolCatalogue, tool_name: str, args: dict[str, Any]) -
     spec = catalogue.get(tool_name)
     if spec is None:
         return f"unknown tool {tool_name!r}"
-    schema = spec.args_schema
-    if not spec.extra_args_allowed:
-        schema = {**schema, "additionalProperties": False}
-    errors = sorted(
-        jsonschema.Draft202012Validator(schema).iter_errors(args),
-        key=lambda e: list(e.path),
-    )
-    if not errors:
-        return None
-    return "; ".join(
-        (f"{'.'.join(map(str, e.path))}: " if e.path else "") + e.message for e in errors
-    )
+    return spec.args_error(args)

@@ -1,82 +1,70 @@
 """The turn engine: from a message or a set of decisions to the point where the turn
 rests (a reply, calls pending, or a failure). Workflow side (deterministic; side
-effects only through the ``call_model`` and ``run_tool`` activities, by name).
+effects only through activities, by name: ``call_model``, ``canonical_args``, ``run_tool``).
 
 A pending call runs only inside :meth:`TurnEngine.run` for the ``decide`` that names it
 (F1), and every tool runs through one path, :meth:`TurnEngine._execute`, before and
 after a decision (F3). Whatever happens, every call of the transcript ends answered
 (through the ledger) or pending, and the status is never left ``running``.
 
-Subagents: a call to one of the catalogue's subagents starts a child conversation (a
-child ``ConversationWorkflow``) with the task, and the turn waits until it comes to
-rest. Its calls that wait for a decision join this conversation's pending list (marked
-with the subagent); a decision on them is passed on to the child (``decide_signal``),
-which runs them through its own gate and reports again (``subagent_report``). The
-child's reply, when it ends, answers the call that started it.
+Canonical once: a proposed call's arguments arrive canonical from ``call_model``; an
+edit's are made canonical by ``canonical_args`` before anything else. Either way
+``triage`` judges exactly the arguments that run, and ``run_tool`` gets them with
+their digest, which the worker checks. An edit is a new proposal: a rule that denies
+it refuses the decision; one that needs a reviewer leaves the call waiting.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-from datetime import timedelta
 from typing import Any
 
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage
 from parley.workflows import metrics
 from parley.workflows.events import EventLog
-from parley.workflows.gate import args_error
 from parley.workflows.ledger import Ledger, error_result
+from parley.workflows.notifying import Notifier
 from parley.workflows.publishing import set_status
+from parley.workflows.subagents import Subagents
+from parley.workflows.triage import Proposal, Refuse, Run, Verdict, Wait, triage
 from temporalio import workflow
-from temporalio.exceptions import (
-    ActivityError,
-    ApplicationError,
-    CancelledError,
-    WorkflowAlreadyStartedError,
-)
+from temporalio.exceptions import ActivityError, ApplicationError
 
 from parley.contracts import (
     CALL_MODEL,
-    NOTIFY,
+    CANONICAL_ARGS,
     PREVIEW_ARGS_CHARS,
     RUN_TOOL,
     CallModelInput,
     CallModelOutput,
-    ConversationSnapshot,
+    CanonicalArgsInput,
+    CanonicalArgsOutput,
     ConversationStart,
     ConversationState,
     DecideInput,
     Decision,
-    Delegation,
-    NotifyInput,
-    OnTimeout,
     PendingCall,
     PolicyOutcome,
     RememberedDecision,
     RunToolInput,
     RunToolOutput,
-    SubagentRef,
-    SubagentReport,
-    SubagentTask,
     ToolCall,
     ToolCatalogue,
     ToolErrorInfo,
     ToolResult,
-    ToolSpec,
     TurnResult,
-    TurnToolResult,
+    args_hash,
     call_shape,
     call_summary,
-    evaluate,
-    subagent_session_id,
-    workflow_id_for,
 )
-from parley.errors import MODEL_VISIBLE_TOOL_ERRORS, ErrorType
-from parley.settings import MODEL_ACTIVITY, NOTIFY_ACTIVITY, TOOL_ACTIVITY
+from parley.errors import MODEL_VISIBLE_TOOL_ERRORS, ErrorType, InvalidDecision
+from parley.settings import CANONICAL_ARGS_ACTIVITY, MODEL_ACTIVITY, TOOL_ACTIVITY
 
 #: How many remembered decisions a conversation keeps (the oldest go first).
 REMEMBERED_KEPT = 64
+#: The patch under which an edit is a new proposal (``canonical_args``, then the rules);
+#: histories recorded before it replay the old way (the edit ran as given).
+EDITS_ARE_PROPOSALS = "edits-are-proposals"
 
 
 class TurnFailed(Exception):
@@ -98,16 +86,18 @@ def text_of(message: AIMessage) -> str:
 
 class TurnEngine:
     def __init__(
-        self, state: ConversationState, start: ConversationStart, ledger: Ledger, events: EventLog
+        self,
+        state: ConversationState,
+        start: ConversationStart,
+        ledger: Ledger,
+        events: EventLog,
     ) -> None:
         self._state = state
         self._start = start
         self._ledger = ledger
         self._events = events
-        #: ``notify`` calls in flight: the run waits for them before continue-as-new.
-        self.notifying: set[asyncio.Task[None]] = set()
-        #: The child workflows of ``state.delegations``, by the call that started each.
-        self._children: dict[str, workflow.ChildWorkflowHandle[Any, ConversationSnapshot]] = {}
+        self.notifier = Notifier(state, start, ledger, self._catalogue)
+        self.subagents = Subagents(state, start, ledger, self._catalogue)
 
     async def run(
         self,
@@ -117,36 +107,42 @@ class TurnEngine:
         subagent_news: bool = False,
     ) -> TurnResult:
         """Run until the turn rests. The caller has set ``state.turn_running``; this
-        clears it, whatever happens."""
+        clears it, whatever happens. Edits that the rules refuse raise
+        ``InvalidDecision`` before anything is applied."""
         state = self._state
+        edits: dict[str, tuple[ToolCall, Verdict]] = {}
+        if decisions is not None:
+            try:
+                edits = await self._review_edits(decisions)
+            except InvalidDecision:
+                state.turn_running = False
+                raise
         state.runs += 1
         run_id = f"run-{state.runs}"
         state.turn_results = []
         pending_before = {call.tool_call_id for call in state.pending}
         if decisions is not None or expired:
-            # The calls a notification announced are being answered: stop telling.
-            for task in self.notifying:
-                task.cancel()
+            self.notifier.cancel_all()  # the calls it announced are being answered
         self._events.run_started(run_id)
         set_status(state, "running")
         try:
             if decisions is not None:
-                await self._apply_decisions(decisions)
+                await self._apply_decisions(decisions, edits)
             for call in expired or []:
                 self._answer_timed_out(call)
             if subagent_news:
-                self._apply_subagent_news()
+                self.subagents.apply_news()
             if state.pending:
                 result = self._ledger.turn_result("awaiting_approval")
             else:
                 result = await self._model_loop(check_catalogue=decisions is None)
         except TurnFailed as failure:
-            self.stop_subagents("the turn that started it failed")
+            self.subagents.stop("the turn that started it failed")
             result = self._fail(failure)
         except Exception as err:  # a bug must not leave the turn "running" for ever
             workflow.logger.exception("turn failed unexpectedly")
             state.pending = []
-            self.stop_subagents("the turn that started it failed")
+            self.subagents.stop("the turn that started it failed")
             result = self._fail(
                 TurnFailed(f"internal error: {type(err).__name__}: {err}", "InternalError")
             )
@@ -157,7 +153,7 @@ class TurnEngine:
             set_status(state, "awaiting_approval")
             if new_pending := {c.tool_call_id for c in state.pending} - pending_before:
                 metrics.approvals_requested(len(new_pending))
-                self._notify(run_id)
+                self.notifier.announce(run_id)
         elif result.status == "completed":
             self._events.run_finished(run_id, [], self._catalogue())
             set_status(state, "idle")
@@ -166,7 +162,7 @@ class TurnEngine:
         state.last_turn = result
         self._ledger.trim()
         if self._start.subagent is not None and result.status == "awaiting_approval":
-            await self.report_to_parent(result.results)
+            await self.subagents.report_to_parent(result.results)
         return result
 
     def _answer_timed_out(self, call: PendingCall) -> None:
@@ -186,91 +182,10 @@ class TurnEngine:
             return
         self._ledger.answer_unrun(call, f"nobody decided on it within {_duration(waited)}")
 
-    def escalate(self, calls: list[PendingCall]) -> None:
-        """Tell each call's ``escalate_to`` that it waits (in the background, like
-        ``_notify``); the caller has extended the calls' deadlines."""
-        by_person: dict[str, list[PendingCall]] = {}
-        for call in calls:
-            assert call.on_timeout is not None and call.on_timeout.escalate_to
-            by_person.setdefault(call.on_timeout.escalate_to, []).append(call)
-        for person, escalated in by_person.items():
-            ids = "-".join(c.tool_call_id for c in escalated)
-            if not self._catalogue().notifications:
-                self._ledger.audit(
-                    "notified",
-                    "worker",
-                    detail={"escalated_to": person, "error": "no webhook (PARLEY_NOTIFY_URL)"},
-                )
-                continue
-            self._notify_in_background(
-                NotifyInput(
-                    session_id=self._state.session_id,
-                    user_id=self._state.user_id,
-                    pending=escalated,
-                    run_id=f"escalate-{ids}",
-                    escalated_to=person,
-                )
-            )
-
-    def _notify(self, run_id: str) -> None:
-        """Tell the worker's webhook (if it has one) that calls wait for a decision, in
-        the background: the turn's result does not wait for the webhook. A subagent's
-        calls are announced by its parent, where they are decided."""
-        if not self._catalogue().notifications or self._start.subagent is not None:
-            return
-        self._notify_in_background(
-            NotifyInput(
-                session_id=self._state.session_id,
-                user_id=self._state.user_id,
-                pending=list(self._state.pending),
-                run_id=run_id,
-            )
-        )
-
-    def _notify_in_background(self, request: NotifyInput) -> None:
-        """Run ``notify`` beside the conversation; ``notifying`` holds it until done."""
-        task = asyncio.ensure_future(self._send_notification(request))
-        self.notifying.add(task)
-        task.add_done_callback(self.notifying.discard)
-
-    async def _send_notification(self, request: NotifyInput) -> None:
-        detail: dict[str, Any] = {"run_id": request.run_id}
-        if request.escalated_to:
-            detail["escalated_to"] = request.escalated_to
-        try:
-            await workflow.execute_activity(
-                NOTIFY,
-                request,
-                start_to_close_timeout=NOTIFY_ACTIVITY.start_to_close,
-                retry_policy=NOTIFY_ACTIVITY.retry,
-            )
-        except ActivityError as err:
-            cause = err.cause
-            if isinstance(cause, CancelledError):
-                detail["error"] = "decided before the webhook answered; no longer sent"
-            else:
-                detail["error"] = (
-                    cause.message if isinstance(cause, ApplicationError) else str(cause)
-                )
-        self._ledger.audit("notified", "worker", detail=detail)
-
     def _fail(self, failure: TurnFailed) -> TurnResult:
         self._events.run_error(failure.message, failure.code)
         self._ledger.audit("turn_failed", "parley", detail={"error": failure.message})
         return self._ledger.turn_result("failed", error=failure.message)
-
-    def _policy_of(
-        self, catalogue: ToolCatalogue, spec: ToolSpec, call: ToolCall
-    ) -> tuple[PolicyOutcome, RememberedDecision | None]:
-        """The rules first (the first match decides); a call that would wait for a
-        decision then takes a remembered decision for its shape, if there is one."""
-        outcome = evaluate(catalogue.rules, call.name, call.args, workflow.now(), spec.policy)
-        if outcome.policy == "confirm" and not outcome.requires_reviewer:
-            shape = call_shape(call.name, call.args)
-            for remembered in reversed(self._state.remembered):
-                if remembered.shape == shape:
-                    return PolicyOutcome(policy=remembered.policy, remembered=True), remembered
-        return outcome, None
 
     def _catalogue(self) -> ToolCatalogue:
         """The worker's tools; in a subagent's conversation, only those it may use."""
@@ -338,69 +253,45 @@ class TurnEngine:
             self._events.text_message(ai.id or f"msg-{state.transcript_length}", text)
         return ai
 
+    def _proposal(self, catalogue: ToolCatalogue | None = None) -> Proposal:
+        """What ``triage`` judges a call by, now."""
+        return Proposal(
+            catalogue=catalogue or self._catalogue(),
+            remembered=self._state.remembered,
+            now=workflow.now(),
+            expiry_seconds=self._start.pending_expiry_seconds,
+            owner=self._state.user_id,
+            reviewers=self._state.reviewers,
+        )
+
     async def _handle_proposals(self, ai: AIMessage) -> None:
-        """Sort each proposed call: refused, run now (auto), or pending (confirm)."""
-        to_run: list[tuple[ToolCall, PolicyOutcome, RememberedDecision | None]] = []
-        expires_at = workflow.now() + timedelta(seconds=self._start.pending_expiry_seconds)
-        for broken in ai.invalid_tool_calls:  # e.g. arguments that are not JSON
+        """Sort each proposed call (canonical arguments): refused, run now, or pending."""
+        to_run: list[tuple[ToolCall, Run]] = []
+        for broken in ai.invalid_tool_calls:  # not JSON, or arguments the tool refused
             call = ToolCall(tool_call_id=broken["id"] or "", name=broken["name"] or "unknown")
             raw = (broken["args"] or "")[:PREVIEW_ARGS_CHARS]
             self._ledger.audit("proposed", "model", call.tool_call_id, call.name, {"raw": raw})
-            text = f"the arguments of {call.name} could not be parsed: {broken['error']}"
+            text = f"the arguments of {call.name} were refused: {broken['error']}"
             self._ledger.answer(call, error_result(ErrorType.TOOL_INPUT, text), "refused")
-        catalogue = self._catalogue()
+        proposal = self._proposal()
         for proposed in ai.tool_calls:
             call = ToolCall.of(proposed)
             self._events.tool_call(call.tool_call_id, call.name, call.args, ai.id)
-            self._ledger.audit("proposed", "model", call.tool_call_id, call.name)
-            spec = catalogue.get(call.name)
-            problem = args_error(catalogue, call.name, call.args)
-            if spec is None or problem:
-                known = ", ".join(t.name for t in catalogue.tools) or "none"
-                text = (
-                    f"unknown tool {call.name!r}; available tools: {known}"
-                    if spec is None
-                    else f"invalid arguments for {call.name}: {problem}"
+            detail = {"args_hash": args_hash(call.args)}
+            self._ledger.audit("proposed", "model", call.tool_call_id, call.name, detail)
+            verdict = triage(call, proposal)
+            self._audit_policy(call, verdict)
+            if isinstance(verdict, Refuse):
+                self._ledger.answer(
+                    call, error_result(verdict.error_type, verdict.message), "refused"
                 )
-                self._ledger.answer(call, error_result(ErrorType.TOOL_INPUT, text), "refused")
+            elif isinstance(verdict, Run):
+                to_run.append((call, verdict))
             else:
-                outcome, remembered = self._policy_of(catalogue, spec, call)
-                if outcome.rule is not None or remembered is not None:
-                    self._ledger.audit(
-                        "policy",
-                        "parley",
-                        call.tool_call_id,
-                        call.name,
-                        outcome.model_dump(exclude_defaults=True),
-                    )
-                if outcome.policy == "deny":
-                    why = f" (rule `{outcome.rule}`)" if outcome.rule else ""
-                    if remembered is not None:
-                        why = " (a rejection remembered in this conversation)"
-                    text = f"{call.name} is not allowed in this conversation{why}"
-                    self._ledger.answer(
-                        call, error_result(ErrorType.TOOL_PERMISSION, text), "refused"
-                    )
-                elif outcome.policy == "auto":
-                    to_run.append((call, outcome, remembered))
-                else:
-                    on_timeout = _on_timeout(outcome, self._start.pending_expiry_seconds)
-                    self._state.pending.append(
-                        PendingCall(
-                            **call.model_dump(),
-                            description=spec.description,
-                            expires_at=(
-                                workflow.now() + timedelta(seconds=on_timeout.seconds)
-                                if on_timeout
-                                else expires_at
-                            ),
-                            reason=outcome.reason() if outcome.rule else None,
-                            on_timeout=on_timeout,
-                            reviewer_rule=outcome.rule if outcome.requires_reviewer else None,
-                        )
-                    )
+                self._state.pending.append(verdict.call)
         try:
-            for call, outcome, remembered in to_run:
+            for call, run in to_run:
+                remembered = run.remembered
                 if remembered is not None:  # the user's own earlier decision, recorded
                     self._ledger.audit(
                         "decided",
@@ -411,17 +302,70 @@ class TurnEngine:
                     )
                 await self._execute(
                     call,
-                    call.args,
                     approved_by=remembered.decided_by if remembered else None,
-                    rule=outcome.rule,
+                    rule=run.outcome.rule,
                 )
         except TurnFailed:
             self._ledger.abandon_unanswered(ai)
             raise
 
+    def _audit_policy(self, call: ToolCall, verdict: Verdict) -> None:
+        """Record which rule (or remembered decision) decided a call's policy."""
+        outcome: PolicyOutcome | None = verdict.outcome
+        if outcome is not None and (outcome.rule is not None or outcome.remembered):
+            detail = outcome.model_dump(exclude_defaults=True)
+            self._ledger.audit("policy", "parley", call.tool_call_id, call.name, detail)
+
     # --- decisions ----------------------------------------------------------------------
 
-    async def _apply_decisions(self, decide: DecideInput) -> None:
+    async def _review_edits(self, decide: DecideInput) -> dict[str, tuple[ToolCall, Verdict]]:
+        """Each edit as a new proposal: its arguments made canonical by the worker, then
+        judged by the same rules (``triage``, with the editor). Any edit refused (the
+        arguments do not fit, or a rule denies them) refuses the whole decision, naming
+        why; nothing is applied."""
+        edits = [d for d in decide.decisions if d.action == "edit"]
+        if not edits or not workflow.patched(EDITS_ARE_PROPOSALS):
+            return {}
+        pending = {call.tool_call_id: call for call in self._state.pending}
+        reviews: dict[str, tuple[ToolCall, Verdict]] = {}
+        problems: list[str] = []
+        for decision in edits:
+            call = pending[decision.tool_call_id]
+            subagent = call.subagent.name if call.subagent else None
+            if subagent is None and self._start.subagent is not None:
+                subagent = self._start.subagent.name
+            try:
+                output: CanonicalArgsOutput = await workflow.execute_activity(
+                    CANONICAL_ARGS,
+                    CanonicalArgsInput(name=call.name, args=decision.args or {}, subagent=subagent),
+                    start_to_close_timeout=CANONICAL_ARGS_ACTIVITY.start_to_close,
+                    retry_policy=CANONICAL_ARGS_ACTIVITY.retry,
+                    result_type=CanonicalArgsOutput,
+                    summary=f"canonical_args {call.name} (an edit of {call.tool_call_id})",
+                )
+            except ActivityError as err:
+                cause = err.cause
+                why = cause.message if isinstance(cause, ApplicationError) else str(cause)
+                problems.append(f"edited args for {call.tool_call_id} are invalid: {why}")
+                continue
+            edited = ToolCall(tool_call_id=call.tool_call_id, name=call.name, args=output.args)
+            catalogue = self._catalogue()
+            if call.subagent is not None:
+                catalogue = catalogue.for_subagent(call.subagent.name)
+            verdict = triage(edited, self._proposal(catalogue), edited_by=decide.decided_by)
+            if isinstance(verdict, Refuse):
+                problems.append(f"the edit of {call.tool_call_id} is refused: {verdict.message}")
+            reviews[call.tool_call_id] = (edited, verdict)
+        if problems:
+            raise InvalidDecision(
+                "decision refused: " + "; ".join(problems) + ". Nothing was applied; the "
+                "calls still wait."
+            )
+        return reviews
+
+    async def _apply_decisions(
+        self, decide: DecideInput, edits: dict[str, tuple[ToolCall, Verdict]]
+    ) -> None:
         by_id = {d.tool_call_id: d for d in decide.decisions}
         pending, self._state.pending = self._state.pending, []
         self._state.counters.decisions += len(pending)
@@ -432,8 +376,12 @@ class TurnEngine:
         try:
             for call in pending:
                 decision = by_id[call.tool_call_id]
+                edit = edits.get(call.tool_call_id)
+                if edit is not None:  # the canonical arguments, passed on as such
+                    decision = decision.model_copy(update={"args": edit[0].args})
                 metrics.decided(decision.action)
                 detail = decision.model_dump(exclude_none=True, exclude_defaults=True)
+                detail["args_hash"] = args_hash(edit[0].args) if edit else call.args_hash
                 if call.subagent is not None:
                     detail["subagent"] = call.subagent.session_id
                     passed_on.setdefault(call.subagent.tool_call_id, []).append(decision)
@@ -444,13 +392,13 @@ class TurnEngine:
                     continue  # the subagent's conversation applies it (and remembers it)
                 if decision.remember:
                     self._remember(call, decision, decide.decided_by)
-                await self._apply_decision(call, decision, decide.decided_by)
+                await self._apply_decision(call, decision, decide.decided_by, edit)
         except TurnFailed:
             if owner_ai is not None:
                 self._ledger.abandon_unanswered(owner_ai)
             raise
         if passed_on:
-            await self._pass_on(passed_on, decide.decided_by)
+            await self.subagents.pass_on(passed_on, decide.decided_by)
 
     def _remember(self, call: PendingCall, decision: Decision, decided_by: str) -> None:
         """Later calls of this shape take this decision without asking (bounded)."""
@@ -466,11 +414,30 @@ class TurnEngine:
             "remembered", decided_by, call.tool_call_id, call.name, {"policy": remembered.policy}
         )
 
-    async def _apply_decision(self, call: PendingCall, decision: Decision, decided_by: str) -> None:
+    async def _apply_decision(
+        self,
+        call: PendingCall,
+        decision: Decision,
+        decided_by: str,
+        edit: tuple[ToolCall, Verdict] | None,
+    ) -> None:
         if decision.action == "approve":
-            await self._execute(call, call.args, approved_by=decided_by)
+            await self._execute(call, approved_by=decided_by, edited_by=call.edited_by)
+        elif decision.action == "edit" and edit is None:  # recorded before the patch
+            edited = ToolCall(tool_call_id=call.tool_call_id, name=call.name, args=decision.args)
+            await self._execute(edited, approved_by=decided_by, edited_by=decided_by)
         elif decision.action == "edit":
-            await self._execute(call, decision.args or {}, approved_by=decided_by, edited=True)
+            assert edit is not None
+            edited, verdict = edit
+            if isinstance(verdict, Wait):  # a new proposal that waits (for a reviewer)
+                self._state.pending.append(verdict.call)
+                detail = {"args_hash": verdict.call.args_hash, "edited": True}
+                self._ledger.audit("proposed", decided_by, call.tool_call_id, call.name, detail)
+                self._audit_policy(edited, verdict)
+            else:
+                assert isinstance(verdict, Run)
+                self._audit_policy(edited, verdict)
+                await self._execute(edited, approved_by=decided_by, edited_by=decided_by)
         elif decision.action == "reject":
             reason = ""
             said = (decision.message or "").strip()
@@ -502,16 +469,16 @@ class TurnEngine:
     async def _execute(
         self,
         call: ToolCall,
-        args: dict[str, Any],
         *,
         approved_by: str | None = None,
-        edited: bool = False,
+        edited_by: str | None = None,
         rule: str | None = None,
     ) -> None:
-        """Run a tool, before or after a decision, and answer its call; a subagent's
-        tool starts its conversation instead."""
+        """Run a tool with the call's (canonical) arguments, before or after a decision,
+        and answer its call; a subagent's tool starts its conversation instead."""
+        args = call.args
         if self._catalogue().subagent(call.name) is not None:
-            await self._delegate(call, args)
+            await self.subagents.delegate(call, args)
             return
         self._state.counters.tool_runs += 1
         try:
@@ -520,6 +487,7 @@ class TurnEngine:
                 RunToolInput(
                     name=call.name,
                     args=args,
+                    args_hash=args_hash(args),
                     tool_call_id=call.tool_call_id,
                     user_id=self._state.user_id,
                     approved_by=approved_by,
@@ -537,214 +505,17 @@ class TurnEngine:
         except ActivityError as err:
             result = self._failed(call, err)
         metrics.tool_ran(call.name, result.status)
-        if edited:
+        detail: dict[str, Any] | None = None
+        if edited_by is not None:
+            who = "the owner" if edited_by == self._state.user_id else "a reviewer"
             result = result.model_copy(
                 update={
-                    "content": f"{result.content}\n(A reviewer changed the arguments before "
-                    f"this ran; it ran with {json.dumps(args)}.)",
+                    "content": f"{result.content}\n({edited_by}, {who}, changed the arguments "
+                    f"before this ran; it ran with {json.dumps(args, ensure_ascii=False)}.)",
                 }
             )
-        self._ledger.answer(call, result, "ran", detail={"edited_args": args} if edited else None)
-
-    # --- subagents ----------------------------------------------------------------------
-
-    async def _delegate(self, call: ToolCall, args: dict[str, Any]) -> None:
-        """Start the subagent's conversation (a child workflow) with the task, and wait
-        until it comes to rest: ended (its reply answers ``call``) or waiting for
-        decisions (its calls join the pending list)."""
-        state = self._state
-        spec = self._catalogue().subagent(call.name)
-        assert spec is not None
-        state.counters.subagents += 1
-        session = subagent_session_id(state.session_id, spec.name, state.counters.subagents)
-        task = SubagentTask(
-            name=spec.name,
-            task=str(args.get("task", "")),
-            parent_workflow_id=workflow.info().workflow_id,
-            tool_call_id=call.tool_call_id,
-            instructions=spec.instructions,
-        )
-        try:
-            handle = await workflow.start_child_workflow(
-                "ConversationWorkflow",
-                ConversationStart(
-                    session_id=session,
-                    user_id=state.user_id,
-                    reviewers=state.reviewers,
-                    pending_expiry_seconds=self._start.pending_expiry_seconds,
-                    max_model_calls_per_turn=self._start.max_model_calls_per_turn,
-                    continue_as_new_after_events=self._start.continue_as_new_after_events,
-                    subagent=task,
-                ),
-                id=workflow_id_for(session),
-                result_type=ConversationSnapshot,
-                # Should this conversation close without ending it (terminated), Temporal
-                # cancels it; an ended conversation cancels it itself.
-                parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
-                static_summary=f"subagent {spec.name} of {state.session_id}",
-            )
-        except WorkflowAlreadyStartedError:
-            text = f"subagent {spec.name} could not start: {session} is already running"
-            self._ledger.answer(call, error_result(ErrorType.SUBAGENT_FAILED, text), "failed")
-            return
-        self._children[call.tool_call_id] = handle
-        state.delegations.append(
-            Delegation(name=spec.name, session_id=session, tool_call_id=call.tool_call_id)
-        )
-        self._ledger.audit(
-            "delegated", "parley", call.tool_call_id, call.name, {"session_id": session}
-        )
-        await self._wait_for_subagents([call.tool_call_id])
-        self._apply_subagent_news()
-
-    async def _pass_on(self, decisions: dict[str, list[Decision]], decided_by: str) -> None:
-        """Send each subagent the decisions on its calls (by the call that started it),
-        then wait until each has come to rest again."""
-        for tool_call_id, given in decisions.items():
-            handle = self._children.get(tool_call_id)
-            if handle is None or handle.done():
-                continue  # it ended: its end is applied below
-            try:
-                await handle.signal(
-                    "decide_signal", DecideInput(decisions=given, decided_by=decided_by)
-                )
-            except Exception as err:  # it ended meanwhile: its end is applied below
-                workflow.logger.info("could not pass decisions on to a subagent: %s", err)
-        await self._wait_for_subagents(list(decisions))
-        self._apply_subagent_news()
-
-    async def _wait_for_subagents(self, tool_call_ids: list[str]) -> None:
-        await workflow.wait_condition(lambda: all(self._news_from(i) for i in tool_call_ids))
-
-    def has_subagent_news(self) -> bool:
-        """Whether a subagent at work has reported, or ended, since its news was applied."""
-        return any(self._news_from(d.tool_call_id) for d in self._state.delegations)
-
-    def _news_from(self, tool_call_id: str) -> bool:
-        delegation = self._delegation(tool_call_id)
-        handle = self._children.get(tool_call_id)
-        if delegation is None or handle is None or handle.done():
-            return True
-        return any(
-            r.tool_call_id == tool_call_id and r.sequence > delegation.reports_seen
-            for r in self._state.subagent_reports
-        )
-
-    def _delegation(self, tool_call_id: str) -> Delegation | None:
-        return next((d for d in self._state.delegations if d.tool_call_id == tool_call_id), None)
-
-    def _apply_subagent_news(self) -> None:
-        """Apply the subagents' reports, in order (their waiting calls replace the ones
-        they reported before), then the end of those that ended."""
-        state = self._state
-        reports, state.subagent_reports = state.subagent_reports, []
-        for report in reports:
-            delegation = self._delegation(report.tool_call_id)
-            if delegation is None or report.sequence <= delegation.reports_seen:
-                continue  # from a subagent that has ended, or already applied
-            delegation.reports_seen = report.sequence
-            ref = SubagentRef(
-                name=delegation.name,
-                session_id=delegation.session_id,
-                tool_call_id=delegation.tool_call_id,
-            )
-            before = self._calls_of(delegation)
-            state.pending = [c for c in state.pending if c not in before]
-            state.pending += [c.model_copy(update={"subagent": ref}) for c in report.pending]
-            # Calls that stopped waiting in the subagent without a decision here.
-            metrics.approvals_answered(
-                len({c.tool_call_id for c in before} - {c.tool_call_id for c in report.pending})
-            )
-            state.turn_results += report.results
-        for delegation in list(state.delegations):
-            handle = self._children.get(delegation.tool_call_id)
-            if handle is None or handle.done():
-                self._end_delegation(delegation, handle)
-
-    def _calls_of(self, delegation: Delegation) -> list[PendingCall]:
-        return [
-            c
-            for c in self._state.pending
-            if c.subagent is not None and c.subagent.tool_call_id == delegation.tool_call_id
-        ]
-
-    def _end_delegation(
-        self,
-        delegation: Delegation,
-        handle: workflow.ChildWorkflowHandle[Any, ConversationSnapshot] | None,
-    ) -> None:
-        """A subagent's conversation ended: its reply (or why it has none) answers the
-        call that started it."""
-        state = self._state
-        state.delegations.remove(delegation)
-        self._children.pop(delegation.tool_call_id, None)
-        left = self._calls_of(delegation)
-        state.pending = [c for c in state.pending if c not in left]
-        metrics.approvals_answered(len(left))
-        why = "its conversation is gone"
-        snapshot: ConversationSnapshot | None = None
-        if handle is not None:
-            try:
-                snapshot = handle.result()
-            except BaseException as err:  # ChildWorkflowError, or it was cancelled
-                cause = getattr(err, "cause", None) or err
-                why = f"its conversation {delegation.session_id} did not end well: {cause}"
-        last = snapshot.last_turn if snapshot else None
-        if last is not None:
-            state.turn_results += last.results
-        call = ToolCall(tool_call_id=delegation.tool_call_id, name=delegation.name)
-        if last is not None and last.status == "completed":
-            content = last.reply or f"(subagent {delegation.name} finished without a word)"
-            payload = {"subagent": delegation.session_id}
-            result = ToolResult(status="success", content=content, payload=payload)
-            self._ledger.answer(call, result, "ran")
-        else:
-            if last is not None and last.error:
-                why = last.error
-            elif last is not None:
-                why = f"its conversation ended with calls still {last.status}"
-            text = f"subagent {delegation.name} could not finish its task: {why}"
-            result = error_result(ErrorType.SUBAGENT_FAILED, text)
-            self._ledger.answer(call, result, "failed")
-        metrics.tool_ran(delegation.name, result.status)
-
-    def stop_subagents(self, why: str) -> None:
-        """Cancel every subagent at work (what it waits for never runs) and answer the
-        calls that started them, unless already answered: the turn failed closed, or
-        the conversation ended."""
-        state = self._state
-        answered = {m.tool_call_id for m in state.transcript if isinstance(m, ToolMessage)}
-        for delegation in state.delegations:
-            handle = self._children.pop(delegation.tool_call_id, None)
-            if handle is not None and not handle.done():
-                handle.cancel()
-            metrics.approvals_answered(len(self._calls_of(delegation)))
-            if delegation.tool_call_id not in answered:
-                call = ToolCall(tool_call_id=delegation.tool_call_id, name=delegation.name)
-                self._ledger.answer_unrun(call, f"subagent {delegation.name} was stopped: {why}")
-        state.delegations = []
-        state.subagent_reports = []
-        state.pending = [c for c in state.pending if c.subagent is None]
-
-    async def report_to_parent(self, results: list[TurnToolResult] | None = None) -> None:
-        """In a subagent's conversation: tell the parent which calls wait for a decision
-        (``subagent_report``). A parent that has ended is told nothing."""
-        state = self._state
-        task = self._start.subagent
-        assert task is not None
-        state.reports_sent += 1
-        report = SubagentReport(
-            tool_call_id=task.tool_call_id,
-            sequence=state.reports_sent,
-            pending=list(state.pending),
-            results=results or [],
-        )
-        try:
-            await workflow.get_external_workflow_handle(task.parent_workflow_id).signal(
-                "subagent_report", report
-            )
-        except Exception as err:
-            workflow.logger.info("could not report to the parent conversation: %s", err)
+            detail = {"edited_args": args, "edited_by": edited_by}
+        self._ledger.answer(call, result, "ran", detail=detail)
 
     def _failed(self, call: ToolCall, err: ActivityError) -> ToolResult:
         """What a failed ``run_tool`` means: an error the model can read (input,
@@ -769,18 +540,6 @@ class TurnEngine:
             http_status=info.http_status if info else None,
             body=info.body if info else None,
         )
-
-
-def _on_timeout(outcome: PolicyOutcome, default_seconds: float) -> OnTimeout | None:
-    """What a matched rule says of a call that waits too long; None: the default."""
-    if outcome.rule is None or (outcome.timeout_seconds is None and outcome.on_timeout == "expire"):
-        return None
-    return OnTimeout(
-        action=outcome.on_timeout,
-        seconds=outcome.timeout_seconds or default_seconds,
-        reason=outcome.timeout_reason,
-        escalate_to=outcome.escalate_to,
-    )
 
 
 def _duration(seconds: float) -> str:

@@ -184,6 +184,12 @@ class _Turn:
         assert isinstance(ai, AIMessage)
         results = [m for m in self.messages[last_ai_index + 1 :] if isinstance(m, ToolMessage)]
         calls = {c["id"]: c for c in ai.tool_calls}
+        for refused in ai.invalid_tool_calls:  # arguments refused when proposed
+            try:
+                args = json.loads(refused.get("args") or "{}")
+            except ValueError:
+                continue
+            calls[refused["id"]] = {"name": refused["name"], "args": args}
         corrected = []
         for result in results:
             call = calls.get(result.tool_call_id)

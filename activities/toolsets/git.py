@@ -36,7 +36,7 @@ from pydantic import BaseModel, Field, StringConstraints, ValidationError, field
 from parley.contracts import ToolContext
 from parley.errors import ToolInputError, ToolPermissionError
 from parley.settings import Settings
-from parley.tools import ParleyTool, auto, confirm
+from parley.tools import ParleyTool, identifier
 
 BRANCH_KINDS = ("feat", "fix", "chore", "docs", "refactor", "test")
 SLUG_PATTERN = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -166,7 +166,7 @@ def base_key(branch: str) -> str:
 
 
 def normalize_kind(kind: str) -> str:
-    value = kind.strip().lower()
+    value = identifier(kind).lower()
     if value not in BRANCH_KINDS:
         raise ToolInputError(
             f"branch_kind {kind!r} is not valid: use one of {', '.join(BRANCH_KINDS)}"
@@ -176,7 +176,7 @@ def normalize_kind(kind: str) -> str:
 
 def normalize_slug(slug: str) -> str:
     """Lower-case first (F11: ``PJ1-project-git-extend`` is fine), then validate."""
-    value = slug.strip().lower()
+    value = identifier(slug).lower()
     if SLUG_PATTERN.match(value) and len(value) <= SLUG_MAX:
         return value
     bad = sorted({c for c in value if not (c.isascii() and (c.isalnum() or c == "-"))})
@@ -195,6 +195,46 @@ def normalize_slug(slug: str) -> str:
     )
 
 
+def normalize_branch(branch: str) -> str:
+    """A branch name as this toolset names branches: NFKC, no surrounding whitespace,
+    no ``refs/heads/`` prefix (however often repeated), lower-case (every branch it
+    prepares is ``<kind>/<slug>`` in lower case). Idempotent."""
+    value = identifier(branch)
+    while value.startswith("refs/heads/"):
+        value = value.removeprefix("refs/heads/").strip()
+    return value.lower()
+
+
+def _with(args: dict[str, Any], **normalizers: Any) -> dict[str, Any]:
+    """``args`` with each named string argument passed through its normalizer."""
+    return {
+        key: normalizers[key](value) if key in normalizers and isinstance(value, str) else value
+        for key, value in args.items()
+    }
+
+
+def canonical_list_args(args: dict[str, Any]) -> dict[str, Any]:
+    return _with(args, project=identifier)
+
+
+def canonical_prepare_args(args: dict[str, Any]) -> dict[str, Any]:
+    """The worktree a call will prepare, as the rules and the user see it: the kind
+    and slug validated (a bad slug is the model's to fix before anyone is asked)."""
+    return _with(
+        args,
+        project=identifier,
+        repo_alias=identifier,
+        branch_kind=normalize_kind,
+        branch_slug=normalize_slug,
+        base_branch=normalize_branch,
+    )
+
+
+def canonical_push_args(args: dict[str, Any]) -> dict[str, Any]:
+    """The branch a call will push, as the rules and the user see it."""
+    return _with(args, project=identifier, repo_alias=identifier, branch=normalize_branch)
+
+
 # --- tools ------------------------------------------------------------------------
 
 
@@ -208,17 +248,17 @@ def build_git_toolset(registry_path: Path, worktrees_dir: Path | None = None) ->
     locks: dict[Path, asyncio.Lock] = {}
 
     def project_of(name: str) -> ProjectConfig:
-        project = registry.projects.get(name.strip())
+        project = registry.projects.get(identifier(name))
         if project is None:
             known = ", ".join(sorted(registry.projects)) or "none"
             raise ToolInputError(f"unknown project {name!r}; known projects: {known}")
         return project
 
     def repo_of(project: str, alias: str) -> RepositoryConfig:
-        repo = project_of(project).repository(alias.strip())
+        repo = project_of(project).repository(identifier(alias))
         if repo is None:
             raise ToolPermissionError(
-                f"repository {alias!r} is not registered in project {project.strip()!r}"
+                f"repository {alias!r} is not registered in project {identifier(project)!r}"
             )
         return repo
 
@@ -233,7 +273,7 @@ def build_git_toolset(registry_path: Path, worktrees_dir: Path | None = None) ->
             project: The project name, e.g. "demo".
         """
         repos = [r.model_dump(mode="json") for r in project_of(project).repositories]
-        return {"project": project.strip(), "repositories": repos}
+        return {"project": identifier(project), "repositories": repos}
 
     @tool(parse_docstring=True)
     async def git_prepare_worktree(
@@ -255,9 +295,10 @@ def build_git_toolset(registry_path: Path, worktrees_dir: Path | None = None) ->
             branch_slug: Short lower-case kebab-case name, e.g. "add-login-page".
             base_branch: Branch to start from; defaults to the default branch.
         """
+        # Idempotent on the canonical arguments run_tool gives (canonical_prepare_args).
         kind, slug = normalize_kind(branch_kind), normalize_slug(branch_slug)
-        project, repo = project.strip(), repo_of(project, repo_alias)
-        branch, base = f"{kind}/{slug}", (base_branch or repo.default_branch).strip()
+        project, repo = identifier(project), repo_of(project, repo_alias)
+        branch, base = f"{kind}/{slug}", normalize_branch(base_branch or repo.default_branch)
         target = root / project / repo.alias / f"{kind}-{slug}"
         async with locks.setdefault(repo.path, asyncio.Lock()):
             existing = (await _worktrees(repo.path)).get(branch)
@@ -299,8 +340,10 @@ def build_git_toolset(registry_path: Path, worktrees_dir: Path | None = None) ->
             repo_alias: The repository alias.
             branch: The full branch name returned by git_prepare_worktree, e.g. "feat/x".
         """
-        project, repo, name = project.strip(), repo_of(project, repo_alias), branch.strip()
-        if any(fnmatchcase(n, p) for n in {name, name.lower()} for p in repo.protected_branches):
+        # Idempotent on the canonical arguments run_tool gives (canonical_push_args).
+        project, repo = identifier(project), repo_of(project, repo_alias)
+        name = normalize_branch(branch)
+        if any(fnmatchcase(name, p.lower()) for p in repo.protected_branches):
             raise ToolPermissionError(f"branch {name!r} of {repo.alias!r} is protected")
         async with locks.setdefault(repo.path, asyncio.Lock()):
             worktree = (await _worktrees(repo.path)).get(name)
@@ -315,8 +358,11 @@ def build_git_toolset(registry_path: Path, worktrees_dir: Path | None = None) ->
         return {"project": project, "repo_alias": repo.alias, "branch": name,
                 "remote": repo.remote, "commit": commit, "pushed": True}  # fmt: skip
 
-    return [auto(git_list_project_repositories), confirm(git_prepare_worktree),
-            confirm(git_push_branch)]  # fmt: skip
+    return [
+        ParleyTool(git_list_project_repositories, "auto", prepare=canonical_list_args),
+        ParleyTool(git_prepare_worktree, "confirm", prepare=canonical_prepare_args),
+        ParleyTool(git_push_branch, "confirm", prepare=canonical_push_args),
+    ]
 
 
 def toolset(settings: Settings | None = None) -> list[ParleyTool]:

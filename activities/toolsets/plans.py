@@ -28,7 +28,7 @@ from parley.activities.toolsets.titles import normalize_plan_title
 from parley.contracts import ToolContext
 from parley.errors import ToolInputError
 from parley.settings import Settings
-from parley.tools import ParleyTool, auto, confirm
+from parley.tools import ParleyTool, auto
 
 SERVICE_NAME = "the plans service"
 TITLE_MAX = 80
@@ -52,7 +52,10 @@ def plan_description(description: str | None, original: str, changed: bool) -> s
 
 def prepare_create_plan_args(args: dict[str, Any]) -> dict[str, Any]:
     """F10 at proposal time: the title the user is asked to approve is the normalized
-    one, and the sentence it came from moves into the description."""
+    one, and the sentence it came from moves into the description. Applied until it
+    changes nothing (``ParleyTool.canonical_args``): ``title: title: prod-x`` is
+    ``prod-x`` for the rules too, and the tool's own normalization of a canonical
+    title changes nothing."""
     title = args.get("title")
     if not isinstance(title, str) or not title.strip():
         return args
@@ -61,6 +64,12 @@ def prepare_create_plan_args(args: dict[str, Any]) -> dict[str, Any]:
         return args
     description = plan_description(args.get("description"), title, changed=True)
     return {**args, "title": normalized.title, "description": description}
+
+
+def prepare_status_args(args: dict[str, Any]) -> dict[str, Any]:
+    """The status a call will set, as the rules and the user see it."""
+    status = args.get("status")
+    return {**args, "status": status.strip().lower()} if isinstance(status, str) else args
 
 
 def build_plans_toolset(
@@ -149,7 +158,7 @@ def build_plans_toolset(
         ParleyTool(create_plan, "confirm", prepare=prepare_create_plan_args),
         auto(list_plans),
         auto(get_plan),
-        confirm(update_plan_status),
+        ParleyTool(update_plan_status, "confirm", prepare=prepare_status_args),
     ]
 
 

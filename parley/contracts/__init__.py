@@ -64,7 +64,9 @@ from parley.contracts.model import (
     ContextRef,
 )
 from parley.contracts.names import (
+    ASSISTANT_MESSAGE_PREFIX,
     CALL_MODEL,
+    CANONICAL_ARGS,
     NOTIFY,
     PARLEY_PENDING_TOOLS,
     PARLEY_REVIEWERS,
@@ -73,6 +75,8 @@ from parley.contracts.names import (
     RUN_TOOL,
     SEARCH_ATTRIBUTES,
     SESSION_ID_PATTERN,
+    SUBAGENT_CALL_PREFIX,
+    SUBAGENT_SEPARATOR,
     USER_ID_PATTERN,
     WORKFLOW_ID_PREFIX,
     ConversationStatus,
@@ -80,9 +84,11 @@ from parley.contracts.names import (
     ResultStatus,
     ToolPolicy,
     TurnStatus,
+    args_hash,
     call_summary,
     check_user_id,
     subagent_session_id,
+    subagent_tag,
     workflow_id_for,
 )
 from parley.contracts.payloads import (
@@ -95,6 +101,8 @@ from parley.contracts.payloads import (
 from parley.contracts.policies import PolicyOutcome, PolicyRule, call_shape, evaluate
 from parley.contracts.tools import (
     SUBAGENT_ARGS_SCHEMA,
+    CanonicalArgsInput,
+    CanonicalArgsOutput,
     RunToolInput,
     RunToolOutput,
     SubagentSpec,
@@ -107,7 +115,9 @@ from parley.contracts.tools import (
 )
 
 __all__ = [
+    "ASSISTANT_MESSAGE_PREFIX",
     "CALL_MODEL",
+    "CANONICAL_ARGS",
     "KEPT_AUDIT_ENTRIES",
     "KEPT_EVENTS",
     "KEPT_TRANSCRIPT_CHARS",
@@ -128,11 +138,15 @@ __all__ = [
     "SEARCH_ATTRIBUTES",
     "SESSION_ID_PATTERN",
     "SUBAGENT_ARGS_SCHEMA",
+    "SUBAGENT_CALL_PREFIX",
+    "SUBAGENT_SEPARATOR",
     "USER_ID_PATTERN",
     "WORKFLOW_ID_PREFIX",
     "AuditEntry",
     "CallModelInput",
     "CallModelOutput",
+    "CanonicalArgsInput",
+    "CanonicalArgsOutput",
     "CompactAIMessage",
     "ContextRef",
     "Contract",
@@ -177,6 +191,7 @@ __all__ = [
     "TurnResult",
     "TurnStatus",
     "TurnToolResult",
+    "args_hash",
     "call_shape",
     "call_summary",
     "check_user_id",
@@ -184,6 +199,7 @@ __all__ = [
     "message_chars",
     "model_view",
     "subagent_session_id",
+    "subagent_tag",
     "turn_tool_result",
     "workflow_id_for",
 ]

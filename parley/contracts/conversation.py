@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import (
+    ConfigDict,
     Field,
     field_validator,
     model_validator,
@@ -56,7 +57,7 @@ class ConversationStart(Contract):
     @field_validator("session_id")
     @classmethod
     def _session(cls, value: str) -> str:
-        workflow_id_for(value)
+        workflow_id_for(value, subagent=True)  # a user's id was checked by the client
         return value
 
 
@@ -87,17 +88,28 @@ class Delegation(SubagentRef):
     reports_seen: int = 0
 
 
-class SendMessageInput(Contract):
+class StrictInput(Contract):
+    """An input a client sends (an update's, a query's): a key it does not define is
+    refused, never ignored (``"mesage"`` would lose a reason, ``"args"`` on an approve
+    would look like an edit that never happens)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class SendMessageInput(StrictInput):
     text: str
     message_id: str
     user_id: str
 
 
-class Decision(Contract):
+class Decision(StrictInput):
     tool_call_id: str
     action: DecisionAction
     args: dict[str, Any] | None = None
     message: str | None = None
+    #: The digest of the arguments the decider saw (``PendingCall.args_hash``): when
+    #: given, the decision is refused if the call's arguments are no longer those.
+    args_hash: str | None = None
     #: Apply this decision to later calls of the same shape (the same tool with the
     #: same arguments) for the rest of the conversation: an approve makes them run
     #: at once, a reject refuses them. Recorded in the audit log each time.
@@ -107,21 +119,31 @@ class Decision(Contract):
     def _complete(self) -> Decision:
         if self.action == "edit" and self.args is None:
             raise ValueError(f"edit of {self.tool_call_id} needs new args")
+        if self.action != "edit" and self.args is not None:
+            raise ValueError(
+                f"{self.action} of {self.tool_call_id} takes no args; to change the "
+                "arguments, send action 'edit'"
+            )
+        if self.action in ("approve", "edit") and (self.message or "").strip():
+            raise ValueError(
+                f"{self.action} of {self.tool_call_id} takes no message; a message goes "
+                "with 'reject' (a reason) or 'respond' (the answer the model reads)"
+            )
         if self.action == "respond" and not (self.message or "").strip():
             raise ValueError(f"respond to {self.tool_call_id} needs a message")
         return self
 
 
-class DecideInput(Contract):
+class DecideInput(StrictInput):
     decisions: list[Decision]
     decided_by: str
 
 
-class EndInput(Contract):
+class EndInput(StrictInput):
     user_id: str
 
 
-class EventsWait(Contract):
+class EventsWait(StrictInput):
     """``wait_for_events``: return once the event log has an event after ``after``."""
 
     user_id: str
@@ -155,9 +177,15 @@ class OnTimeout(Contract):
 
 
 class PendingCall(ToolCall):
-    """A ``confirm`` call waiting for a decision."""
+    """A ``confirm`` call waiting for a decision. ``args`` are canonical (the tool's
+    canonical form, the one the rules matched and the one that will run)."""
 
     description: str
+    #: The digest of ``args`` (``args_hash``), in the audit log and on every surface.
+    args_hash: str = ""
+    #: Who changed the arguments, when a decision edited them and the edit waits for
+    #: another decision (a rule that requires a reviewer).
+    edited_by: str | None = None
     expires_at: datetime
     #: Why it waits: "confirm because rule `push-protected` matched", or the tool's
     #: own policy (None).
@@ -327,7 +355,7 @@ class ConversationSnapshot(Contract):
     last_turn: TurnResult | None = None
 
 
-class StateQuery(Contract):
+class StateQuery(StrictInput):
     user_id: str
     #: The first message of the page (absolute); None: the page that ends with the latest.
     transcript_offset: int | None = None
@@ -336,7 +364,7 @@ class StateQuery(Contract):
     audit_limit: int = Field(default=200, ge=0, le=1_000)
 
 
-class EventsQuery(Contract):
+class EventsQuery(StrictInput):
     user_id: str
     after: int = -1
     limit: int = Field(default=500, ge=1, le=5_000)

@@ -5,6 +5,7 @@ Pure: no I/O."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from typing import Any, Literal
 
@@ -14,12 +15,26 @@ from temporalio.common import SearchAttributeKey
 CALL_MODEL = "parley.call_model"
 RUN_TOOL = "parley.run_tool"
 NOTIFY = "parley.notify"
+#: Validates a call's arguments and puts them in the tool's canonical form (an edit).
+CANONICAL_ARGS = "parley.canonical_args"
 
 #: Matched against the whole string (``\A``/``\Z``): ``$`` would accept "abc\n".
 SESSION_ID_PATTERN = re.compile(r"\A[A-Za-z0-9._-]{1,128}\Z")
 #: A user id: 1-128 characters, none of them whitespace or control characters.
 USER_ID_PATTERN = re.compile(r"\A[^\s\x00-\x1f\x7f-\x9f]{1,128}\Z")
 WORKFLOW_ID_PREFIX = "conversation-"
+#: Assistant message ids start so, and a client's message id may not: the two never
+#: collide (``m1`` from a client is never the assistant's message).
+ASSISTANT_MESSAGE_PREFIX = "parley-ai-"
+#: A subagent's tool-call ids start so (``sub-<name>-<n>-``); a top-level conversation's
+#: never do, so a decision on one can never be taken for the other.
+SUBAGENT_CALL_PREFIX = "sub-"
+#: Joins a parent's session id and its subagent's name: a character no session id a
+#: user gives may hold, so no one can start (and so block) a conversation's subagent.
+SUBAGENT_SEPARATOR = "/"
+SUBAGENT_SESSION_PATTERN = re.compile(
+    r"\A[A-Za-z0-9._-]{1,128}" + SUBAGENT_SEPARATOR + r"[A-Za-z0-9_-]{1,64}-[0-9]{1,9}\Z"
+)
 
 ToolPolicy = Literal["auto", "confirm", "deny"]
 ConversationStatus = Literal["running", "awaiting_approval", "idle", "failed", "ended"]
@@ -28,8 +43,12 @@ ResultStatus = Literal["success", "error", "rejected", "expired"]
 DecisionAction = Literal["approve", "edit", "reject", "respond"]
 
 
-def workflow_id_for(session_id: str) -> str:
-    """The workflow id of a conversation; refuses a malformed session id."""
+def workflow_id_for(session_id: str, *, subagent: bool = False) -> str:
+    """The workflow id of a conversation; refuses a malformed session id. With
+    ``subagent``, the id of a subagent's conversation (see :func:`subagent_session_id`)
+    is accepted too; users' ids never are."""
+    if subagent and isinstance(session_id, str) and SUBAGENT_SESSION_PATTERN.fullmatch(session_id):
+        return WORKFLOW_ID_PREFIX + session_id
     if not isinstance(session_id, str) or not SESSION_ID_PATTERN.fullmatch(session_id):
         raise ValueError(
             f"session id {session_id!r} is not valid: use 1-128 characters from A-Z a-z 0-9 . _ -"
@@ -39,14 +58,23 @@ def workflow_id_for(session_id: str) -> str:
 
 def subagent_session_id(parent_session_id: str, name: str, number: int) -> str:
     """The session of a conversation's ``number``-th subagent, named ``name``:
-    ``<parent>.<name>-<number>``, cut (with a digest of the parent's, so two parents
-    never share it) when that would be longer than a session id may be."""
-    suffix = f".{name}-{number}"
-    session = parent_session_id + suffix
-    if len(session) > 128:
-        digest = hashlib.sha256(parent_session_id.encode()).hexdigest()[:12]
-        session = f"{parent_session_id[: 128 - len(suffix) - 13]}-{digest}{suffix}"
-    return session
+    ``<parent>/<name>-<number>``. The separator is outside every session id a user may
+    give, so these ids live in a namespace no user can create."""
+    return f"{parent_session_id}{SUBAGENT_SEPARATOR}{name}-{number}"
+
+
+def subagent_tag(workflow_id: str) -> str | None:
+    """``<name>-<number>`` of a subagent's conversation, from its workflow id; None for
+    a conversation a user started."""
+    _, separator, tag = workflow_id.rpartition(SUBAGENT_SEPARATOR)
+    return tag if separator else None
+
+
+def args_hash(args: dict[str, Any]) -> str:
+    """A digest of a call's canonical arguments: what a decision approved, checked
+    again by the worker before the call runs."""
+    text = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()[:16]
 
 
 def check_user_id(user_id: str | None) -> str:

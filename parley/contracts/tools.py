@@ -7,6 +7,7 @@ import fnmatch
 from datetime import datetime
 from typing import Any
 
+import jsonschema
 from pydantic import (
     BaseModel,
     Field,
@@ -27,6 +28,22 @@ class ToolSpec(Contract):
     #: Whether arguments the schema does not name are accepted. Off unless the tool's
     #: schema says ``additionalProperties``: an edit cannot smuggle in ``"force": true``.
     extra_args_allowed: bool = False
+
+    def args_error(self, args: dict[str, Any]) -> str | None:
+        """Why ``args`` do not fit this tool's schema, or None when they do. Arguments
+        the schema does not name are refused unless the tool opts in."""
+        schema = self.args_schema
+        if not self.extra_args_allowed:
+            schema = {**schema, "additionalProperties": False}
+        errors = sorted(
+            jsonschema.Draft202012Validator(schema).iter_errors(args),
+            key=lambda e: list(e.path),
+        )
+        if not errors:
+            return None
+        return "; ".join(
+            (f"{'.'.join(map(str, e.path))}: " if e.path else "") + e.message for e in errors
+        )
 
 
 #: The arguments of a subagent, as its tool in the catalogue: one task, in full.
@@ -131,12 +148,34 @@ class ToolResult(_ContentOfPayload):
     error: ToolErrorInfo | None = None
 
 
+class CanonicalArgsInput(Contract):
+    """``canonical_args``: a call's arguments as someone proposed them (an edit)."""
+
+    name: str
+    args: dict[str, Any]
+    #: Set in a subagent's conversation: only the tools that subagent may use.
+    subagent: str | None = None
+
+
+class CanonicalArgsOutput(Contract):
+    """The arguments in the tool's canonical form, and their digest (``args_hash``).
+    Arguments that do not fit the tool are a non-retryable ``ToolInputError`` instead."""
+
+    args: dict[str, Any]
+    args_hash: str
+
+
 class RunToolInput(Contract):
     """One tool call. The activity builds the tool's :class:`ToolContext` from these
     and its own workflow id, so the conversation's ids are not repeated in every input."""
 
     name: str
+    #: The canonical arguments (put in the tool's canonical form when proposed, or
+    #: edited): the worker runs exactly these.
     args: dict[str, Any]
+    #: Their digest as approved (``args_hash``): the worker refuses arguments that do
+    #: not hash to it, or that are not in the tool's canonical form.
+    args_hash: str | None = None
     tool_call_id: str
     user_id: str
     #: Who approved (or edited) this call; set only by a ``decide``, or by a decision
