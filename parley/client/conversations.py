@@ -10,7 +10,6 @@ waits for a worker is watched (``parley.client.liveness``); listing reads visibi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import uuid
@@ -33,16 +32,20 @@ from temporalio.common import (
     WorkflowIDReusePolicy,
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from parley.client.errors import (
+    OPEN_STATUSES,
     ConversationRefused,
+    check_member,
     check_text,
     checked_user,
     checked_workflow_id,
+    ended_refusal,
     refusal,
+    unreadable,
 )
-from parley.client.liveness import LivenessWatch
+from parley.client.liveness import LivenessWatch, NoWorker
 from parley.client.visibility import ConversationListing
 from parley.contracts import (
     PARLEY_REVIEWERS,
@@ -148,7 +151,6 @@ class Conversations(ConversationListing, LivenessWatch):
                 retry_hint,
             )
         except WorkflowAlreadyStartedError as err:
-            await _settle(start)
             raise ConversationRefused(
                 f"conversation {session_id} has ended; use a new session id",
                 ErrorType.CONVERSATION_ENDED,
@@ -158,8 +160,11 @@ class Conversations(ConversationListing, LivenessWatch):
             WorkflowUpdateRPCTimeoutOrCancelledError,
             RPCError,
         ) as err:
+            raise await self._refusal(err, session_id) from err
+        finally:
+            # Whatever ended the call (a result, a refusal, the liveness watch giving
+            # up and cancelling it), read the start operation's outcome too.
             await _settle(start)
-            raise refusal(err, session_id) from err
 
     async def decide(
         self,
@@ -170,44 +175,100 @@ class Conversations(ConversationListing, LivenessWatch):
     ) -> TurnResult:
         """Answer every pending call. The same ``update_id`` again returns the first
         result and runs nothing twice. By default the id is derived from the decisions,
-        so running the same command again (after a timeout, or once a worker is back)
-        attaches to the first call instead of deciding twice."""
+        so running the same command again (after a timeout) attaches to the first call
+        instead of deciding twice.
+
+        Temporal cannot admit an update that no worker takes, so when none serves the
+        task queue the decision is sent as the ``decide_signal`` signal instead: it is
+        kept in history and applied once when a worker returns (one that no longer fits
+        is recorded as refused, never dropped). That is said in one line
+        (``ConversationRefused`` of type ``NoWorker``)."""
         update_id = update_id or _decision_id(user_id, decisions)
-        retry_hint = (
-            "Your decision is kept by Temporal and applies when a worker takes it; run the "
-            "same command again once one is running to get its result (the same decision "
-            "is the same request: a decided call is never run twice)."
-        )
-        decided_by = checked_user(user_id)
+        request = DecideInput(decisions=list(decisions), decided_by=checked_user(user_id))
         try:
-            return await self._watch_worker(
-                session_id,
-                self.handle(session_id).execute_update(
-                    ConversationWorkflow.decide,
-                    DecideInput(decisions=list(decisions), decided_by=decided_by),
-                    id=update_id,
-                ),
-                retry_hint,
-            )
+            if await self._any_worker_lately():
+                return await self._watch_worker(
+                    session_id,
+                    self.handle(session_id).execute_update(
+                        ConversationWorkflow.decide, request, id=update_id
+                    ),
+                )
+        except NoWorker:
+            pass
         except (
             WorkflowUpdateFailedError,
             WorkflowUpdateRPCTimeoutOrCancelledError,
             RPCError,
         ) as err:
-            raise refusal(err, session_id) from err
+            raise await self._refusal(err, session_id) from err
+        raise await self._decide_by_signal(session_id, request)
+
+    async def _any_worker_lately(self) -> bool:
+        """Whether a worker has polled the task queue lately; if Temporal does not say,
+        assume one has (the call itself will then say what is wrong)."""
+        try:
+            return await self.workers_polling()
+        except RPCError:
+            return True
+
+    async def _decide_by_signal(self, session_id: str, request: DecideInput) -> ConversationRefused:
+        """Send ``request`` as ``decide_signal`` (no worker needed: Temporal keeps it in
+        history) and return the one line that says so. Only a member of an open
+        conversation may: read from its search attributes, which need no worker."""
+        handle = self.handle(session_id)
+        try:
+            description = await handle.describe()
+            check_member(description, request.decided_by)
+            if description.status not in OPEN_STATUSES:
+                raise ended_refusal(session_id)
+            await handle.signal(ConversationWorkflow.decide_signal, request)
+        except RPCError as err:
+            raise await self._refusal(err, session_id) from err
+        return ConversationRefused(
+            f"{self.no_worker_line()} Your decision is kept: Temporal holds it and the "
+            "conversation applies it once when a worker returns (a decided call never runs "
+            f"twice); see its result then with `parley show {session_id} {request.decided_by}`.",
+            ErrorType.NO_WORKER,
+        )
 
     async def state(
         self, session_id: str, user_id: str, query: StateQuery | None = None
     ) -> ConversationSnapshot:
         """One page of the conversation (by default: the latest messages and audit
-        entries). The workflow keeps the latest messages; ``transcript`` reads older ones."""
+        entries). The workflow keeps the latest messages; ``transcript`` reads older ones.
+
+        A closed workflow (ended, terminated, timed out...) is ``ended`` with nothing
+        pending, whatever its last state said: a terminated run never wrote its end.
+        With no worker to answer, one line says so (and what visibility tells) within
+        ``worker_wait_seconds``."""
         query = (query or StateQuery(user_id=user_id)).model_copy(
             update={"user_id": checked_user(user_id)}
         )
+        handle = self.handle(session_id)
         try:
-            return await self.handle(session_id).query(ConversationWorkflow.state, query)
-        except (WorkflowQueryFailedError, RPCError) as err:
-            raise refusal(err, session_id) from err
+            description = await handle.describe()
+        except RPCError as err:
+            raise await self._refusal(err, session_id) from err
+        try:
+            snapshot = await self._watch_worker(
+                session_id, handle.query(ConversationWorkflow.state, query), query=True
+            )
+        except NoWorker:
+            raise unreadable(
+                session_id, query.user_id, description, self.no_worker_line()
+            ) from None
+        except RPCError as err:
+            if err.status == RPCStatusCode.FAILED_PRECONDITION:
+                # Temporal's own "no poller seen" answer, when it comes before ours.
+                raise unreadable(
+                    session_id, query.user_id, description, self.no_worker_line()
+                ) from None
+            raise await self._refusal(err, session_id) from err
+        except WorkflowQueryFailedError as err:
+            raise await self._refusal(err, session_id) from err
+        if description.status not in OPEN_STATUSES:
+            return snapshot.model_copy(update={"status": "ended", "pending": []})
+        return snapshot
 
     async def transcript(
         self, session_id: str, user_id: str, offset: int = 0, limit: int = 200
@@ -235,13 +296,16 @@ class Conversations(ConversationListing, LivenessWatch):
     async def events(
         self, session_id: str, user_id: str, after: int = -1, limit: int = 500
     ) -> EventPage:
+        request = EventsQuery(user_id=checked_user(user_id), after=after, limit=limit)
         try:
-            return await self.handle(session_id).query(
-                ConversationWorkflow.events,
-                EventsQuery(user_id=checked_user(user_id), after=after, limit=limit),
+            return await self._watch_worker(
+                session_id,
+                self.handle(session_id).query(ConversationWorkflow.events, request),
+                "The events are read once a worker runs.",
+                query=True,
             )
         except (WorkflowQueryFailedError, RPCError) as err:
-            raise refusal(err, session_id) from err
+            raise await self._refusal(err, session_id) from err
 
     async def wait_for_events(self, session_id: str, user_id: str, after: int) -> int:
         """Block until the conversation has an event after ``after`` (or ends, or hands
@@ -258,7 +322,7 @@ class Conversations(ConversationListing, LivenessWatch):
             WorkflowUpdateRPCTimeoutOrCancelledError,
             RPCError,
         ) as err:
-            raise refusal(err, session_id) from err
+            raise await self._refusal(err, session_id) from err
 
     async def end(self, session_id: str, user_id: str) -> ConversationSnapshot:
         """End the conversation once in-flight handlers are done (an owner-checked
@@ -277,7 +341,9 @@ class Conversations(ConversationListing, LivenessWatch):
             WorkflowUpdateRPCTimeoutOrCancelledError,
             RPCError,
         ) as err:
-            raise refusal(err, session_id, ended=f"conversation {session_id} has ended") from err
+            raise await self._refusal(
+                err, session_id, ended=f"conversation {session_id} has ended"
+            ) from err
 
     async def force_end(self, session_id: str, user_id: str, reason: str | None = None) -> None:
         """Terminate the conversation's workflow, whatever its state and with no worker.
@@ -288,7 +354,7 @@ class Conversations(ConversationListing, LivenessWatch):
         try:
             description = await handle.describe()
         except RPCError as err:
-            raise refusal(err, session_id) from err
+            raise await self._refusal(err, session_id) from err
         owner = description.typed_search_attributes.get(PARLEY_USER)
         if owner != user_id:
             # Same words as the workflow's own refusal: it names no one.
@@ -300,7 +366,26 @@ class Conversations(ConversationListing, LivenessWatch):
         try:
             await handle.terminate(reason=reason or f"ended with --force by {user_id}")
         except RPCError as err:
-            raise refusal(err, session_id, ended=f"conversation {session_id} has ended") from err
+            raise await self._refusal(
+                err, session_id, ended=f"conversation {session_id} has ended"
+            ) from err
+
+    async def _refusal(
+        self, err: Exception, session_id: str, *, ended: str | None = None
+    ) -> ConversationRefused:
+        """``refusal`` of ``err``; Temporal says NOT_FOUND both for a workflow that never
+        existed and for a call to a closed one, so describe it to tell which."""
+        if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
+            try:
+                await self.handle(session_id).describe()
+            except RPCError:
+                return ConversationRefused(
+                    f"no conversation {session_id} exists", ErrorType.NOT_FOUND
+                )
+            if ended:
+                return ConversationRefused(ended, ErrorType.CONVERSATION_ENDED)
+            return ended_refusal(session_id)
+        return refusal(err, session_id)
 
 
 def _decision_id(user_id: str, decisions: Sequence[Decision]) -> str:
@@ -314,8 +399,15 @@ def _decision_id(user_id: str, decisions: Sequence[Decision]) -> str:
 
 
 async def _settle(start: WithStartWorkflowOperation[object, object]) -> None:
-    """Read the outcome of a refused update-with-start's start operation: the SDK keeps
-    it in a future, and an unread failure is logged later as "Future exception was never
+    """Read the outcome of an update-with-start's start operation: the SDK keeps it in a
+    future, and an unread failure (a refusal, or the ``CancelledError`` it is given when
+    the liveness watch cancels the call) is logged later as "Future exception was never
     retrieved". Bounded, in case the SDK never settled it."""
-    with contextlib.suppress(Exception):
+    try:
         await asyncio.wait_for(start.workflow_handle(), timeout=1)
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # this call itself is being cancelled: let it be
+    except Exception:  # the call's own outcome says what happened
+        pass

@@ -9,6 +9,8 @@ workflow's message and stable error type (``parley.errors.ErrorType``).
 from __future__ import annotations
 
 from temporalio.client import (
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
@@ -16,7 +18,14 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from parley.contracts import check_user_id, workflow_id_for
+from parley.contracts import (
+    PARLEY_PENDING_TOOLS,
+    PARLEY_REVIEWERS,
+    PARLEY_STATUS,
+    PARLEY_USER,
+    check_user_id,
+    workflow_id_for,
+)
 from parley.errors import NOT_OWNER_MESSAGE, ErrorType
 
 
@@ -71,16 +80,11 @@ def checked_workflow_id(session_id: str) -> str:
         raise ConversationRefused(str(err), ErrorType.INVALID_SESSION) from None
 
 
-def refusal(err: Exception, session_id: str, *, ended: str | None = None) -> ConversationRefused:
+def refusal(err: Exception, session_id: str) -> ConversationRefused:
     """The one line a failed workflow call (update, query, RPC) turns into."""
     if isinstance(err, RPCError):
-        if err.status == RPCStatusCode.NOT_FOUND and "already completed" in err.message:
-            # A call to a closed workflow: the conversation exists, and has ended.
-            return ConversationRefused(
-                ended or f"conversation {session_id} has ended; use a new session id",
-                ErrorType.CONVERSATION_ENDED,
-            )
         if err.status == RPCStatusCode.NOT_FOUND:
+            # Also a call to a closed workflow: ``Conversations._refusal`` tells which.
             return ConversationRefused(f"no conversation {session_id} exists", ErrorType.NOT_FOUND)
         return ConversationRefused(f"Temporal refused the call: {err.message}", "RPCError")
     if isinstance(err, WorkflowQueryFailedError):
@@ -97,3 +101,46 @@ def refusal(err: Exception, session_id: str, *, ended: str | None = None) -> Con
     if isinstance(cause, ApplicationError):
         return ConversationRefused(cause.message, cause.type)
     return ConversationRefused(str(cause or err))
+
+
+#: Temporal's statuses of a conversation that goes on (a continued run's successor is open).
+OPEN_STATUSES = (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW)
+
+
+def ended_refusal(session_id: str) -> ConversationRefused:
+    return ConversationRefused(
+        f"conversation {session_id} has ended; a decision or message is refused (start a new "
+        "session to go on)",
+        ErrorType.CONVERSATION_ENDED,
+    )
+
+
+def check_member(description: WorkflowExecutionDescription, user_id: str) -> None:
+    """The owner or a reviewer, read from the search attributes set at start (no worker
+    needed); the same words as the workflow's own refusal, which names no one."""
+    attributes = description.typed_search_attributes
+    if user_id != attributes.get(PARLEY_USER) and user_id not in (
+        attributes.get(PARLEY_REVIEWERS) or []
+    ):
+        raise ConversationRefused(NOT_OWNER_MESSAGE, ErrorType.NOT_OWNER)
+
+
+def unreadable(
+    session_id: str, user_id: str, description: WorkflowExecutionDescription, no_worker: str
+) -> ConversationRefused:
+    """The one line for a conversation no worker can read: what visibility tells."""
+    check_member(description, user_id)
+    if description.status not in OPEN_STATUSES:
+        return ConversationRefused(
+            f"conversation {session_id} has ended; no worker runs to read its transcript",
+            ErrorType.CONVERSATION_ENDED,
+        )
+    attributes = description.typed_search_attributes
+    status = attributes.get(PARLEY_STATUS) or "idle"
+    tools = attributes.get(PARLEY_PENDING_TOOLS) or []
+    told = f" ({', '.join(tools)} pending)" if tools else ""
+    return ConversationRefused(
+        f"{no_worker} Temporal's visibility says conversation {session_id} is {status}{told}; "
+        "a decision given with its call ids is kept until a worker returns.",
+        ErrorType.NO_WORKER,
+    )

@@ -1,0 +1,189 @@
+"""'No worker' means no worker (issue 19, point 5): a backlog behind a live worker is
+waited out, and a decision given while no worker runs is kept (sent as the
+``decide_signal`` signal) and applied once when one returns. Real dev server, real
+worker (in-process, or a ``parley worker`` process whose log is read)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from parley.client import ConversationRefused, Conversations
+from parley.errors import ErrorType
+from parley.settings import Settings
+from parley.storage import LocalFileStorageDriver
+from parley.worker import build_worker
+from tests.checks import new_session, runs_in
+from tests.support import call, registry, script
+from tests.test_topology import process
+
+ROOT = Path(__file__).resolve().parent.parent
+COLD_CONVERSATIONS = 100
+
+
+async def until(check, seconds: float, what: str):  # type: ignore[no-untyped-def]
+    """``check()``'s first truthy value, polled every 0.2 s for at most ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not (value := await check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.2)
+    return value
+
+
+def cli_env(client: Client, payload_store: LocalFileStorageDriver, queue: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": client.namespace,
+        "PARLEY_TASK_QUEUE": queue,
+        "PARLEY_PAYLOAD_STORE": str(payload_store.root),
+    }
+
+
+async def test_100_cold_conversations_to_one_worker_get_no_no_worker_answer(
+    client: Client, payload_store: LocalFileStorageDriver, tmp_path: Path
+) -> None:
+    """100 new conversations send at once to one ``parley worker`` process: each one's
+    first workflow task waits in a backlog behind the live worker, which is no reason
+    to say "no worker". The worker's log holds no unretrieved future or traceback."""
+    queue = f"parley-cold-{uuid.uuid4().hex[:8]}"
+    script_file = tmp_path / "script.json"
+    script_file.write_text(json.dumps([{"content": "hello"}]))
+    env = {
+        **cli_env(client, payload_store, queue),
+        "PARLEY_MODEL": f"script:{script_file}",
+        "PARLEY_TOOLS": "tests.liveness_tools:toolset",
+        "PARLEY_TEST_TOOL_LOG": str(tmp_path / "tool.log"),
+        # Two workflow tasks at a time: the 100 first tasks queue for many seconds.
+        "PARLEY_MAX_CONCURRENT_WORKFLOW_TASKS": "2",
+    }
+    log = tmp_path / "worker.log"
+    # The client looks at the queue every second, so every task that waits is judged.
+    conv = Conversations(client, Settings(task_queue=queue, worker_wait_seconds=1))
+    with process([sys.executable, "-m", "parley.cli", "worker"], env, log):
+        await until(conv.workers_polling, 60, "the worker to poll")
+
+        async def send(n: int) -> str:
+            try:
+                turn = await conv.send(new_session(), "cora", f"hello {n}")
+            except ConversationRefused as refused:
+                return refused.error_type or "refused"
+            return turn.reply or turn.status
+
+        began = time.monotonic()
+        answers = Counter(await asyncio.gather(*(send(n) for n in range(COLD_CONVERSATIONS))))
+        took = time.monotonic() - began
+    print(f"{COLD_CONVERSATIONS} cold conversations answered in {took:.1f} s: {dict(answers)}")
+    assert answers[ErrorType.NO_WORKER] == 0, answers
+    assert answers == Counter({"hello": COLD_CONVERSATIONS}), answers
+    text = log.read_text(errors="replace")
+    assert "Future exception was never retrieved" not in text, text[-4000:]
+    assert "Traceback" not in text, text[-4000:]
+
+
+async def test_approve_with_no_worker_is_kept_and_applies_once_when_a_worker_starts(
+    client: Client, payload_store: LocalFileStorageDriver
+) -> None:
+    """The worker stops with a call pending. `parley approve` answers within 30 s with
+    one line saying the decision is kept; a worker started later applies it: the tool
+    runs exactly once and the turn completes."""
+    model = script(
+        {"content": "", "tool_calls": [call("write_record", "k1", title="later")]},
+        {"content": "written"},
+    )
+    settings = Settings(task_queue=f"parley-kept-{uuid.uuid4().hex[:8]}")
+    conv = Conversations(client, settings)
+    sid = new_session()
+    async with build_worker(client, settings, registry=registry(), model=model):
+        assert (await conv.send(sid, "max", "write it")).status == "awaiting_approval"
+    # The worker is gone; it polled a moment ago, so the task queue still lists it.
+
+    began = time.monotonic()
+    approve = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "parley.cli", "approve", "-s", sid, "-u", "max", "k1"],
+        cwd=ROOT,
+        env=cli_env(client, payload_store, settings.task_queue),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    took = time.monotonic() - began
+    assert took <= 30, f"approve answered after {took:.0f} s"
+    lines = approve.stderr.strip().splitlines()
+    assert approve.returncode == 1 and len(lines) == 1, approve.stderr
+    assert "no worker" in lines[0] and "decision is kept" in lines[0], lines[0]
+    assert "Traceback" not in approve.stderr and "poller" not in lines[0]
+    assert runs_in(sid, "write_record") == []
+
+    async with build_worker(client, settings, registry=registry(), model=model):
+
+        async def completed():  # type: ignore[no-untyped-def]
+            state = await conv.state(sid, "max")
+            return state if state.status == "idle" and not state.pending else None
+
+        state = await until(completed, 60, "the kept decision to apply")
+    assert len(runs_in(sid, "write_record")) == 1
+    assert state.transcript[-1].content == "written"
+    decided = [e for e in state.audit if e.event == "decided"]
+    assert len(decided) == 1 and decided[0].actor == "max", state.audit
+
+
+async def test_with_no_worker_reading_answers_in_one_line_within_the_bound(
+    client: Client,
+) -> None:
+    """With its worker gone, `show` (the state query) and the events query answer
+    within the bound with one line that says what visibility knows; a stranger learns
+    nothing."""
+    model = script(
+        {"content": "", "tool_calls": [call("write_record", "q1", title="queued")]},
+        {"content": "written"},
+    )
+    settings = Settings(task_queue=f"parley-none-{uuid.uuid4().hex[:8]}")
+    conv = Conversations(client, settings)
+    sid = new_session()
+    async with build_worker(client, settings, registry=registry(), model=model):
+        assert (await conv.send(sid, "nia", "write it")).status == "awaiting_approval"
+
+    began = time.monotonic()
+    with_no_worker = await asyncio.gather(
+        conv.state(sid, "nia"), conv.events(sid, "nia"), return_exceptions=True
+    )
+    assert time.monotonic() - began <= 2 * settings.worker_wait_seconds + 5
+    for refused in with_no_worker:
+        assert isinstance(refused, ConversationRefused), refused
+        assert refused.error_type == ErrorType.NO_WORKER, refused.message
+    assert "awaiting_approval (write_record pending)" in with_no_worker[0].message
+    with_stranger = await asyncio.gather(conv.state(sid, "zed"), return_exceptions=True)
+    assert isinstance(with_stranger[0], ConversationRefused)
+    assert with_stranger[0].error_type == ErrorType.NOT_OWNER
+
+
+async def test_a_send_given_up_for_no_worker_leaves_no_unretrieved_future(
+    client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The liveness watch cancels an update-with-start no worker takes; the start
+    operation's outcome is read too, so nothing logs "Future exception was never
+    retrieved" later (the tracebacks seen under load)."""
+    conv = Conversations(
+        client, Settings(task_queue=f"parley-nobody-{uuid.uuid4().hex[:8]}", worker_wait_seconds=1)
+    )
+    for _ in range(3):
+        with pytest.raises(ConversationRefused) as refused:
+            await conv.send(new_session(), "max", "anyone there?")
+        assert refused.value.error_type == ErrorType.NO_WORKER
+    gc.collect()
+    await asyncio.sleep(0.1)
+    assert "never retrieved" not in caplog.text, caplog.text
