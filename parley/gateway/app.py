@@ -5,6 +5,7 @@ Temporal through ``parley.client.Conversations``).
 - ``agui``: ``POST /agui``, the AG-UI protocol's runs and resumes;
 - ``streams``: turns and conversations as AG-UI Server-Sent Events;
 - ``errors``: one JSON error shape, ``{"error": {"type", "message"}}``;
+- ``guard``: authentication and a body-size limit, before any body is read;
 - ``deps``: the caller's user (from the bearer token), checked session ids;
 - and here: the approval page at ``/`` and ``/healthz``.
 
@@ -28,6 +29,7 @@ from parley.gateway.access import TokenTable
 from parley.gateway.deps import Gateway
 from parley.gateway.errors import install_error_handlers
 from parley.gateway.feeds import Feeds
+from parley.gateway.guard import RefuseBeforeReading, max_body_bytes
 
 
 def create_app(conversations: Conversations, tokens: TokenTable) -> FastAPI:
@@ -48,6 +50,12 @@ def create_app(conversations: Conversations, tokens: TokenTable) -> FastAPI:
     app.state.feeds = feeds
     app.state.gateway = Gateway(conversations=conversations, tokens=tokens, feeds=feeds)
     install_error_handlers(app)
+    # Outermost but for Starlette's own error handling: before routing, before a body.
+    app.add_middleware(
+        RefuseBeforeReading,
+        tokens=tokens,
+        max_body_bytes=max_body_bytes(conversations.settings),
+    )
 
     static = resources.files("parley.gateway") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")

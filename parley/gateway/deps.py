@@ -20,6 +20,7 @@ from parley.errors import ErrorType
 from parley.gateway.access import TokenTable
 from parley.gateway.errors import ApiError, refused
 from parley.gateway.feeds import Feeds
+from parley.gateway.guard import USER_STATE_KEY
 from parley.settings import Settings
 
 bearer = HTTPBearer(auto_error=False)
@@ -53,11 +54,14 @@ async def current_user(
     request: Request,
     credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
 ) -> str:
-    if credentials is None:
-        raise ApiError(401, "Unauthenticated", "send your token as 'Authorization: Bearer <token>'")
-    user_id = gateway(request).tokens.user_for(credentials.credentials)
+    """The token's user, as ``guard`` found it from the headers before any body was
+    read. (``credentials`` puts the bearer scheme into the OpenAPI document.)"""
+    user_id = getattr(request.state, USER_STATE_KEY, None)
+    if user_id is None:  # a route outside ``guard.needs_token``: check here
+        token = credentials.credentials if credentials is not None else ""
+        user_id = gateway(request).tokens.user_for(token) if token else None
     if user_id is None:
-        raise ApiError(401, "Unauthenticated", "this token is not known to the gateway")
+        raise ApiError(401, "Unauthenticated", "send your token as 'Authorization: Bearer <token>'")
     return user_id
 
 
