@@ -113,6 +113,16 @@ class Feed:
         if self._waiting_as in users and len(users) > 1:
             self._waiting_as = users[(users.index(self._waiting_as) + 1) % len(users)]
 
+    async def _ended(self, user_id: str) -> bool:
+        """Whether the conversation has really ended: closing the feed ends every
+        follower's stream, so a refusal that raced the conversation's start (Temporal
+        says NOT_FOUND before it exists) must not close it. A read says for sure."""
+        try:
+            await self._conversations.events(self.session_id, user_id, limit=1)
+        except ConversationRefused as refusal:
+            return refusal.error_type == ErrorType.CONVERSATION_ENDED
+        return False
+
     async def _follow(self) -> None:
         pause = RELEASED_PAUSE_SECONDS[0]
         while not self.closed:
@@ -127,7 +137,9 @@ class Feed:
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():
                     raise asyncio.CancelledError from None  # stopped, not refused
-                if refusal.error_type == ErrorType.CONVERSATION_ENDED:
+                if refusal.error_type == ErrorType.CONVERSATION_ENDED and await self._ended(
+                    user_id
+                ):
                     self.closed = True
                     self._changed.set()
                     return

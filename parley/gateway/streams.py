@@ -74,6 +74,20 @@ async def current_offset(gateway: Gateway, session_id: str, user_id: str) -> int
 async def read_after(
     gateway: Gateway, session_id: str, user_id: str, after: int
 ) -> list[OffsetEvent]:
+    """The events after ``after``; none while the conversation does not exist yet."""
+    try:
+        return await _events_after(gateway, session_id, user_id, after)
+    except ConversationRefused as refusal:
+        if refusal.error_type != ErrorType.CONVERSATION_ENDED:
+            raise
+    # A read that raced the conversation's start can be told "ended" (Temporal says
+    # NOT_FOUND before it exists); a second read says for sure.
+    return await _events_after(gateway, session_id, user_id, after)
+
+
+async def _events_after(
+    gateway: Gateway, session_id: str, user_id: str, after: int
+) -> list[OffsetEvent]:
     try:
         return (await gateway.conversations.events(session_id, user_id, after=after)).events
     except ConversationRefused as refusal:
