@@ -1,0 +1,255 @@
+// The approval cards: one per pending call, its decision (approve, edit, reject,
+// respond), and sending the decisions together.
+
+import { api, conversationPath, handleError } from "./api.js";
+import { loadSnapshot } from "./conversation.js";
+import { el, expiryText, showError } from "./dom.js";
+import { loadList, renderList } from "./list.js";
+import { $, state } from "./state.js";
+import { updateWorking } from "./transcript.js";
+
+export function renderCards(pending) {
+  const box = $("approvals");
+  const cards = $("cards");
+  const ids = new Set(pending.map((p) => p.tool_call_id));
+  for (const [id, card] of state.cards) {
+    if (!ids.has(id)) {
+      card.remove();
+      state.cards.delete(id);
+      state.choices.delete(id);
+    }
+  }
+  for (const p of pending) {
+    let card = state.cards.get(p.tool_call_id);
+    if (!card) {
+      card = buildCard(p);
+      state.cards.set(p.tool_call_id, card);
+    }
+    cards.append(card); // keeps the order of `pending`
+  }
+  box.hidden = pending.length === 0;
+  $("approvals-title").textContent =
+    pending.length === 1
+      ? "1 tool call needs your decision"
+      : `${pending.length} tool calls need your decision — decide each, they are sent together`;
+  refreshCards();
+}
+
+export function buildCard(p) {
+  const args = JSON.stringify(p.args ?? {}, null, 2);
+  const textarea = el("textarea", {
+    class: "args",
+    "data-testid": "args",
+    spellcheck: "false",
+    rows: String(Math.min(12, Math.max(2, args.split("\n").length))),
+    "aria-label": `Arguments of ${p.name}`,
+  });
+  textarea.value = args;
+  const argsError = el("div", { class: "field-error", "data-testid": "args-error", hidden: true });
+  const editedNote = el("div", {
+    class: "hint",
+    hidden: true,
+    text: "Edited: “Approve” runs the original arguments; “Edit & approve” runs yours.",
+  });
+  const reason = el("input", {
+    type: "text",
+    class: "reason",
+    "data-testid": "reject-reason",
+    placeholder: "Reason for rejecting (optional)",
+    maxlength: "2000",
+  });
+  const approve = el("button", { type: "button", class: "approve", "data-testid": "approve", text: "Approve" });
+  const edit = el("button", {
+    type: "button",
+    class: "edit",
+    "data-testid": "edit",
+    text: "Edit & approve",
+    title: "Run the tool with the arguments in the box above",
+  });
+  const reject = el("button", { type: "button", class: "reject", "data-testid": "reject", text: "Reject" });
+  const choice = el("span", { class: "choice-text", "data-testid": "choice" });
+  const change = el("button", { type: "button", class: "link-button", text: "change" });
+  const choiceRow = el("div", { class: "choice", hidden: true }, choice, change);
+  const expiry = el("span", { class: "expiry", "data-expires-at": p.expires_at || "" });
+  expiry.textContent = p.expires_at ? expiryText(p.expires_at) : "";
+
+  const card = el(
+    "div",
+    { class: "card", "data-testid": "approval-card", "data-tool-call-id": p.tool_call_id },
+    el(
+      "div",
+      { class: "card-head" },
+      el("span", { class: "card-kicker", text: "Approve tool call?" }),
+      el("span", { class: "tool-name big", text: p.name }),
+      el("span", { class: "spacer" }),
+      expiry,
+    ),
+    p.description ? el("p", { class: "desc", text: p.description }) : null,
+    p.reason ? el("p", { class: "small muted reason", text: "Needs approval: " + p.reason }) : null,
+    el("label", { class: "small muted", text: "Arguments (JSON, editable)" }),
+    textarea,
+    argsError,
+    editedNote,
+    el(
+      "div",
+      { class: "card-actions" },
+      approve,
+      edit,
+      el("span", { class: "spacer" }),
+      reason,
+      reject,
+    ),
+    choiceRow,
+  );
+  card._parley = { p, args, textarea, argsError, editedNote, reason, approve, edit, reject, choice, choiceRow };
+
+  textarea.addEventListener("input", () => {
+    argsError.hidden = true;
+    const edited = textarea.value.trim() !== args.trim();
+    editedNote.hidden = !edited;
+    card.classList.toggle("edited", edited);
+  });
+  // The card a button sits on decides, whatever the card map holds meanwhile.
+  approve.addEventListener("click", () => choose(p.tool_call_id, "approve", card));
+  edit.addEventListener("click", () => choose(p.tool_call_id, "edit", card));
+  reject.addEventListener("click", () => choose(p.tool_call_id, "reject", card));
+  reason.addEventListener("keydown", (e) => {
+    if (e.key === "Enter") {
+      e.preventDefault();
+      choose(p.tool_call_id, "reject", card);
+    }
+  });
+  change.addEventListener("click", () => {
+    state.choices.delete(p.tool_call_id);
+    refreshCards();
+  });
+  return card;
+}
+
+export function decisionFor(card, action) {
+  const ui = card._parley;
+  const id = ui.p.tool_call_id;
+  if (action === "approve") return { tool_call_id: id, action: "approve" };
+  if (action === "edit") {
+    let args;
+    try {
+      args = JSON.parse(ui.textarea.value);
+    } catch (err) {
+      ui.argsError.textContent = `Not valid JSON: ${err.message}`;
+      ui.argsError.hidden = false;
+      ui.textarea.focus();
+      return null;
+    }
+    if (args === null || typeof args !== "object" || Array.isArray(args)) {
+      ui.argsError.textContent = "The arguments must be a JSON object, like {\"key\": \"value\"}.";
+      ui.argsError.hidden = false;
+      ui.textarea.focus();
+      return null;
+    }
+    ui.argsError.hidden = true;
+    return { tool_call_id: id, action: "edit", args };
+  }
+  const decision = { tool_call_id: id, action: "reject" };
+  const reason = ui.reason.value.trim();
+  if (reason) decision.message = reason;
+  return decision;
+}
+
+export function choose(toolCallId, action, card) {
+  if (!card) return;
+  // Check the arguments first: a mistake is shown even if a request is in flight.
+  const decision = decisionFor(card, action);
+  if (!decision || state.busy) return;
+  const pending = currentPending();
+  if (pending.length <= 1) {
+    submitDecisions([decision]);
+    return;
+  }
+  state.choices.set(toolCallId, decision);
+  refreshCards();
+  if (pending.every((p) => state.choices.has(p.tool_call_id))) sendChoices();
+}
+
+export function approveAll() {
+  if (state.busy) return;
+  for (const p of currentPending()) {
+    if (!state.choices.has(p.tool_call_id)) {
+      state.choices.set(p.tool_call_id, { tool_call_id: p.tool_call_id, action: "approve" });
+    }
+  }
+  refreshCards();
+  sendChoices();
+}
+
+export function sendChoices() {
+  const decisions = currentPending().map((p) => state.choices.get(p.tool_call_id));
+  if (decisions.some((d) => !d)) return;
+  submitDecisions(decisions);
+}
+
+export const currentPending = () => (state.snapshot && state.snapshot.pending) || [];
+
+export function choiceText(d) {
+  if (d.action === "approve") return "✓ will approve";
+  if (d.action === "edit") return "✎ will approve with edited arguments";
+  return d.message ? `✕ will reject: “${d.message}”` : "✕ will reject";
+}
+
+export function refreshCards() {
+  const pending = currentPending();
+  const several = pending.length > 1;
+  const chosen = pending.filter((p) => state.choices.has(p.tool_call_id)).length;
+  for (const card of state.cards.values()) {
+    const ui = card._parley;
+    const d = state.choices.get(ui.p.tool_call_id);
+    card.classList.toggle("chosen", Boolean(d));
+    card.dataset.choice = d ? d.action : "";
+    ui.choiceRow.hidden = !d;
+    ui.choice.textContent = d ? choiceText(d) : "";
+    for (const b of [ui.approve, ui.edit, ui.reject]) b.disabled = state.busy || Boolean(d);
+    ui.textarea.readOnly = state.busy || Boolean(d);
+    ui.reason.disabled = state.busy || Boolean(d);
+    ui.choiceRow.querySelector("button").disabled = state.busy;
+  }
+  const approveAllButton = $("approve-all");
+  approveAllButton.hidden = !several;
+  approveAllButton.textContent = chosen ? "Approve the rest" : "Approve all";
+  approveAllButton.disabled = state.busy || chosen === pending.length;
+  const sendButton = $("send-decisions");
+  sendButton.hidden = !(several && chosen === pending.length && !state.busy);
+  $("approvals").classList.toggle("busy", state.busy);
+}
+
+export async function submitDecisions(decisions) {
+  const sid = state.sid;
+  if (!sid || state.busy) return;
+  setBusy(true);
+  try {
+    const turn = await api("POST", `${conversationPath(sid)}/decisions`, { decisions });
+    if (state.sid === sid) {
+      for (const d of decisions) state.choices.delete(d.tool_call_id);
+      if (turn && turn.status === "failed") showError(`The turn failed: ${turn.error || "no detail"}`);
+    }
+  } catch (err) {
+    handleError(err);
+  } finally {
+    setBusy(false);
+    if (state.sid === sid) {
+      await loadSnapshot();
+      loadList();
+    }
+  }
+}
+
+export function setBusy(busy) {
+  state.busy = busy;
+  refreshCards();
+  updateWorking();
+}
+
+export function tickExpiries() {
+  for (const node of document.querySelectorAll(".expiry[data-expires-at]")) {
+    if (node.dataset.expiresAt) node.textContent = expiryText(node.dataset.expiresAt);
+  }
+  if (state.conversations.length) renderList(); // "N min ago"
+}

@@ -1,0 +1,59 @@
+// The conversation list in the sidebar.
+
+import { api, handleError } from "./api.js";
+import { openConversation } from "./conversation.js";
+import { el, relativeTime, statusText } from "./dom.js";
+import { $, state } from "./state.js";
+
+export async function loadList() {
+  if (!state.token) return;
+  try {
+    const data = await api("GET", "/v1/conversations");
+    state.conversations = (data && data.conversations) || [];
+    renderList();
+  } catch (err) {
+    handleError(err);
+  }
+}
+
+export function renderList() {
+  const list = $("conversations");
+  const items = state.conversations.slice();
+  if (state.sid && !items.some((c) => c.session_id === state.sid)) {
+    items.unshift({ session_id: state.sid, status: "new", pending_tools: [] });
+  }
+  list.replaceChildren(
+    ...items.map((c) => {
+      const status = c.status || "unknown";
+      const meta = [];
+      if (c.pending_tools && c.pending_tools.length) {
+        meta.push(`waiting: ${c.pending_tools.join(", ")}`);
+      }
+      const when = c.last_activity_at || c.started_at;
+      if (when) meta.push(relativeTime(when));
+      const button = el(
+        "button",
+        {
+          type: "button",
+          class:
+            "conv" +
+            (c.session_id === state.sid ? " active" : "") +
+            (status === "awaiting_approval" ? " awaiting" : ""),
+          "data-testid": "conversation",
+          "data-session-id": c.session_id,
+          "aria-current": c.session_id === state.sid ? "true" : null,
+        },
+        el(
+          "span",
+          { class: "conv-top" },
+          el("span", { class: "conv-id", text: c.session_id }),
+          el("span", { class: `badge status-${status}`, text: statusText(status) }),
+        ),
+        meta.length ? el("span", { class: "conv-meta", text: meta.join(" · ") }) : null,
+      );
+      button.addEventListener("click", () => openConversation(c.session_id));
+      return el("li", {}, button);
+    }),
+  );
+  $("list-empty").hidden = items.length > 0;
+}

@@ -1,0 +1,31 @@
+// The page's state, shared by its views: one object, and the constants they use.
+
+export const TOKEN_KEY = "parley.token";
+export const SESSION_RE = /^[A-Za-z0-9._-]{1,128}$/;
+export const LIST_EVERY_MS = 15000;
+export const STREAM_404_RETRY_MS = 3000;
+export const STREAM_MAX_BACKOFF_MS = 15000;
+
+export const $ = (id) => document.getElementById(id);
+
+export const state = {
+  token: null,
+  started: false,
+  sid: null, // the open conversation
+  snapshot: null, // its latest snapshot (null: not created yet)
+  snapshotSeq: 0, // guards against an older snapshot answer landing last
+  conversations: [],
+  choices: new Map(), // tool_call_id -> decision recorded on its card
+  cards: new Map(), // tool_call_id -> card element
+  busy: false, // a send or a decision request is in flight
+  running: false, // between RUN_STARTED and RUN_FINISHED / RUN_ERROR
+  runStarts: 0, // RUN_STARTED events seen (see loadSnapshot)
+  workingLabel: "working…",
+  live: new Map(), // messageId -> streamed assistant text not yet in the snapshot
+  liveResults: new Map(), // toolCallId -> {name, envelope} not yet in the snapshot
+  liveNames: new Map(), // toolCallId -> tool name (from TOOL_CALL_START)
+  pendingText: null, // the message being sent, shown until the snapshot has it
+  stream: { gen: 0, controller: null, wake: null, lastId: null },
+  refreshTimer: null,
+  listTimer: null,
+};

@@ -1,0 +1,186 @@
+// The chat view: the status badge, the working indicator and the transcript.
+
+import { renderCards } from "./approvals.js";
+import { compactJSON, el, statusText, textOf } from "./dom.js";
+import { $, state } from "./state.js";
+
+export function setStatus(status) {
+  const badge = $("status");
+  const shown = status || "new";
+  badge.textContent = statusText(shown);
+  badge.dataset.status = shown;
+  badge.className = `badge status-${shown}`;
+}
+
+export function updateWorking() {
+  const snapRunning = state.snapshot && state.snapshot.status === "running";
+  const on = state.running || state.busy || Boolean(snapRunning);
+  $("working").hidden = !on;
+  $("working-text").textContent = state.running ? state.workingLabel : "working…";
+  $("send").disabled = state.busy;
+}
+
+export function renderChat() {
+  const snap = state.snapshot;
+  setStatus(snap ? snap.status : null);
+  const link = $("temporal-link");
+  const url = snap && snap.temporal_ui_url;
+  if (url && /^https?:\/\//i.test(url)) {
+    link.href = url;
+    link.hidden = false;
+  } else {
+    link.hidden = true;
+  }
+  renderTranscript();
+  renderCards(snap ? snap.pending || [] : []);
+  const input = $("message-input");
+  input.placeholder =
+    snap && snap.pending && snap.pending.length
+      ? "Decide the pending tool calls above before sending another message."
+      : "Message the agent… (Enter to send, Shift+Enter for a new line)";
+  updateWorking();
+}
+
+export function renderTranscript() {
+  const box = $("transcript");
+  const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 60;
+  const open = new Set(
+    Array.from(box.querySelectorAll("details[open][data-tool-call-id]"), (d) => d.dataset.toolCallId),
+  );
+  const closed = new Set(
+    Array.from(box.querySelectorAll("details:not([open])[data-tool-call-id]"), (d) => d.dataset.toolCallId),
+  );
+  const snap = state.snapshot;
+  const messages = (snap && snap.transcript) || [];
+  const nodes = [];
+  if (snap && snap.transcript_offset > 0) {
+    nodes.push(
+      el("p", {
+        class: "muted center small",
+        text: `${snap.transcript_offset} earlier message(s) not shown`,
+      }),
+    );
+  }
+  const ids = new Set();
+  const resultIds = new Set();
+  const names = new Map();
+  for (const m of messages) {
+    if (m && m.id) ids.add(m.id);
+    if (m && m.type === "tool" && m.tool_call_id) resultIds.add(m.tool_call_id);
+    for (const call of (m && m.tool_calls) || []) names.set(call.id, call.name);
+  }
+  for (const m of messages) nodes.push(...renderMessage(m, names, open, closed));
+
+  // What the event stream has shown and the snapshot does not have yet.
+  const pending = state.pendingText;
+  if (pending && (snap ? snap.session_id === state.sid : true) && countHumans(messages) <= pending.humans) {
+    nodes.push(bubble("human", pending.text, "sending"));
+  }
+  for (const [id, info] of state.liveResults) {
+    if (!resultIds.has(id)) nodes.push(liveResult(id, info));
+  }
+  const recentTexts = new Set(
+    messages.slice(-8).filter((m) => m && m.type === "ai").map((m) => textOf(m.content)),
+  );
+  for (const [id, text] of state.live) {
+    if (text && !ids.has(id) && !recentTexts.has(text)) nodes.push(bubble("ai", text, "streaming"));
+  }
+  if (snap && snap.last_turn && snap.last_turn.status === "failed" && snap.status === "failed") {
+    nodes.push(
+      el(
+        "div",
+        { class: "turn-failed", "data-testid": "turn-failed" },
+        el("strong", { text: "The turn failed. " }),
+        snap.last_turn.error || "",
+      ),
+    );
+  }
+  if (!nodes.length) {
+    nodes.push(
+      el("p", {
+        class: "muted center",
+        text: snap ? "No messages yet." : "A new conversation: send a message to start it.",
+      }),
+    );
+  }
+  box.replaceChildren(...nodes);
+  if (atBottom || state.busy) box.scrollTop = box.scrollHeight;
+}
+
+export const countHumans = (messages) => messages.filter((m) => m && m.type === "human").length;
+
+export function bubble(type, text, extra) {
+  const who = type === "human" ? "You" : "Agent";
+  return el(
+    "div",
+    { class: `msg ${type}${extra ? " " + extra : ""}`, "data-type": type },
+    el("div", { class: "who", text: extra === "sending" ? `${who} · sending…` : who }),
+    el("div", { class: "text", text }),
+  );
+}
+
+export function renderMessage(m, names, open, closed) {
+  if (!m || typeof m !== "object") return [];
+  const text = textOf(m.content);
+  if (m.type === "human") return [bubble("human", text)];
+  if (m.type === "ai") {
+    const out = [];
+    if (text.trim()) out.push(bubble("ai", text));
+    for (const call of m.tool_calls || []) {
+      out.push(
+        el(
+          "div",
+          { class: "proposal", "data-testid": "proposed-call", "data-tool-call-id": call.id },
+          el("span", { class: "proposal-label", text: "proposed tool call" }),
+          el("code", { class: "proposal-call", title: JSON.stringify(call.args ?? {}, null, 2) },
+            el("span", { class: "tool-name", text: call.name }),
+            el("span", { class: "proposal-args", text: compactJSON(call.args, 160) }),
+          ),
+        ),
+      );
+    }
+    return out;
+  }
+  if (m.type === "tool") {
+    const artifactStatus = m.artifact && typeof m.artifact === "object" ? m.artifact.status : null;
+    const status = artifactStatus || m.status || "success";
+    const name = m.name || names.get(m.tool_call_id) || "tool";
+    return [resultBlock(m.tool_call_id, name, status, text, open, closed)];
+  }
+  if (text.trim()) {
+    return [el("div", { class: "msg system", "data-type": m.type || "other" }, el("div", { class: "text", text }))];
+  }
+  return [];
+}
+
+export function resultBlock(toolCallId, name, status, text, open, closed) {
+  const bad = status !== "success";
+  const short = text.length <= 600 && text.split("\n").length <= 12;
+  const details = el("details", {
+    class: `result${bad ? " error" : ""} status-${status}`,
+    "data-testid": "tool-result",
+    "data-tool-call-id": toolCallId || "",
+    "data-status": status,
+  });
+  if ((short && !(closed && closed.has(toolCallId))) || (open && open.has(toolCallId))) {
+    details.open = true;
+  }
+  const preview = text.replace(/\s+/g, " ").slice(0, 90);
+  details.append(
+    el(
+      "summary",
+      {},
+      el("span", { class: "result-label", text: bad ? `result · ${status}` : "result" }),
+      el("span", { class: "tool-name", text: name }),
+      el("span", { class: "result-preview", text: preview + (text.length > 90 ? "…" : "") }),
+    ),
+    el("pre", { class: "result-body", text }),
+  );
+  return details;
+}
+
+export function liveResult(toolCallId, info) {
+  const env = info.envelope || {};
+  const text = typeof env.content === "string" ? env.content : compactJSON(env, 4000);
+  return resultBlock(toolCallId, info.name || "tool", env.status || "success", text);
+}
