@@ -57,9 +57,7 @@ def build_v2(into: Path) -> Path:
     text = source.read_text()
     marker = "        publish_owner(self._state)\n"
     assert text.count(marker) == 1
-    changed = (
-        f"        await workflow.sleep(timedelta(milliseconds=1), summary={V2_TIMER!r})\n" + marker
-    )
+    changed = f"        await workflow.sleep(0.001, summary={V2_TIMER!r})\n" + marker
     source.write_text(text.replace(marker, changed))
     return into
 

@@ -161,12 +161,12 @@ async def test_every_context_is_the_sdks_own_answer(checked_runner, parley_worke
         # A subagent: a child workflow whose confirm call waits on the parent's list
         # (a signal to the parent), approved there (a signal to the child).
         turn = await conversations.send(sid, "alice", "now have the recorder do Q4")
-        assert [p.tool_call_id for p in turn.pending] == ["c1"]
+        assert [p.tool_call_id for p in turn.pending] == ["sub-recorder-1-c1"]
         done = await conversations.decide(
-            sid, "alice", [Decision(tool_call_id="c1", action="approve")]
+            sid, "alice", [Decision(tool_call_id="sub-recorder-1-c1", action="approve")]
         )
         assert done.reply == "The recorder is done."
-        assert len(runs_in(f"{sid}.recorder-1", "write_record")) == 1
+        assert len(runs_in(f"{sid}/recorder-1", "write_record")) == 1
 
     assert MISMATCHES == []
     # The questions were asked, about the commands that matter here ...

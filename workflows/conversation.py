@@ -18,33 +18,24 @@ update-with-start on the first message. The user talks to it through updates:
   cannot wait for an answer; it is applied between turns, and one that no longer fits
   is recorded as refused (audit log and a ``CUSTOM`` event), never dropped.
 
-Subagents: a conversation may hand a task to a subagent (``turns``); the subagent's
-conversation is this same workflow, started as a child with ``ConversationStart.subagent``.
-It runs its task as its one message, takes no other message, reports to its parent
-each time it comes to rest waiting for decisions (the ``subagent_report`` signal, which
-the parent applies at once or between turns), takes the parent's decisions by
-``decide_signal`` and ends when its task has an answer. Ending the parent cancels it,
-and whatever it waits for never runs.
+Subagents (``subagents``) are this same workflow, started as a child with
+``ConversationStart.subagent``: its task is its one message; it reports to its parent
+(``subagent_report``) and takes the parent's decisions by ``decide_signal``. On a
+versioned worker a run is pinned to its build and moves at continue-as-new
+(``handover``, which also keeps every per-run limit).
 
-Safe deploys: on a versioned worker the workflow is *pinned* (Worker Versioning; the
-worker sets it, since Temporal refuses a pinned workflow from an unversioned worker
-such as ``parley dev``'s): a run finishes on the worker build that started it, so a
-new build never replays an old history. It moves to the current build at
-continue-as-new (``AUTO_UPGRADE``), which it does when history grows long or when
-Temporal says the target build changed.
-
-This module holds the handlers, their deduplication and the run loop (deadlines,
-continue-as-new, the end). The rest is in one module per job: ``gate`` (the checks that
-validators and handlers make), ``turns`` (the turn engine), ``ledger`` (the one place a
-call is answered; the bounded state and its pages), ``publishing`` (what the Temporal
-UI shows) and ``events`` (the AG-UI event log). Side effects live in activities, called
-by name; these modules import only ``parley`` contracts, passed through the sandbox.
+This module holds the handlers, their deduplication and the run loop. The rest is in
+one module per job: ``gate`` (the checks that validators and handlers make), ``turns``
+(the turn engine), ``triage`` (one proposal's verdict), ``decisions``, ``subagents``,
+``notifying``, ``deadlines``, ``handover``, ``ledger`` (the one place a call is
+answered; the bounded state and its pages), ``publishing`` (what the Temporal UI shows)
+and ``events`` (the AG-UI event log). Side effects live in activities, called by name;
+these modules import only ``parley`` contracts, passed through the sandbox.
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -52,7 +43,9 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from langchain_core.messages import HumanMessage, SystemMessage
     from parley.workflows import gate, metrics
+    from parley.workflows.deadlines import Deadlines
     from parley.workflows.events import EventLog
+    from parley.workflows.handover import Handover, build_of_this_run
     from parley.workflows.ledger import Ledger
     from parley.workflows.publishing import publish_owner, publish_status
     from parley.workflows.turns import TurnEngine
@@ -67,7 +60,6 @@ with workflow.unsafe.imports_passed_through():
         EventsQuery,
         EventsWait,
         OffsetEvent,
-        PendingCall,
         SendMessageInput,
         StateQuery,
         SubagentReport,
@@ -91,14 +83,6 @@ RECENT_RESULTS_KEPT = 32
 EVENT_WAITERS_KEPT = 4
 #: How many ``decide_signal`` decisions may wait for the turn in flight.
 QUEUED_DECISIONS_KEPT = 16
-#: Per-run budgets, far below Temporal's limits (2,000 updates and 10,000 signals per
-#: run): past them the run continues as new at its next rest, turn or no turn. The
-#: counts start again in the new run, so this never loops.
-UPDATES_PER_RUN = 1_000
-SIGNALS_PER_RUN = 5_000
-#: Past this many updates in one run (a turn that holds the run for long), followers
-#: are refused (``wait_for_events``), keeping the rest for decisions and messages.
-FOLLOWER_UPDATES_PER_RUN = 1_500
 
 
 @workflow.defn  # pinned by the versioned worker (``parley.worker.deployment_config``)
@@ -114,15 +98,12 @@ class ConversationWorkflow:
         self._events = EventLog(self._state, thread_id=start.session_id)
         self._ledger = Ledger(self._state, self._events)
         self._turns = TurnEngine(self._state, start, self._ledger, self._events)
-        #: ``state.runs`` when this run began: a run continues-as-new only after a turn.
-        self._runs_at_start = self._state.runs
         #: One token per waiting ``wait_for_events``, oldest first.
         self._event_waiters: list[object] = []
         #: Set when this run hands over to the next (continue-as-new): waiters are let go.
         self._handing_over = False
-        #: Updates and signals accepted in this run (Temporal limits both per run).
-        self._updates_this_run = 0
-        self._signals_this_run = 0
+        self._handover = Handover(self._state, start, self._ledger)
+        self._deadlines = Deadlines(self._state, start, self._ledger, self._turns)
 
     # --- run: the conversation's lifetime -------------------------------------------
 
@@ -158,19 +139,19 @@ class ConversationWorkflow:
         while True:
             # Wake also when the earliest deadline changes (a turn left calls pending, a
             # decision cleared them), so that the timer below always matches it.
-            deadline = self._next_deadline()
+            deadline = self._deadlines.next()
             try:
                 await workflow.wait_condition(
                     lambda deadline=deadline: (
                         self._state.ended
-                        or (not self._state.turn_running and self._expired_calls() != [])
+                        or (not self._state.turn_running and self._deadlines.expired() != [])
                         or (not self._state.turn_running and self._state.queued_decisions != [])
                         or (not self._state.turn_running and self._turns.subagents.has_news())
                         or self._task_done()
                         or self._should_continue_as_new()
-                        or self._next_deadline() != deadline
+                        or self._deadlines.next() != deadline
                     ),
-                    timeout=self._time_to_next_deadline(),
+                    timeout=self._deadlines.time_to_next(),
                 )
             except TimeoutError:
                 pass
@@ -180,8 +161,8 @@ class ConversationWorkflow:
                 self._state.ended = True
                 self._ledger.audit("ended", "parley", detail={"reason": "task done"})
                 break
-            if not self._state.turn_running and self._expired_calls():
-                await self._expire_due_calls()
+            if not self._state.turn_running and self._deadlines.expired():
+                await self._deadlines.expire_due()
             elif not self._state.turn_running and self._state.queued_decisions:
                 await self._apply_queued_decision()
             elif not self._state.turn_running and self._turns.subagents.has_news():
@@ -193,8 +174,8 @@ class ConversationWorkflow:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 if not self._state.turn_running and not self._state.ended:
                     self._state.counters.continued_as_new += 1
-                    if self._upgrade_due():
-                        self._record_upgrade()
+                    if self._handover.upgrade_due():
+                        self._handover.record_upgrade()
                     # A versioned run's next run starts on the task queue's current
                     # build (the same one unless a deploy made another current), then
                     # pins there. Temporal refuses the option from unversioned workers.
@@ -202,7 +183,7 @@ class ConversationWorkflow:
                         start.model_copy(update={"carried_state": self._state}),
                         initial_versioning_behavior=(
                             workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
-                            if _build_of_this_run()
+                            if build_of_this_run()
                             else None
                         ),
                     )
@@ -248,65 +229,20 @@ class ConversationWorkflow:
         publish_status(self._state)
 
     def _should_continue_as_new(self) -> bool:
-        """Carry the state into a fresh run before history gets long, or to move to a
-        newly current worker build: only between turns, so no activity or handler is
-        cut off. For history length, only after a turn in this run, so an idle
-        conversation with a small threshold does not continue-as-new in a loop."""
-        if (
-            self._state.turn_running
-            or self._state.queued_decisions
+        state = self._state
+        busy = bool(
+            state.turn_running
+            or state.queued_decisions
             or self._turns.notifier.in_flight  # a notification finishes in this run
-            or self._state.delegations  # its child workflows belong to this run
-        ):
-            return False
-        if self._upgrade_due():
-            return True
-        info = workflow.info()
-        if (
-            self._updates_this_run >= UPDATES_PER_RUN
-            or self._signals_this_run >= SIGNALS_PER_RUN
-            or info.is_continue_as_new_suggested()
-        ):
-            return True  # counted from this run's start, so the next run starts at zero
-        if self._state.runs == self._runs_at_start:
-            return False
-        return info.get_current_history_length() >= self._start.continue_as_new_after_events
-
-    def _upgrade_due(self) -> bool:
-        """Temporal says the task queue's target build is no longer this run's (a deploy
-        made a newer build current), and this run is not already the one a move from
-        this same build landed on."""
-        if not workflow.info().is_target_worker_deployment_version_changed():
-            return False
-        return _build_of_this_run() != self._state.upgraded_from
-
-    def _record_upgrade(self) -> None:
-        build = _build_of_this_run()
-        self._ledger.audit("upgraded", actor="parley", detail={"from_build": build})
-        self._state.upgraded_from = build
-
-    def _expired_calls(self) -> list[PendingCall]:
-        return gate.expired_calls(self._own_pending(), workflow.now())
-
-    def _next_deadline(self) -> datetime | None:
-        return min((call.expires_at for call in self._own_pending()), default=None)
-
-    def _own_pending(self) -> list[PendingCall]:
-        """The pending calls whose deadlines this conversation keeps (a subagent keeps
-        its own, and reports)."""
-        return [call for call in self._state.pending if call.subagent is None]
-
-    def _time_to_next_deadline(self) -> timedelta | None:
-        earliest = self._next_deadline()
-        if earliest is None:
-            return None
-        return max(earliest - workflow.now(), timedelta(seconds=1))
+            or state.delegations  # its child workflows belong to this run
+        )
+        return self._handover.due(busy=busy)
 
     # --- updates ----------------------------------------------------------------------
 
     @workflow.update
     async def send_message(self, raw: Any) -> TurnResult:
-        self._updates_this_run += 1
+        self._handover.updates += 1
         message = gate.parse(SendMessageInput, raw, InvalidMessage)
         gate.check_owner(self._state, message.user_id)
         if replayed := self._earlier_result():
@@ -328,7 +264,7 @@ class ConversationWorkflow:
 
     @workflow.update
     async def decide(self, raw: Any) -> TurnResult:
-        self._updates_this_run += 1
+        self._handover.updates += 1
         decision = gate.parse(DecideInput, raw, InvalidDecision)
         gate.check_member(self._state, decision.decided_by)
         if replayed := self._earlier_result():
@@ -349,7 +285,7 @@ class ConversationWorkflow:
         """End the conversation once the turn in flight (if any) is done; pending calls
         are answered ``expired`` and never run. Owner-checked, like every other update.
         Returns the ended conversation's latest page."""
-        self._updates_this_run += 1
+        self._handover.updates += 1
         request = gate.parse(EndInput, raw, InvalidMessage)
         gate.check_owner(self._state, request.user_id)
         if not self._state.ended:
@@ -372,7 +308,7 @@ class ConversationWorkflow:
         conversation ends, or this run hands over); return the latest offset. Costs two
         small history events per wake-up; the events are read with the query. An
         ``after`` past the latest offset waits for the next event, never spins."""
-        self._updates_this_run += 1
+        self._handover.updates += 1
         request = gate.parse(EventsWait, raw, InvalidMessage)
         after = min(request.after, self._events.last_offset)
         token = object()
@@ -398,7 +334,7 @@ class ConversationWorkflow:
         gate.check_member(self._state, request.user_id)
         if self._state.ended:
             raise ConversationEnded("this conversation has ended")
-        if self._handing_over or self._updates_this_run >= FOLLOWER_UPDATES_PER_RUN:
+        if self._handing_over or self._handover.followers_refused:
             raise ConversationHandingOver(
                 "this conversation is moving to a new run; wait again in a moment"
             )
@@ -408,13 +344,13 @@ class ConversationWorkflow:
         """Wake up: the run loop then sees whether a newer worker build is current and,
         if so, moves to it between turns. Temporal tells a waiting workflow nothing
         until its next workflow task, which this signal makes."""
-        self._signals_this_run += 1
+        self._handover.signals += 1
 
     @workflow.signal
     def decide_signal(self, decision: Any) -> None:
         """The ``decide`` update's decision, fire-and-forget. Applied between turns;
         refused ones are recorded (audit log and a ``CUSTOM`` event), never dropped."""
-        self._signals_this_run += 1
+        self._handover.signals += 1
         try:
             request = gate.parse(DecideInput, decision, InvalidDecision)
         except InvalidDecision as refusal:
@@ -438,7 +374,7 @@ class ConversationWorkflow:
         """A subagent at work came to rest waiting for decisions: applied by the turn
         that waits for it, or between turns. One from a subagent no longer at work is
         dropped (its end has been applied)."""
-        self._signals_this_run += 1
+        self._handover.signals += 1
         if any(d.tool_call_id == report.tool_call_id for d in self._state.delegations):
             self._state.subagent_reports.append(report)
 
@@ -510,47 +446,3 @@ class ConversationWorkflow:
         gate.check_message(
             self._state, message, self._start.max_message_bytes, subagent=self._start.subagent
         )
-
-    async def _expire_due_calls(self) -> None:
-        """Calls past their deadline: one whose rule escalates is escalated once (its
-        ``escalate_to`` told, its wait extended); the others are answered (expired, or
-        rejected if their rule says so) and the model goes on."""
-        due = self._expired_calls()
-        escalating = [
-            call
-            for call in due
-            if call.on_timeout is not None
-            and call.on_timeout.action == "escalate"
-            and not call.on_timeout.escalated
-        ]
-        for call in escalating:
-            assert call.on_timeout is not None
-            call.on_timeout.escalated = True
-            call.expires_at = workflow.now() + timedelta(seconds=call.on_timeout.seconds)
-            self._ledger.audit(
-                "escalated",
-                "parley",
-                call.tool_call_id,
-                call.name,
-                {"to": call.on_timeout.escalate_to, "until": call.expires_at.isoformat()},
-            )
-        if escalating:
-            self._turns.notifier.escalate(escalating)
-            publish_status(self._state)  # the new deadline, in the current details
-            if self._start.subagent is not None:
-                await self._turns.subagents.report_to_parent()  # the parent shows the new deadline
-        due = [call for call in due if call not in escalating]
-        if not due:
-            return
-        self._state.turn_running = True
-        metrics.approvals_answered(len(due))
-        self._state.pending = [c for c in self._state.pending if c not in due]
-        await self._turns.run(expired=due)
-
-
-def _build_of_this_run() -> str | None:
-    """``<deployment>:<build id>`` of the worker running this task; None if unversioned."""
-    version = workflow.info().get_current_deployment_version()
-    if version is None or not version.deployment_name:
-        return None
-    return f"{version.deployment_name}:{version.build_id}"

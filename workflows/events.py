@@ -56,6 +56,12 @@ def decision_schema(call: PendingCall, catalogue: ToolCatalogue) -> dict[str, An
                 "type": "string",
                 "description": "why (reject), or the answer the model reads (respond)",
             },
+            "remember": {
+                "type": "boolean",
+                "default": False,
+                "description": "approve or reject later calls of the same tool with the "
+                "same arguments in this conversation the same way",
+            },
         },
     }
 

@@ -130,10 +130,17 @@ def check_decisions(state: ConversationState, decision: DecideInput, now: dateti
     """One decision for every pending call, no more, no unknown or expired ids, edited
     args that fit the tool's schema (no keys it does not name, unless it opts in)."""
     check_member(state, decision.decided_by)
-    check_open(state)
     # A call past its deadline is expired even if the timer has not fired yet (the
-    # decision and the timer may arrive in the same workflow task): never run it.
+    # decision and the timer may arrive in the same workflow task): never run it. One
+    # the timer already answered says so too, even while that answer's turn runs.
     expired = {call.tool_call_id for call in expired_calls(state.pending, now)}
+    expired |= {a.tool_call_id for a in state.audit if a.event == "expired" and a.tool_call_id}
+    given_ids = {d.tool_call_id for d in decision.decisions}
+    if state.turn_running and not state.ended and given_ids and given_ids <= expired:
+        raise InvalidDecision(
+            f"decision refused: expired, will not run: {', '.join(sorted(given_ids))}"
+        )
+    check_open(state)
     pending = {c.tool_call_id: c for c in state.pending if c.tool_call_id not in expired}
     if not pending:
         message = "no tool call waits for a decision"

@@ -29,6 +29,7 @@ from parley.contracts import (
     AuditEntry,
     ConversationSnapshot,
     ConversationState,
+    PolicyOutcome,
     StateQuery,
     ToolCall,
     ToolErrorInfo,
@@ -78,6 +79,12 @@ class Ledger:
                 detail=detail or {},
             )
         )
+
+    def audit_policy(self, call: ToolCall, outcome: PolicyOutcome | None) -> None:
+        """Record which rule (or remembered decision) decided a call's policy."""
+        if outcome is not None and (outcome.rule is not None or outcome.remembered):
+            detail = outcome.model_dump(exclude_defaults=True)
+            self.audit("policy", "parley", call.tool_call_id, call.name, detail)
 
     def answer(
         self,

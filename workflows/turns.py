@@ -21,31 +21,26 @@ from typing import Any
 
 from langchain_core.messages import AIMessage
 from parley.workflows import metrics
+from parley.workflows.decisions import Decisions
 from parley.workflows.events import EventLog
 from parley.workflows.ledger import Ledger, error_result
 from parley.workflows.notifying import Notifier
 from parley.workflows.publishing import set_status
 from parley.workflows.subagents import Subagents
-from parley.workflows.triage import Proposal, Refuse, Run, Verdict, Wait, triage
+from parley.workflows.triage import Proposal, Refuse, Run, Verdict, triage
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from parley.contracts import (
     CALL_MODEL,
-    CANONICAL_ARGS,
     PREVIEW_ARGS_CHARS,
     RUN_TOOL,
     CallModelInput,
     CallModelOutput,
-    CanonicalArgsInput,
-    CanonicalArgsOutput,
     ConversationStart,
     ConversationState,
     DecideInput,
-    Decision,
     PendingCall,
-    PolicyOutcome,
-    RememberedDecision,
     RunToolInput,
     RunToolOutput,
     ToolCall,
@@ -54,17 +49,10 @@ from parley.contracts import (
     ToolResult,
     TurnResult,
     args_hash,
-    call_shape,
     call_summary,
 )
 from parley.errors import MODEL_VISIBLE_TOOL_ERRORS, ErrorType, InvalidDecision
-from parley.settings import CANONICAL_ARGS_ACTIVITY, MODEL_ACTIVITY, TOOL_ACTIVITY
-
-#: How many remembered decisions a conversation keeps (the oldest go first).
-REMEMBERED_KEPT = 64
-#: The patch under which an edit is a new proposal (``canonical_args``, then the rules);
-#: histories recorded before it replay the old way (the edit ran as given).
-EDITS_ARE_PROPOSALS = "edits-are-proposals"
+from parley.settings import MODEL_ACTIVITY, TOOL_ACTIVITY
 
 
 class TurnFailed(Exception):
@@ -98,6 +86,16 @@ class TurnEngine:
         self._events = events
         self.notifier = Notifier(state, start, ledger, self._catalogue)
         self.subagents = Subagents(state, start, ledger, self._catalogue)
+        self._decisions = Decisions(
+            state,
+            start,
+            ledger,
+            self.subagents,
+            self._catalogue,
+            self._proposal,
+            self._execute,
+            TurnFailed,
+        )
 
     async def run(
         self,
@@ -113,7 +111,7 @@ class TurnEngine:
         edits: dict[str, tuple[ToolCall, Verdict]] = {}
         if decisions is not None:
             try:
-                edits = await self._review_edits(decisions)
+                edits = await self._decisions.review_edits(decisions)
             except InvalidDecision:
                 state.turn_running = False
                 raise
@@ -127,7 +125,7 @@ class TurnEngine:
         set_status(state, "running")
         try:
             if decisions is not None:
-                await self._apply_decisions(decisions, edits)
+                await self._decisions.apply(decisions, edits)
             for call in expired or []:
                 self._answer_timed_out(call)
             if subagent_news:
@@ -280,7 +278,7 @@ class TurnEngine:
             detail = {"args_hash": args_hash(call.args)}
             self._ledger.audit("proposed", "model", call.tool_call_id, call.name, detail)
             verdict = triage(call, proposal)
-            self._audit_policy(call, verdict)
+            self._ledger.audit_policy(call, verdict.outcome)
             if isinstance(verdict, Refuse):
                 self._ledger.answer(
                     call, error_result(verdict.error_type, verdict.message), "refused"
@@ -308,161 +306,6 @@ class TurnEngine:
         except TurnFailed:
             self._ledger.abandon_unanswered(ai)
             raise
-
-    def _audit_policy(self, call: ToolCall, verdict: Verdict) -> None:
-        """Record which rule (or remembered decision) decided a call's policy."""
-        outcome: PolicyOutcome | None = verdict.outcome
-        if outcome is not None and (outcome.rule is not None or outcome.remembered):
-            detail = outcome.model_dump(exclude_defaults=True)
-            self._ledger.audit("policy", "parley", call.tool_call_id, call.name, detail)
-
-    # --- decisions ----------------------------------------------------------------------
-
-    async def _review_edits(self, decide: DecideInput) -> dict[str, tuple[ToolCall, Verdict]]:
-        """Each edit as a new proposal: its arguments made canonical by the worker, then
-        judged by the same rules (``triage``, with the editor). Any edit refused (the
-        arguments do not fit, or a rule denies them) refuses the whole decision, naming
-        why; nothing is applied."""
-        edits = [d for d in decide.decisions if d.action == "edit"]
-        if not edits or not workflow.patched(EDITS_ARE_PROPOSALS):
-            return {}
-        pending = {call.tool_call_id: call for call in self._state.pending}
-        reviews: dict[str, tuple[ToolCall, Verdict]] = {}
-        problems: list[str] = []
-        for decision in edits:
-            call = pending[decision.tool_call_id]
-            subagent = call.subagent.name if call.subagent else None
-            if subagent is None and self._start.subagent is not None:
-                subagent = self._start.subagent.name
-            try:
-                output: CanonicalArgsOutput = await workflow.execute_activity(
-                    CANONICAL_ARGS,
-                    CanonicalArgsInput(name=call.name, args=decision.args or {}, subagent=subagent),
-                    start_to_close_timeout=CANONICAL_ARGS_ACTIVITY.start_to_close,
-                    retry_policy=CANONICAL_ARGS_ACTIVITY.retry,
-                    result_type=CanonicalArgsOutput,
-                    summary=f"canonical_args {call.name} (an edit of {call.tool_call_id})",
-                )
-            except ActivityError as err:
-                cause = err.cause
-                why = cause.message if isinstance(cause, ApplicationError) else str(cause)
-                problems.append(f"edited args for {call.tool_call_id} are invalid: {why}")
-                continue
-            edited = ToolCall(tool_call_id=call.tool_call_id, name=call.name, args=output.args)
-            catalogue = self._catalogue()
-            if call.subagent is not None:
-                catalogue = catalogue.for_subagent(call.subagent.name)
-            verdict = triage(edited, self._proposal(catalogue), edited_by=decide.decided_by)
-            if isinstance(verdict, Refuse):
-                problems.append(f"the edit of {call.tool_call_id} is refused: {verdict.message}")
-            reviews[call.tool_call_id] = (edited, verdict)
-        if problems:
-            raise InvalidDecision(
-                "decision refused: " + "; ".join(problems) + ". Nothing was applied; the "
-                "calls still wait."
-            )
-        return reviews
-
-    async def _apply_decisions(
-        self, decide: DecideInput, edits: dict[str, tuple[ToolCall, Verdict]]
-    ) -> None:
-        by_id = {d.tool_call_id: d for d in decide.decisions}
-        pending, self._state.pending = self._state.pending, []
-        self._state.counters.decisions += len(pending)
-        metrics.approvals_answered(len(pending))
-        own = [call for call in pending if call.subagent is None]
-        owner_ai = self._ai_message_of(own[0].tool_call_id) if own else None
-        passed_on: dict[str, list[Decision]] = {}
-        try:
-            for call in pending:
-                decision = by_id[call.tool_call_id]
-                edit = edits.get(call.tool_call_id)
-                if edit is not None:  # the canonical arguments, passed on as such
-                    decision = decision.model_copy(update={"args": edit[0].args})
-                metrics.decided(decision.action)
-                detail = decision.model_dump(exclude_none=True, exclude_defaults=True)
-                detail["args_hash"] = args_hash(edit[0].args) if edit else call.args_hash
-                if call.subagent is not None:
-                    detail["subagent"] = call.subagent.session_id
-                    passed_on.setdefault(call.subagent.tool_call_id, []).append(decision)
-                self._ledger.audit(
-                    "decided", decide.decided_by, call.tool_call_id, call.name, detail
-                )
-                if call.subagent is not None:
-                    continue  # the subagent's conversation applies it (and remembers it)
-                if decision.remember:
-                    self._remember(call, decision, decide.decided_by)
-                await self._apply_decision(call, decision, decide.decided_by, edit)
-        except TurnFailed:
-            if owner_ai is not None:
-                self._ledger.abandon_unanswered(owner_ai)
-            raise
-        if passed_on:
-            await self.subagents.pass_on(passed_on, decide.decided_by)
-
-    def _remember(self, call: PendingCall, decision: Decision, decided_by: str) -> None:
-        """Later calls of this shape take this decision without asking (bounded)."""
-        remembered = RememberedDecision(
-            shape=call_shape(call.name, call.args),
-            policy="auto" if decision.action == "approve" else "deny",
-            decided_by=decided_by,
-            tool_call_id=call.tool_call_id,
-        )
-        kept = [r for r in self._state.remembered if r.shape != remembered.shape]
-        self._state.remembered = [*kept, remembered][-REMEMBERED_KEPT:]
-        self._ledger.audit(
-            "remembered", decided_by, call.tool_call_id, call.name, {"policy": remembered.policy}
-        )
-
-    async def _apply_decision(
-        self,
-        call: PendingCall,
-        decision: Decision,
-        decided_by: str,
-        edit: tuple[ToolCall, Verdict] | None,
-    ) -> None:
-        if decision.action == "approve":
-            await self._execute(call, approved_by=decided_by, edited_by=call.edited_by)
-        elif decision.action == "edit" and edit is None:  # recorded before the patch
-            edited = ToolCall(tool_call_id=call.tool_call_id, name=call.name, args=decision.args)
-            await self._execute(edited, approved_by=decided_by, edited_by=decided_by)
-        elif decision.action == "edit":
-            assert edit is not None
-            edited, verdict = edit
-            if isinstance(verdict, Wait):  # a new proposal that waits (for a reviewer)
-                self._state.pending.append(verdict.call)
-                detail = {"args_hash": verdict.call.args_hash, "edited": True}
-                self._ledger.audit("proposed", decided_by, call.tool_call_id, call.name, detail)
-                self._audit_policy(edited, verdict)
-            else:
-                assert isinstance(verdict, Run)
-                self._audit_policy(edited, verdict)
-                await self._execute(edited, approved_by=decided_by, edited_by=decided_by)
-        elif decision.action == "reject":
-            reason = ""
-            said = (decision.message or "").strip()
-            if said:
-                reason = f" Their reason: {said}" + ("" if said[-1:] in ".!?。！？" else ".")
-            content = (
-                f"The user rejected this call to {call.name}; it did not run.{reason} "
-                "Do not retry it unless the user asks you to."
-            )
-            payload = {"decision": "reject", "message": decision.message}
-            self._ledger.answer(
-                call, ToolResult(status="rejected", content=content, payload=payload), "decided"
-            )
-        else:  # respond
-            payload = {"decision": "respond", "message": decision.message}
-            result = ToolResult(status="rejected", content=decision.message or "", payload=payload)
-            self._ledger.answer(call, result, "decided")
-
-    def _ai_message_of(self, tool_call_id: str) -> AIMessage | None:
-        for message in reversed(self._state.transcript):
-            if isinstance(message, AIMessage) and any(
-                c["id"] == tool_call_id for c in message.tool_calls
-            ):
-                return message
-        return None
 
     # --- the one path that runs a tool ---------------------------------------------------
 

@@ -1,0 +1,216 @@
+"""Decisions: a ``decide`` (update or signal) applied to the pending calls. Workflow
+side (deterministic; edits are made canonical by the ``canonical_args`` activity).
+
+An edit is a new proposal: :meth:`Decisions.review_edits` has the worker put the edited
+arguments in canonical form and judges them with ``triage`` and the editor, before
+anything is applied; a refused edit refuses the whole decision. :meth:`Decisions.apply`
+then answers every pending call: approve and edit run through the engine's one path
+(``execute``), reject and respond are answered at once, a subagent's calls are passed
+on to its conversation, and a remembered decision is kept for later calls of its shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from langchain_core.messages import AIMessage
+from parley.workflows import metrics
+from parley.workflows.ledger import Ledger
+from parley.workflows.subagents import Subagents
+from parley.workflows.triage import Proposal, Refuse, Run, Verdict, Wait, triage
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from parley.contracts import (
+    CANONICAL_ARGS,
+    CanonicalArgsInput,
+    CanonicalArgsOutput,
+    ConversationStart,
+    ConversationState,
+    DecideInput,
+    Decision,
+    PendingCall,
+    RememberedDecision,
+    ToolCall,
+    ToolCatalogue,
+    ToolResult,
+    args_hash,
+    call_shape,
+)
+from parley.errors import InvalidDecision
+from parley.settings import CANONICAL_ARGS_ACTIVITY
+
+#: How many remembered decisions a conversation keeps (the oldest go first).
+REMEMBERED_KEPT = 64
+#: The patch under which an edit is a new proposal (``canonical_args``, then the rules);
+#: histories recorded before it replay the old way (the edit ran as given).
+EDITS_ARE_PROPOSALS = "edits-are-proposals"
+
+Execute = Callable[..., Awaitable[None]]
+
+
+class Decisions:
+    def __init__(
+        self,
+        state: ConversationState,
+        start: ConversationStart,
+        ledger: Ledger,
+        subagents: Subagents,
+        catalogue: Callable[[], ToolCatalogue],
+        proposal: Callable[[ToolCatalogue], Proposal],
+        execute: Execute,
+        stopped: type[Exception],
+    ) -> None:
+        self._state = state
+        self._start = start
+        self._ledger = ledger
+        self._subagents = subagents
+        self._catalogue = catalogue
+        self._proposal = proposal
+        self._execute = execute
+        #: What ``execute`` raises when the turn stops closed.
+        self._stopped = stopped
+
+    async def review_edits(self, decide: DecideInput) -> dict[str, tuple[ToolCall, Verdict]]:
+        """Each edit as a new proposal: its arguments made canonical by the worker, then
+        judged by the same rules (``triage``, with the editor). Any edit refused (the
+        arguments do not fit, or a rule denies them) refuses the whole decision, naming
+        why; nothing is applied."""
+        edits = [d for d in decide.decisions if d.action == "edit"]
+        if not edits or not workflow.patched(EDITS_ARE_PROPOSALS):
+            return {}
+        pending = {call.tool_call_id: call for call in self._state.pending}
+        reviews: dict[str, tuple[ToolCall, Verdict]] = {}
+        problems: list[str] = []
+        for decision in edits:
+            call = pending[decision.tool_call_id]
+            subagent = call.subagent.name if call.subagent else None
+            if subagent is None and self._start.subagent is not None:
+                subagent = self._start.subagent.name
+            try:
+                output: CanonicalArgsOutput = await workflow.execute_activity(
+                    CANONICAL_ARGS,
+                    CanonicalArgsInput(name=call.name, args=decision.args or {}, subagent=subagent),
+                    start_to_close_timeout=CANONICAL_ARGS_ACTIVITY.start_to_close,
+                    retry_policy=CANONICAL_ARGS_ACTIVITY.retry,
+                    result_type=CanonicalArgsOutput,
+                    summary=f"canonical_args {call.name} (an edit of {call.tool_call_id})",
+                )
+            except ActivityError as err:
+                cause = err.cause
+                why = cause.message if isinstance(cause, ApplicationError) else str(cause)
+                problems.append(f"edited args for {call.tool_call_id} are invalid: {why}")
+                continue
+            edited = ToolCall(tool_call_id=call.tool_call_id, name=call.name, args=output.args)
+            catalogue = self._catalogue()
+            if call.subagent is not None:
+                catalogue = catalogue.for_subagent(call.subagent.name)
+            verdict = triage(edited, self._proposal(catalogue), edited_by=decide.decided_by)
+            if isinstance(verdict, Refuse):
+                problems.append(f"the edit of {call.tool_call_id} is refused: {verdict.message}")
+            reviews[call.tool_call_id] = (edited, verdict)
+        if problems:
+            raise InvalidDecision(
+                "decision refused: " + "; ".join(problems) + ". Nothing was applied; the "
+                "calls still wait."
+            )
+        return reviews
+
+    async def apply(self, decide: DecideInput, edits: dict[str, tuple[ToolCall, Verdict]]) -> None:
+        by_id = {d.tool_call_id: d for d in decide.decisions}
+        pending, self._state.pending = self._state.pending, []
+        self._state.counters.decisions += len(pending)
+        metrics.approvals_answered(len(pending))
+        own = [call for call in pending if call.subagent is None]
+        owner_ai = self._ai_message_of(own[0].tool_call_id) if own else None
+        passed_on: dict[str, list[Decision]] = {}
+        try:
+            for call in pending:
+                decision = by_id[call.tool_call_id]
+                edit = edits.get(call.tool_call_id)
+                if edit is not None:  # the canonical arguments, passed on as such
+                    decision = decision.model_copy(update={"args": edit[0].args})
+                metrics.decided(decision.action)
+                detail = decision.model_dump(exclude_none=True, exclude_defaults=True)
+                detail["args_hash"] = args_hash(edit[0].args) if edit else call.args_hash
+                if call.subagent is not None:
+                    detail["subagent"] = call.subagent.session_id
+                    passed_on.setdefault(call.subagent.tool_call_id, []).append(decision)
+                self._ledger.audit(
+                    "decided", decide.decided_by, call.tool_call_id, call.name, detail
+                )
+                if call.subagent is not None:
+                    continue  # the subagent's conversation applies it (and remembers it)
+                if decision.remember:
+                    self._remember(call, decision, decide.decided_by)
+                await self._apply_one(call, decision, decide.decided_by, edit)
+        except self._stopped:
+            if owner_ai is not None:
+                self._ledger.abandon_unanswered(owner_ai)
+            raise
+        if passed_on:
+            await self._subagents.pass_on(passed_on, decide.decided_by)
+
+    def _remember(self, call: PendingCall, decision: Decision, decided_by: str) -> None:
+        """Later calls of this shape take this decision without asking (bounded)."""
+        remembered = RememberedDecision(
+            shape=call_shape(call.name, call.args),
+            policy="auto" if decision.action == "approve" else "deny",
+            decided_by=decided_by,
+            tool_call_id=call.tool_call_id,
+        )
+        kept = [r for r in self._state.remembered if r.shape != remembered.shape]
+        self._state.remembered = [*kept, remembered][-REMEMBERED_KEPT:]
+        self._ledger.audit(
+            "remembered", decided_by, call.tool_call_id, call.name, {"policy": remembered.policy}
+        )
+
+    async def _apply_one(
+        self,
+        call: PendingCall,
+        decision: Decision,
+        decided_by: str,
+        edit: tuple[ToolCall, Verdict] | None,
+    ) -> None:
+        if decision.action == "approve":
+            await self._execute(call, approved_by=decided_by, edited_by=call.edited_by)
+        elif decision.action == "edit" and edit is None:  # recorded before the patch
+            edited = ToolCall(tool_call_id=call.tool_call_id, name=call.name, args=decision.args)
+            await self._execute(edited, approved_by=decided_by, edited_by=decided_by)
+        elif decision.action == "edit":
+            assert edit is not None
+            edited, verdict = edit
+            if isinstance(verdict, Wait):  # a new proposal that waits (for a reviewer)
+                self._state.pending.append(verdict.call)
+                detail = {"args_hash": verdict.call.args_hash, "edited": True}
+                self._ledger.audit("proposed", decided_by, call.tool_call_id, call.name, detail)
+                self._ledger.audit_policy(edited, verdict.outcome)
+            else:
+                assert isinstance(verdict, Run)
+                self._ledger.audit_policy(edited, verdict.outcome)
+                await self._execute(edited, approved_by=decided_by, edited_by=decided_by)
+        elif decision.action == "reject":
+            reason = ""
+            said = (decision.message or "").strip()
+            if said:
+                reason = f" Their reason: {said}" + ("" if said[-1:] in ".!?。！？" else ".")
+            content = (
+                f"The user rejected this call to {call.name}; it did not run.{reason} "
+                "Do not retry it unless the user asks you to."
+            )
+            payload = {"decision": "reject", "message": decision.message}
+            self._ledger.answer(
+                call, ToolResult(status="rejected", content=content, payload=payload), "decided"
+            )
+        else:  # respond
+            payload = {"decision": "respond", "message": decision.message}
+            result = ToolResult(status="rejected", content=decision.message or "", payload=payload)
+            self._ledger.answer(call, result, "decided")
+
+    def _ai_message_of(self, tool_call_id: str) -> AIMessage | None:
+        for message in reversed(self._state.transcript):
+            if isinstance(message, AIMessage) and any(
+                c["id"] == tool_call_id for c in message.tool_calls
+            ):
+                return message
+        return None

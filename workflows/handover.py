@@ -1,0 +1,82 @@
+"""When a run hands the conversation over to the next (continue-as-new). Workflow side
+(deterministic: it reads only ``workflow.info()`` and the state).
+
+Every per-run limit has a plan here. Temporal caps a run at 2,000 updates, 10,000
+signals and 51,200 history events; a run continues as new at its next rest, turn or no
+turn, once it has accepted :data:`UPDATES_PER_RUN` updates or :data:`SIGNALS_PER_RUN`
+signals, or Temporal suggests it (history size or length). These counts start at zero
+in each run, so the hand-over never loops. The conversation's own history threshold
+(``continue_as_new_after_events``) applies only after a turn in the run, so a small
+threshold cannot loop either. A deploy (a newer worker build made current) moves the
+run too, once per build. Nothing moves while a turn, a queued decision, a notification
+or a subagent is in flight: those belong to this run.
+"""
+
+from __future__ import annotations
+
+from parley.workflows.ledger import Ledger
+from temporalio import workflow
+
+from parley.contracts import ConversationStart, ConversationState
+
+#: Per-run budgets, far below Temporal's limits (2,000 updates, 10,000 signals per run).
+UPDATES_PER_RUN = 1_000
+SIGNALS_PER_RUN = 5_000
+#: Past this many updates in one run (a turn or a subagent holding the run for long),
+#: followers (``wait_for_events``) are refused, keeping the rest for decisions.
+FOLLOWER_UPDATES_PER_RUN = 1_500
+
+
+class Handover:
+    def __init__(self, state: ConversationState, start: ConversationStart, ledger: Ledger):
+        self._state = state
+        self._start = start
+        self._ledger = ledger
+        #: ``state.runs`` when this run began: the history threshold needs a turn first.
+        self._runs_at_start = state.runs
+        #: Updates and signals this run accepted (Temporal limits both per run).
+        self.updates = 0
+        self.signals = 0
+
+    @property
+    def followers_refused(self) -> bool:
+        return self.updates >= FOLLOWER_UPDATES_PER_RUN
+
+    def due(self, *, busy: bool) -> bool:
+        """Whether to carry the state into a fresh run now. ``busy``: something of this
+        run is in flight (a turn, a queued decision, a notification, a subagent)."""
+        if busy:
+            return False
+        if self.upgrade_due():
+            return True
+        info = workflow.info()
+        if (
+            self.updates >= UPDATES_PER_RUN
+            or self.signals >= SIGNALS_PER_RUN
+            or info.is_continue_as_new_suggested()
+        ):
+            return True
+        if self._state.runs == self._runs_at_start:
+            return False
+        return info.get_current_history_length() >= self._start.continue_as_new_after_events
+
+    def upgrade_due(self) -> bool:
+        """Temporal says the task queue's target build is no longer this run's (a deploy
+        made a newer build current), and this run is not already the one a move from
+        this same build landed on."""
+        if not workflow.info().is_target_worker_deployment_version_changed():
+            return False
+        return build_of_this_run() != self._state.upgraded_from
+
+    def record_upgrade(self) -> None:
+        build = build_of_this_run()
+        self._ledger.audit("upgraded", actor="parley", detail={"from_build": build})
+        self._state.upgraded_from = build
+
+
+def build_of_this_run() -> str | None:
+    """``<deployment>:<build id>`` of the worker running this task; None if unversioned."""
+    version = workflow.info().get_current_deployment_version()
+    if version is None or not version.deployment_name:
+        return None
+    return f"{version.deployment_name}:{version.build_id}"
