@@ -251,17 +251,15 @@ async def test_turns_stream_their_ag_ui_events(parley_worker) -> None:
         assert second[-1].data["outcome"]["type"] == "success"
         assert int(second[0].id) == int(first[-1].id) + 1
 
-        # a refused turn ends its stream with RUN_ERROR
-        async with http.stream(
-            "POST",
+        # a refused request answers its HTTP error before any stream starts
+        refused = await http.post(
             f"/v1/conversations/{sid}/decisions",
             json={"decisions": [{"tool_call_id": "c1", "action": "reject"}]},
             headers={**ALICE, **SSE},
-        ) as stream:
-            refused = [e async for e in _all(stream)]
-        check_ag_ui(refused)
-        assert refused[-1].type == "RUN_ERROR"
-        assert refused[-1].data["code"] == "NoDecisionsOwed"
+        )
+        assert refused.status_code == 409
+        assert refused.headers["content-type"] == "application/json"
+        assert refused.json()["error"]["type"] == "NoDecisionsOwed"
 
 
 async def test_agui_run_agent_input_with_interrupts_and_resume(parley_worker) -> None:
@@ -287,16 +285,16 @@ async def test_agui_run_agent_input_with_interrupts_and_resume(parley_worker) ->
         interrupts = events[-1].data["outcome"]["interrupts"]
         assert [i["id"] for i in interrupts] == ["w1", "w2"]
 
-        # new input while interrupts are open: the run errors, nothing is lost or run
+        # new input while interrupts are open: refused (409) before any stream,
+        # nothing is lost or run
         again = {
             **run,
             "runId": "client-run-2",
             "messages": [user, {"id": "m2", "role": "user", "content": "go"}],
         }
-        async with http.stream("POST", "/agui", json=again, headers=ALICE) as stream:
-            events = [e async for e in _all(stream)]
-        assert [e.type for e in events] == ["RUN_STARTED", "RUN_ERROR"]
-        assert events[-1].data["code"] == "DecisionsOwed"
+        answer = await http.post("/agui", json=again, headers=ALICE)
+        assert answer.status_code == 409
+        assert answer.json()["error"]["type"] == "DecisionsOwed"
 
         resume = {
             "threadId": sid,

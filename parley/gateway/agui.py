@@ -4,11 +4,17 @@
 The ``threadId`` is the session id. With ``resume``, its entries answer the pending
 calls (each interrupt is one call); otherwise the last message, a user message, is
 sent as the conversation's next message.
+
+Resumes are read strictly: an entry's or a payload's unknown key is refused (``mesage``
+would lose a reason; ``args`` on an approve would look like an edit that never
+happens), with 422 ``InvalidDecision`` and one line that names the entry, before
+anything is decided.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
+from typing import Any
 
 from ag_ui.core import ResumeEntry, RunAgentInput
 from fastapi import APIRouter, Depends, Request
@@ -18,8 +24,8 @@ from pydantic import ValidationError
 from parley.contracts import Decision, TurnResult
 from parley.errors import ErrorType
 from parley.gateway.deps import Gateway, current_user, gateway, session
-from parley.gateway.errors import ApiError
-from parley.gateway.rest import MESSAGE_ID
+from parley.gateway.errors import ApiError, describe
+from parley.gateway.rest import MESSAGE_ID, StrictDecision
 from parley.gateway.streams import turn_stream
 
 router = APIRouter()
@@ -38,14 +44,22 @@ async def agui(
     """AG-UI: a ``RunAgentInput`` whose ``threadId`` is the session id. With
     ``resume``, its entries answer the pending calls (payload: a decision, or
     ``true``/``false``); otherwise the last message, a user message, is sent. New
-    input while calls wait for a decision ends the run with ``RUN_ERROR``."""
+    input while calls wait for a decision ends the run with ``RUN_ERROR``. An invalid
+    resume answers 422 ``InvalidDecision`` and decides nothing. A retried request
+    replays the run that answered it."""
     try:
-        run = RunAgentInput.model_validate(await request.json())
-    except ValueError as err:
-        raise ApiError(422, "InvalidRequest", f"not a RunAgentInput: {err}") from None
+        body = await request.json()
+    except ValueError:
+        raise ApiError(422, "InvalidRequest", "the body is not JSON") from None
+    try:
+        run = RunAgentInput.model_validate(body)
+    except ValidationError as err:
+        raise ApiError(
+            422, "InvalidRequest", f"not a RunAgentInput: {describe(err.errors())}"
+        ) from None
     session_id = session(run.thread_id)
     if run.resume:
-        decisions = decisions_from_resume(run.resume)
+        decisions = decisions_from_resume(body["resume"])
 
         def call() -> Awaitable[TurnResult]:
             return gw.conversations.decide(session_id, user_id, decisions)
@@ -58,32 +72,57 @@ async def agui(
     return await turn_stream(gw, session_id, user_id, call, run_id=run.run_id)
 
 
-def decisions_from_resume(entries: list[ResumeEntry]) -> list[Decision]:
-    """AG-UI resume entries as decisions: ``cancelled`` rejects; a ``resolved`` payload
-    is a decision (``{"action": ...}``, see the interrupt's ``responseSchema``), or
-    ``true`` (approve) / ``false`` (reject)."""
+#: The keys of a resume entry, as AG-UI spells them (camelCase) or as Python does.
+RESUME_KEYS = frozenset(
+    {name for name in ResumeEntry.model_fields}
+    | {field.alias for field in ResumeEntry.model_fields.values() if field.alias}
+)
+#: The keys of a decision payload: a ``Decision`` but its call id (the interrupt's id).
+DECISION_KEYS = frozenset(Decision.model_fields) - {"tool_call_id"}
+
+
+def decisions_from_resume(entries: list[dict[str, Any]]) -> list[Decision]:
+    """AG-UI resume entries (as sent; ``RunAgentInput`` has checked their types) as
+    decisions: ``cancelled`` rejects; a ``resolved`` payload is a decision
+    (``{"action": ...}``, see the interrupt's ``responseSchema``), or ``true``
+    (approve) / ``false`` (reject). A key neither knows is refused, never ignored."""
     decisions = []
-    for entry in entries:
+    for index, raw in enumerate(entries):
+        entry = ResumeEntry.model_validate(raw)
+        where = f"resume[{index}] (interrupt {entry.interrupt_id})"
+        unknown = sorted(set(raw) - RESUME_KEYS)
+        if unknown:
+            raise _invalid(f"{where}: unknown key {', '.join(unknown)}")
         payload = entry.payload
-        try:
-            if entry.status == "cancelled" or payload is False:
-                decision = Decision(
-                    tool_call_id=entry.interrupt_id, action="reject", message="cancelled"
+        if entry.status == "cancelled" or payload is False:
+            decision = Decision(
+                tool_call_id=entry.interrupt_id, action="reject", message="cancelled"
+            )
+        elif payload is True or payload is None:
+            decision = Decision(tool_call_id=entry.interrupt_id, action="approve")
+        elif isinstance(payload, dict):
+            unknown = sorted(set(payload) - DECISION_KEYS)
+            if unknown:
+                raise _invalid(
+                    f"{where}: unknown key {', '.join(unknown)} in the payload; a decision "
+                    f"has {', '.join(sorted(DECISION_KEYS))}"
                 )
-            elif payload is True or payload is None:
-                decision = Decision(tool_call_id=entry.interrupt_id, action="approve")
-            elif isinstance(payload, dict):
-                decision = Decision.model_validate({**payload, "tool_call_id": entry.interrupt_id})
-            else:
-                raise ValueError(
-                    "the payload must be a decision object, true (approve) or false (reject)"
+            try:
+                decision = StrictDecision.model_validate(
+                    {**payload, "tool_call_id": entry.interrupt_id}
                 )
-        except (ValueError, ValidationError) as err:
-            raise ApiError(
-                422, ErrorType.INVALID_DECISION, f"resume entry {entry.interrupt_id}: {err}"
-            ) from None
-        decisions.append(decision)
+            except ValidationError as err:
+                raise _invalid(f"{where}: {describe(err.errors())}") from None
+        else:
+            raise _invalid(
+                f"{where}: the payload must be a decision object, true (approve) or false (reject)"
+            )
+        decisions.append(Decision.model_validate(decision.model_dump()))
     return decisions
+
+
+def _invalid(message: str) -> ApiError:
+    return ApiError(422, ErrorType.INVALID_DECISION, message)
 
 
 def last_user_message(run: RunAgentInput) -> tuple[str, str | None]:

@@ -7,6 +7,10 @@ conversation's refusal maps to an HTTP status. Client side (the gateway).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+from typing import Any
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -33,6 +37,10 @@ HTTP_STATUS = {
 }
 
 
+#: What pydantic puts before a validator's own message.
+VALIDATOR_PREFIX = re.compile(r"^(Value error|Assertion failed), ")
+
+
 class ApiError(Exception):
     def __init__(self, status: int, error_type: str, message: str) -> None:
         super().__init__(message)
@@ -54,6 +62,20 @@ def refused(refusal: ConversationRefused, session_id: str) -> ApiError:
     return ApiError(status, error_type, refusal.message)
 
 
+def describe(problems: Sequence[Any]) -> str:
+    """Pydantic's errors as one line, ``where: what; ...``: no input echoed back, no
+    links to pydantic's documentation."""
+    parts = []
+    for problem in problems:
+        where = ".".join(str(p) for p in problem.get("loc", ()) if p != "body")
+        if problem.get("type") == "extra_forbidden":
+            what = "unknown key"
+        else:
+            what = VALIDATOR_PREFIX.sub("", str(problem.get("msg", "")))
+        parts.append(f"{where}: {what}" if where else what)
+    return "; ".join(parts) or "invalid request"
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Every error the app raises answers in the one JSON shape."""
 
@@ -63,11 +85,12 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, err: RequestValidationError) -> JSONResponse:
-        problems = []
-        for problem in err.errors():
-            where = ".".join(str(p) for p in problem.get("loc", ()) if p != "body")
-            problems.append(f"{where}: {problem.get('msg')}" if where else problem.get("msg"))
-        return error_response(422, "InvalidRequest", "; ".join(problems) or "invalid request")
+        problems = err.errors()
+        about_decisions = any(
+            tuple(p.get("loc", ()))[:2] == ("body", "decisions") for p in problems
+        )
+        error_type = ErrorType.INVALID_DECISION if about_decisions else "InvalidRequest"
+        return error_response(422, error_type, describe(problems))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, err: StarletteHTTPException) -> JSONResponse:

@@ -48,10 +48,16 @@ class MessageBody(BaseModel):
     )
 
 
+class StrictDecision(Decision):
+    """A decision as the gateway reads it: an unknown key is refused, never ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class DecisionsBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    decisions: list[Decision] = Field(
+    decisions: list[StrictDecision] = Field(
         min_length=1, description="One decision for every pending call."
     )
 
@@ -149,8 +155,10 @@ async def post_decisions(
     """Decide every pending call at once (approve, edit, reject, respond). The
     decider recorded in the audit log is the token's user."""
 
+    decisions = [Decision.model_validate(d.model_dump()) for d in body.decisions]
+
     def call() -> Awaitable[TurnResult]:
-        return gw.conversations.decide(session_id, user_id, body.decisions)
+        return gw.conversations.decide(session_id, user_id, decisions)
 
     return await respond_to_turn(gw, request, session_id, user_id, call)
 

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from ag_ui.core import Event, RunErrorEvent, RunStartedEvent
+from ag_ui.core import Event, RunErrorEvent
 from ag_ui.encoder import EventEncoder
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -24,6 +24,7 @@ from parley.contracts import OffsetEvent, TurnResult
 from parley.errors import ErrorType
 from parley.gateway.deps import Gateway, guarded
 from parley.gateway.errors import refused
+from parley.gateway.replay import run_events
 
 AG_UI_EVENT: TypeAdapter[Any] = TypeAdapter(Event)
 #: A comment line every this many seconds keeps proxies from closing an idle stream.
@@ -31,7 +32,8 @@ KEEPALIVE_SECONDS = 15.0
 
 #: A stream's items: (offset, event); offset None for events outside the log, an
 #: empty event for a keepalive.
-StreamItems = AsyncIterator[tuple[int | None, dict[str, Any]]]
+StreamItem = tuple[int | None, dict[str, Any]]
+StreamItems = AsyncIterator[StreamItem]
 
 
 async def respond_to_turn(
@@ -54,10 +56,23 @@ async def turn_stream(
     call: Callable[[], Awaitable[TurnResult]],
     run_id: str | None = None,
 ) -> StreamingResponse:
-    """The turn's events as Server-Sent Events. Another user's conversation answers
-    404 here, before the stream (and its 200) begins."""
+    """The turn's events as Server-Sent Events. A refused request answers its HTTP
+    error (404 another user's conversation, 409 not now, 422 an invalid decision...)
+    before the stream, and its 200, begin: the stream starts with the run's first
+    event, once the conversation has taken the request."""
     cursor = await current_offset(gateway, session_id, user_id)
-    return sse(turn_events(gateway, session_id, user_id, call, cursor, run_id))
+    events = turn_events(gateway, session_id, user_id, call, cursor, run_id)
+    try:
+        first = await anext(events)
+    except StopAsyncIteration:
+        return sse(events)
+    return sse(_starting_with(first, events))
+
+
+async def _starting_with(first: StreamItem, rest: StreamItems) -> StreamItems:
+    yield first
+    async for item in rest:
+        yield item
 
 
 async def current_offset(gateway: Gateway, session_id: str, user_id: str) -> int:
@@ -105,31 +120,40 @@ async def turn_events(
     run_id: str | None = None,
 ) -> StreamItems:
     """The events of the turn ``call`` runs, after ``cursor`` (the latest offset
-    before it), as they happen; a refusal ends the stream with ``RUN_ERROR``. With
-    ``run_id`` (AG-UI), runs carry the caller's id."""
+    before it), as they happen. A refusal before the run's first event raises its
+    ``ApiError`` (``turn_stream`` answers it before the stream starts); one after it
+    ends the stream with ``RUN_ERROR``. With ``run_id`` (AG-UI), runs carry the
+    caller's id.
+
+    A retried request (the same message id, the same decisions) runs nothing again:
+    its answer is the first one's, and no ``RUN_STARTED`` follows ``cursor`` (or the
+    stream joined that run half-way). Then the run that answered it is replayed from
+    the event log (``replay``), so every request gets a whole run."""
     turn = asyncio.ensure_future(call())
+    started = False  # a RUN_STARTED after ``cursor`` was streamed
     try:
         async with gateway.feeds.follow(session_id, user_id, cursor) as feed:
             while True:
                 finished = turn.done()
                 for item in await read_after(gateway, session_id, user_id, cursor):
                     cursor = item.offset
-                    yield item.offset, with_run_id(item.event, run_id)
+                    started = started or item.event.get("type") == "RUN_STARTED"
+                    if started:
+                        yield item.offset, with_run_id(item.event, run_id)
                 if finished:
                     break
                 waiting = asyncio.ensure_future(feed.wait_beyond(cursor, KEEPALIVE_SECONDS))
                 await asyncio.wait({turn, waiting}, return_when=asyncio.FIRST_COMPLETED)
                 waiting.cancel()
-        turn.result()
+        result = turn.result()
+        if not started:
+            replayed = await run_events(gateway.conversations, session_id, user_id, result)
+            for offset, event in replayed:
+                yield offset, with_run_id(event, run_id)
     except ConversationRefused as refusal:
-        if run_id is not None:
-            yield (
-                None,
-                RunStartedEvent(thread_id=session_id, run_id=run_id).model_dump(
-                    mode="json", by_alias=True, exclude_none=True
-                ),
-            )
         error = refused(refusal, session_id)
+        if not started:
+            raise error from None
         yield (
             None,
             RunErrorEvent(message=error.message, code=error.error_type).model_dump(
