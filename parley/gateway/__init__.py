@@ -4,7 +4,8 @@ client; never imported by workflows).
 - ``app``: the FastAPI application wired together, and the approval page at ``/``;
 - ``rest``, ``agui``: its routes (``/v1``; ``POST /agui``); ``streams``: turns and
   conversations as AG-UI Server-Sent Events; ``errors``: the one error shape;
-  ``deps``: the caller's user and checked session ids;
+  ``deps``: the caller's user and checked session ids; ``guard``: the token and a
+  body-size limit checked before any body is read; ``replay``: a retried request's run;
 - ``access``: bearer tokens mapped to user ids (the user always comes from the token);
 - ``feeds``: one ``wait_for_events`` subscription per conversation, shared by every
   stream that follows it;

@@ -43,10 +43,10 @@ async def agui(
 ) -> StreamingResponse:
     """AG-UI: a ``RunAgentInput`` whose ``threadId`` is the session id. With
     ``resume``, its entries answer the pending calls (payload: a decision, or
-    ``true``/``false``); otherwise the last message, a user message, is sent. New
-    input while calls wait for a decision ends the run with ``RUN_ERROR``. An invalid
-    resume answers 422 ``InvalidDecision`` and decides nothing. A retried request
-    replays the run that answered it."""
+    ``true``/``false``); otherwise the last message, a user message, is sent. A
+    refused run answers its error before any stream: 409 for new input while calls
+    wait for a decision, 422 ``InvalidDecision`` for an invalid resume (nothing is
+    decided). A retried request replays the run that answered it."""
     try:
         body = await request.json()
     except ValueError:
