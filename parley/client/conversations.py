@@ -105,7 +105,7 @@ class Conversations(ConversationListing, LivenessWatch):
         user_id = checked_user(user_id)
         reviewers = sorted({checked_user(reviewer) for reviewer in reviewers} - {user_id})
         message_id = message_id or uuid.uuid4().hex[:16]  # 64 random bits: unique enough
-        workflow_id = checked_workflow_id(session_id)
+        workflow_id = checked_workflow_id(session_id, subagent=False)
         start = WithStartWorkflowOperation(
             ConversationWorkflow.run,
             ConversationStart(

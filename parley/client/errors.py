@@ -23,6 +23,7 @@ from parley.contracts import (
     PARLEY_REVIEWERS,
     PARLEY_STATUS,
     PARLEY_USER,
+    SUBAGENT_SEPARATOR,
     check_user_id,
     workflow_id_for,
 )
@@ -73,9 +74,19 @@ def checked_user(user_id: str) -> str:
         raise ConversationRefused(str(err), ErrorType.INVALID_USER) from None
 
 
-def checked_workflow_id(session_id: str) -> str:
+def checked_workflow_id(session_id: str, *, subagent: bool = True) -> str:
+    """The workflow id of a conversation to read or decide on; a subagent's id
+    (``<session>/<name>-<n>``) is accepted unless ``subagent`` is False (``send``:
+    nobody may start, and so block, a conversation's subagent)."""
+    if not subagent and isinstance(session_id, str) and SUBAGENT_SEPARATOR in session_id:
+        parent = session_id.rpartition(SUBAGENT_SEPARATOR)[0]
+        raise ConversationRefused(
+            f"{session_id} is a subagent's conversation, working on a task for "
+            f"conversation {parent}; it takes no messages. Write to {parent} instead.",
+            ErrorType.INVALID_MESSAGE,
+        )
     try:
-        return workflow_id_for(session_id)
+        return workflow_id_for(session_id, subagent=subagent)
     except ValueError as err:
         raise ConversationRefused(str(err), ErrorType.INVALID_SESSION) from None
 
