@@ -10,6 +10,7 @@ import { openConversation, sendMessage } from "./conversation.js";
 import { clearError, randomId } from "./dom.js";
 import { loadList } from "./list.js";
 import { $, LIST_EVERY_MS, SESSION_RE, state, TOKEN_KEY } from "./state.js";
+import { keepTranscriptInView } from "./transcript.js";
 
 function onHashChange() {
   if (takeTokenFromHash()) {
@@ -78,6 +79,7 @@ function wire() {
       sendMessage();
     }
   });
+  keepTranscriptInView();
   $("approve-all").addEventListener("click", approveAll);
   $("send-decisions").addEventListener("click", sendChoices);
   window.addEventListener("hashchange", onHashChange);

@@ -67,6 +67,22 @@ export function buildCard(p) {
     title: "Run the tool with the arguments in the box above",
   });
   const reject = el("button", { type: "button", class: "reject", "data-testid": "reject", text: "Reject" });
+  const answer = el("input", {
+    type: "text",
+    class: "answer",
+    "data-testid": "respond-message",
+    placeholder: "Your answer for the model (the tool does not run)",
+    maxlength: "8000",
+    "aria-label": `Your answer instead of ${p.name}`,
+  });
+  const respond = el("button", {
+    type: "button",
+    class: "respond",
+    "data-testid": "respond",
+    text: "Respond",
+    title: "Answer the model yourself: the tool does not run",
+  });
+  const answerError = el("div", { class: "field-error", "data-testid": "respond-error", hidden: true });
   const choice = el("span", { class: "choice-text", "data-testid": "choice" });
   const change = el("button", { type: "button", class: "link-button", text: "change" });
   const choiceRow = el("div", { class: "choice", hidden: true }, choice, change);
@@ -86,6 +102,7 @@ export function buildCard(p) {
     ),
     p.description ? el("p", { class: "desc", text: p.description }) : null,
     p.reason ? el("p", { class: "small muted reason", text: "Needs approval: " + p.reason }) : null,
+    p.subagent ? subagentMark(p.subagent) : null,
     el("label", { class: "small muted", text: "Arguments (JSON, editable)" }),
     textarea,
     argsError,
@@ -99,9 +116,26 @@ export function buildCard(p) {
       reason,
       reject,
     ),
+    el("div", { class: "card-actions respond-row" }, answer, respond),
+    answerError,
     choiceRow,
   );
-  card._parley = { p, args, textarea, argsError, editedNote, reason, approve, edit, reject, choice, choiceRow };
+  card._parley = {
+    p,
+    args,
+    textarea,
+    argsError,
+    editedNote,
+    reason,
+    approve,
+    edit,
+    reject,
+    answer,
+    respond,
+    answerError,
+    choice,
+    choiceRow,
+  };
 
   textarea.addEventListener("input", () => {
     argsError.hidden = true;
@@ -117,6 +151,16 @@ export function buildCard(p) {
     if (e.key === "Enter") {
       e.preventDefault();
       choose(p.tool_call_id, "reject", card);
+    }
+  });
+  respond.addEventListener("click", () => choose(p.tool_call_id, "respond", card));
+  answer.addEventListener("input", () => {
+    answerError.hidden = true;
+  });
+  answer.addEventListener("keydown", (e) => {
+    if (e.key === "Enter") {
+      e.preventDefault();
+      choose(p.tool_call_id, "respond", card);
     }
   });
   change.addEventListener("click", () => {
@@ -148,6 +192,17 @@ export function decisionFor(card, action) {
     }
     ui.argsError.hidden = true;
     return { tool_call_id: id, action: "edit", args };
+  }
+  if (action === "respond") {
+    const message = ui.answer.value.trim();
+    if (!message) {
+      ui.answerError.textContent = "Write the answer the model should read instead of the tool's result.";
+      ui.answerError.hidden = false;
+      ui.answer.focus();
+      return null;
+    }
+    ui.answerError.hidden = true;
+    return { tool_call_id: id, action: "respond", message };
   }
   const decision = { tool_call_id: id, action: "reject" };
   const reason = ui.reason.value.trim();
@@ -187,11 +242,15 @@ export function sendChoices() {
   submitDecisions(decisions);
 }
 
-export const currentPending = () => (state.snapshot && state.snapshot.pending) || [];
+// A closed conversation has nothing to decide, whatever its last state said.
+export const isEnded = (snap) => Boolean(snap && snap.status === "ended");
+export const currentPending = () =>
+  isEnded(state.snapshot) ? [] : (state.snapshot && state.snapshot.pending) || [];
 
 export function choiceText(d) {
   if (d.action === "approve") return "✓ will approve";
   if (d.action === "edit") return "✎ will approve with edited arguments";
+  if (d.action === "respond") return `↩ will respond: “${d.message}”`;
   return d.message ? `✕ will reject: “${d.message}”` : "✕ will reject";
 }
 
@@ -206,9 +265,10 @@ export function refreshCards() {
     card.dataset.choice = d ? d.action : "";
     ui.choiceRow.hidden = !d;
     ui.choice.textContent = d ? choiceText(d) : "";
-    for (const b of [ui.approve, ui.edit, ui.reject]) b.disabled = state.busy || Boolean(d);
+    for (const b of [ui.approve, ui.edit, ui.reject, ui.respond]) b.disabled = state.busy || Boolean(d);
     ui.textarea.readOnly = state.busy || Boolean(d);
     ui.reason.disabled = state.busy || Boolean(d);
+    ui.answer.disabled = state.busy || Boolean(d);
     ui.choiceRow.querySelector("button").disabled = state.busy;
   }
   const approveAllButton = $("approve-all");
@@ -252,4 +312,20 @@ export function tickExpiries() {
     if (node.dataset.expiresAt) node.textContent = expiryText(node.dataset.expiresAt);
   }
   if (state.conversations.length) renderList(); // "N min ago"
+}
+
+// "asked by subagent <name>": the call was made in a subagent's conversation (its
+// session id in the tooltip); deciding it here passes the decision on to it.
+function subagentMark(subagent) {
+  return el(
+    "p",
+    {
+      class: "subagent-mark",
+      "data-testid": "subagent",
+      "data-subagent-session": subagent.session_id || "",
+      title: subagent.session_id ? `in conversation ${subagent.session_id}` : null,
+    },
+    "asked by subagent ",
+    el("strong", { text: subagent.name || "?" }),
+  );
 }

@@ -1,7 +1,7 @@
 // The conversation list in the sidebar.
 
 import { api, handleError } from "./api.js";
-import { openConversation } from "./conversation.js";
+import { openConversation, scheduleRefresh } from "./conversation.js";
 import { el, relativeTime, statusText } from "./dom.js";
 import { $, state } from "./state.js";
 
@@ -19,6 +19,14 @@ export async function loadList() {
 export function renderList() {
   const list = $("conversations");
   const items = state.conversations.slice();
+  // The list (Temporal's visibility) may be first to know the open conversation has
+  // closed (`end --force` sends it no event): then its snapshot is read again.
+  const listed = items.find((c) => c.session_id === state.sid);
+  const stale = listed && listed.status === "ended" && state.snapshot && state.snapshot.status !== "ended";
+  if (stale && state.endedRefreshFor !== state.sid) {
+    state.endedRefreshFor = state.sid; // once: a snapshot that disagrees is not asked again
+    scheduleRefresh(0);
+  }
   if (state.sid && !items.some((c) => c.session_id === state.sid)) {
     items.unshift({ session_id: state.sid, status: "new", pending_tools: [] });
   }

@@ -24,6 +24,7 @@ export const state = {
   live: new Map(), // messageId -> streamed assistant text not yet in the snapshot
   liveResults: new Map(), // toolCallId -> {name, envelope} not yet in the snapshot
   liveNames: new Map(), // toolCallId -> tool name (from TOOL_CALL_START)
+  endedRefreshFor: null, // the conversation re-read once because the list says it ended
   pendingText: null, // the message being sent, shown until the snapshot has it
   stream: { gen: 0, controller: null, wake: null, lastId: null },
   refreshTimer: null,

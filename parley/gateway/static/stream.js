@@ -2,7 +2,8 @@
 // Last-Event-ID, and what each event changes on the page.
 
 import { conversationPath, errorOf, handleError } from "./api.js";
-import { scheduleRefresh } from "./conversation.js";
+import { isEnded } from "./approvals.js";
+import { loadSnapshot, scheduleRefresh } from "./conversation.js";
 import { $, state, STREAM_404_RETRY_MS, STREAM_MAX_BACKOFF_MS } from "./state.js";
 import { renderTranscript, updateWorking } from "./transcript.js";
 
@@ -38,12 +39,14 @@ export function startStream(sid, lastId) {
 export async function runStream(sid, gen) {
   const s = state.stream;
   let backoff = 1000;
-  while (gen === s.gen && state.token) {
+  // A closed conversation has nothing more to say: no stream to follow.
+  while (gen === s.gen && state.token && !isEnded(state.snapshot)) {
     const controller = new AbortController();
     s.controller = controller;
     const headers = { Authorization: `Bearer ${state.token}`, Accept: "text/event-stream" };
     if (s.lastId !== null && s.lastId !== undefined) headers["Last-Event-ID"] = s.lastId;
     let wait = backoff;
+    let closed = false; // the gateway ended or refused the stream
     try {
       const res = await fetch(`${conversationPath(sid)}/events`, {
         headers,
@@ -61,11 +64,13 @@ export async function runStream(sid, gen) {
           return;
         }
         backoff = Math.min(backoff * 2, STREAM_MAX_BACKOFF_MS);
+        closed = true;
       } else {
         setLive(true);
         backoff = 1000;
         await readEvents(res.body, gen);
         wait = 500; // the server closed a healthy stream: reconnect soon
+        closed = true;
       }
     } catch {
       if (gen !== s.gen) return;
@@ -73,7 +78,12 @@ export async function runStream(sid, gen) {
     }
     if (gen !== s.gen) return;
     setLive(false);
-    if (state.running) {
+    if (closed) {
+      // The gateway ends a conversation's streams when it closes (ended, or terminated
+      // with `end --force`): the snapshot says whether it has, before any reconnection.
+      await loadSnapshot();
+      if (gen !== s.gen || isEnded(state.snapshot)) return;
+    } else if (state.running) {
       // We may have missed the end of a run while disconnected.
       scheduleRefresh(0);
     }

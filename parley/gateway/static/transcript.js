@@ -1,6 +1,6 @@
 // The chat view: the status badge, the working indicator and the transcript.
 
-import { renderCards } from "./approvals.js";
+import { isEnded, renderCards } from "./approvals.js";
 import { compactJSON, el, statusText, textOf } from "./dom.js";
 import { $, state } from "./state.js";
 
@@ -17,7 +17,30 @@ export function updateWorking() {
   const on = state.running || state.busy || Boolean(snapRunning);
   $("working").hidden = !on;
   $("working-text").textContent = state.running ? state.workingLabel : "working…";
-  $("send").disabled = state.busy;
+  $("send").disabled = state.busy || isEnded(state.snapshot);
+}
+
+// The transcript keeps its last message in view while the reader is there: when the
+// approval panel opens below it and takes part of its height, as when messages arrive.
+// A reader who scrolled up stays where they are.
+let pinned = true;
+// The height the transcript had when last laid out: a scroll event that comes with a
+// resize (the panel opening shrinks the box, its scrollTop unchanged) is judged by the
+// height the reader saw, so it does not unpin the transcript before it is re-scrolled.
+let seenHeight = 0;
+const nearBottom = (box, height = box.clientHeight) =>
+  box.scrollHeight - box.scrollTop - height < 60;
+
+export function keepTranscriptInView() {
+  const box = $("transcript");
+  seenHeight = box.clientHeight;
+  box.addEventListener("scroll", () => {
+    pinned = nearBottom(box, seenHeight || box.clientHeight);
+  });
+  new ResizeObserver(() => {
+    seenHeight = box.clientHeight;
+    if (pinned) box.scrollTop = box.scrollHeight;
+  }).observe(box);
 }
 
 export function renderChat() {
@@ -32,18 +55,21 @@ export function renderChat() {
     link.hidden = true;
   }
   renderTranscript();
-  renderCards(snap ? snap.pending || [] : []);
+  // A closed conversation offers no decision, and takes no message.
+  const ended = isEnded(snap);
+  renderCards(snap && !ended ? snap.pending || [] : []);
   const input = $("message-input");
-  input.placeholder =
-    snap && snap.pending && snap.pending.length
-      ? "Decide the pending tool calls above before sending another message."
-      : "Message the agent… (Enter to send, Shift+Enter for a new line)";
+  input.disabled = ended;
+  if (ended) input.placeholder = "This conversation has ended: open a new one to go on.";
+  else if (snap && snap.pending && snap.pending.length) {
+    input.placeholder = "Decide the pending tool calls above before sending another message.";
+  } else input.placeholder = "Message the agent… (Enter to send, Shift+Enter for a new line)";
   updateWorking();
 }
 
 export function renderTranscript() {
   const box = $("transcript");
-  const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 60;
+  const atBottom = pinned || nearBottom(box);
   const open = new Set(
     Array.from(box.querySelectorAll("details[open][data-tool-call-id]"), (d) => d.dataset.toolCallId),
   );
@@ -95,6 +121,15 @@ export function renderTranscript() {
       ),
     );
   }
+  if (isEnded(snap)) {
+    nodes.push(
+      el("p", {
+        class: "ended-note",
+        "data-testid": "ended-note",
+        text: "This conversation has ended: nothing more runs in it, and no call waits for a decision.",
+      }),
+    );
+  }
   if (!nodes.length) {
     nodes.push(
       el("p", {
@@ -142,8 +177,8 @@ export function renderMessage(m, names, open, closed) {
     return out;
   }
   if (m.type === "tool") {
-    const artifactStatus = m.artifact && typeof m.artifact === "object" ? m.artifact.status : null;
-    const status = artifactStatus || m.status || "success";
+    const artifact = m.artifact && typeof m.artifact === "object" ? m.artifact : {};
+    const status = resultStatus(artifact.status || m.status || "success", artifact.payload);
     const name = m.name || names.get(m.tool_call_id) || "tool";
     return [resultBlock(m.tool_call_id, name, status, text, open, closed)];
   }
@@ -153,8 +188,14 @@ export function renderMessage(m, names, open, closed) {
   return [];
 }
 
+// A call answered with "respond" is recorded as rejected (the tool did not run), with
+// the decision in its payload: it reads "responded", the person's answer below.
+function resultStatus(status, payload) {
+  return payload && typeof payload === "object" && payload.decision === "respond" ? "responded" : status;
+}
+
 export function resultBlock(toolCallId, name, status, text, open, closed) {
-  const bad = status !== "success";
+  const bad = status !== "success" && status !== "responded";
   const short = text.length <= 600 && text.split("\n").length <= 12;
   const details = el("details", {
     class: `result${bad ? " error" : ""} status-${status}`,
@@ -170,7 +211,7 @@ export function resultBlock(toolCallId, name, status, text, open, closed) {
     el(
       "summary",
       {},
-      el("span", { class: "result-label", text: bad ? `result · ${status}` : "result" }),
+      el("span", { class: "result-label", text: status === "success" ? "result" : `result · ${status}` }),
       el("span", { class: "tool-name", text: name }),
       el("span", { class: "result-preview", text: preview + (text.length > 90 ? "…" : "") }),
     ),
@@ -182,5 +223,5 @@ export function resultBlock(toolCallId, name, status, text, open, closed) {
 export function liveResult(toolCallId, info) {
   const env = info.envelope || {};
   const text = typeof env.content === "string" ? env.content : compactJSON(env, 4000);
-  return resultBlock(toolCallId, info.name || "tool", env.status || "success", text);
+  return resultBlock(toolCallId, info.name || "tool", resultStatus(env.status || "success", env.payload), text);
 }
