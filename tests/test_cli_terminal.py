@@ -1,0 +1,279 @@
+"""What the CLI prints for a user, against a real `parley dev` (tests.dev_support):
+`chat` on a pseudo-terminal (approval prompts, respond, Ctrl-C), `show`'s whole
+messages and arguments at any width, and `respond`'s wording."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.dev_support import PARLEY, parley, parley_all, running_dev_server, without_paths
+
+
+@pytest.fixture(scope="module")
+def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    with running_dev_server(tmp_path_factory.mktemp("parley-dev")) as server:
+        yield server
+
+
+def test_respond_says_it_responded(dev_server) -> None:
+    """``respond`` answers the call with the user's words: the CLI says "responded", in
+    the turn it prints and in ``show``'s transcript, never "rejected" (issue 19, point 9)."""
+    env = without_paths(dev_server)
+    who = ["--session", "cli-respond", "--user", "jill"]
+    proposed = parley(env, "send", *who, "prepare a feat branch respond-words in web")
+    assert "git_prepare_worktree" in proposed.stdout, proposed
+    responded = parley(env, "respond", *who, "--message", "I made that branch myself")
+    assert responded.returncode == 0, responded.stderr
+    first = responded.stdout.splitlines()[0]
+    assert first.startswith("responded git_prepare_worktree (call"), responded.stdout
+    assert "rejected" not in responded.stdout
+    shown = parley(env, "show", *who)
+    (tool_line,) = [line for line in shown.stdout.splitlines() if line.startswith("  tool ")]
+    assert "git_prepare_worktree" in tool_line and " responded" in tool_line, shown.stdout
+    assert "rejected" not in shown.stdout.split("Audit log")[0]
+
+
+def test_chat_answers_approval_prompts(dev_server) -> None:
+    env = without_paths(dev_server)
+    typed = "\n".join(
+        [
+            "prepare a fix branch chat-change in api",
+            "maybe",  # not an answer: asked again
+            "edit",
+            "{not json",  # refused, asked again
+            '{"project": "demo", "repo_alias": "api", "branch_kind": "fix",'
+            ' "branch_slug": "chat-edited"}',
+            "/show",
+            "/quit",
+        ]
+    )
+    result = subprocess.run(
+        [*PARLEY, "chat", "--session", "cli-chat", "--user", "carol"],
+        input=typed + "\n",
+        capture_output=True,
+        text=True,
+        env={**env, "COLUMNS": "200"},
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "git_prepare_worktree" in result.stdout
+    assert "Please answer approve, edit, reject or respond" in result.stdout
+    assert "not JSON" in result.stdout
+    # carol edited her own call: the result says the owner changed the arguments.
+    assert "fix/chat-edited" in result.stdout
+    assert "carol, the owner, changed the arguments" in result.stdout
+    assert "status idle" in result.stdout
+
+
+def test_show_prints_no_warnings(dev_server) -> None:
+    env = without_paths(dev_server)
+    who = ["--session", "cli-show", "--user", "erin"]
+    assert parley(env, "send", *who, "list the repositories of project demo").returncode == 0
+    shown = parley(env, "show", *who)
+    assert shown.returncode == 0 and shown.stderr == ""
+    assert "git_list_project_repositories" in shown.stdout
+
+
+# --- a terminal, for `parley chat` ----------------------------------------------------
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+#: Run in the child, in its new session: make the terminal its controlling one (so the
+#: terminal's Ctrl-C reaches it), then become the command.
+# As an interactive shell starts a foreground job: the pty as controlling terminal, and
+# SIGINT at its default (a test run started in the background inherits it ignored).
+TAKE_TERMINAL = (
+    "import fcntl, os, signal, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+    "signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+class Terminal:
+    """A console script on a pseudo-terminal, as a user's shell runs it: Ctrl-C typed
+    there reaches it as SIGINT, like a real keyboard's."""
+
+    def __init__(self, args: list[str], env: dict[str, str], columns: int = 200) -> None:
+        env = {**env, "COLUMNS": str(columns), "TERM": "dumb"}
+        terminal, child_end = os.openpty()
+        fcntl.ioctl(child_end, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", TAKE_TERMINAL, *args],
+            stdin=child_end,
+            stdout=child_end,
+            stderr=child_end,
+            env=env,
+            start_new_session=True,
+        )
+        os.close(child_end)
+        self.fd = terminal
+        self.raw = b""
+        self.seen = 0  # where the next expect() looks from
+
+    @property
+    def output(self) -> str:
+        text = ANSI.sub("", self.raw.decode(errors="replace"))
+        return text.replace("\r\n", "\n")
+
+    def _read(self, timeout: float) -> bool:
+        """Read what is there within ``timeout``; False once the terminal is closed."""
+        ready, _, _ = select.select([self.fd], [], [], max(timeout, 0))
+        if not ready:
+            return True
+        try:
+            chunk = os.read(self.fd, 1 << 16)
+        except OSError:  # EIO: the child has closed the terminal
+            chunk = b""
+        self.raw += chunk
+        return bool(chunk)
+
+    def expect(self, text: str, timeout: float = 30) -> str:
+        """Wait for ``text`` after what was already expected; return the output between."""
+        deadline = time.monotonic() + timeout
+        while (found := self.output.find(text, self.seen)) < 0:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0 and self._read(remaining), (
+                f"{text!r} not seen; the terminal shows:\n{self.output[self.seen :]}"
+            )
+        between = self.output[self.seen : found]
+        self.seen = found + len(text)
+        return between
+
+    def type(self, text: str) -> None:
+        os.write(self.fd, text.encode())
+
+    def wait(self, timeout: float) -> int:
+        """The exit code, once the process has ended within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while self.process.poll() is None:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"still running; the terminal shows:\n{self.output}"
+            if not self._read(min(remaining, 0.2)):
+                time.sleep(0.05)
+        while self._read(0):  # what it printed last
+            pass
+        return self.process.returncode
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        os.close(self.fd)
+
+
+@pytest.fixture
+def terminals() -> Iterator[Callable[..., Terminal]]:
+    opened: list[Terminal] = []
+
+    def open_terminal(*args: str, env: dict[str, str], columns: int = 200) -> Terminal:
+        opened.append(Terminal([*PARLEY, *args], env, columns))
+        return opened[-1]
+
+    yield open_terminal
+    for terminal in opened:
+        terminal.close()
+
+
+ASK_DECISION = "approve, edit, reject or respond? [a/e/r/s] "
+
+
+def test_chat_respond_works_show_prints_the_conversation_and_ctrl_c_leaves(
+    dev_server, terminals
+) -> None:
+    env = without_paths(dev_server)
+    long_detail = "budget-" + "0123456789" * 30  # one long word: nothing may cut it
+    chat = terminals("chat", "--session", "cli-chat-respond", "--user", "gina", env=env, columns=40)
+    chat.expect("you> ")
+    chat.type(f"please create a plan called Budget for next week; details {long_detail}\n")
+    shown = chat.expect(ASK_DECISION)
+    assert "create_plan" in shown and long_detail in shown  # the whole args, at 40 columns
+    chat.type("respond\n")  # the word, not refused any more
+    chat.expect("your answer for the model: ")
+    chat.type("not now, ask me tomorrow\n")
+    assert "Understood: create_plan was not run. not now, ask me tomorrow" in chat.expect("you> ")
+
+    chat.type("prepare a feat branch chat-respond in web\n")
+    chat.expect(ASK_DECISION)
+    chat.type("s\n")  # respond's one-letter shortcut
+    chat.expect("your answer for the model: ")
+    chat.type("use the api repository instead\n")
+    assert "git_prepare_worktree was not run" in chat.expect("you> ")
+
+    chat.type("/show\n")
+    shown = chat.expect("you> ")
+    assert "cli-chat-respond (gina): status idle" in shown
+    assert " human prepare a feat branch chat-respond in web" in shown  # the messages
+    assert "git_prepare_worktree" in shown and "responded" in shown  # its result
+    assert "rejected" not in shown
+    assert "use the api repository instead" in shown
+
+    started = time.monotonic()
+    chat.type("\x03")  # Ctrl-C at the prompt
+    assert chat.wait(timeout=10) == 130
+    assert time.monotonic() - started < 5, "Ctrl-C must leave at once, not at the next Enter"
+    assert "Traceback" not in chat.output and "interrupted" in chat.output
+
+
+def test_chat_ctrl_c_at_a_decision_prompt_leaves_the_call_pending(dev_server, terminals) -> None:
+    env = without_paths(dev_server)
+    who = ["--session", "cli-chat-interrupt", "--user", "hank"]
+    chat = terminals("chat", *who, env=env)
+    chat.expect("you> ")
+    chat.type("prepare a feat branch chat-interrupt in api\n")
+    chat.expect(ASK_DECISION)
+    started = time.monotonic()
+    chat.type("\x03")
+    assert chat.wait(timeout=10) == 130 and time.monotonic() - started < 5
+    assert "Traceback" not in chat.output
+
+    again = terminals("chat", *who, env=env)  # the call still waits: asked at once
+    assert "git_prepare_worktree" in again.expect(ASK_DECISION)
+    again.type("/quit\n")
+    assert again.wait(timeout=10) == 0
+
+
+def test_show_prints_whole_messages_each_result_once_and_the_audit_log(dev_server) -> None:
+    env = {**without_paths(dev_server), "COLUMNS": "40"}
+    who = ["--session", "cli-show-whole", "--user", "lee"]
+    long_text = "notes " + json.dumps({"items": [f"item number {i}" for i in range(60)]})
+    assert len(long_text) > 1000
+    assert parley(env, "send", *who, "list the repositories of project demo").returncode == 0
+    assert parley(env, "send", *who, long_text).returncode == 0
+
+    as_json, shown = parley_all(env, ["show", *who, "--json"], ["show", *who])
+    transcript = json.loads(as_json.stdout)["transcript"]
+    (result,) = [m["content"] for m in transcript if m["type"] == "tool"]
+    assert shown.returncode == 0 and shown.stderr == ""
+    assert long_text in shown.stdout  # whole, not cut at 300 characters or at 40 columns
+    assert shown.stdout.count(result) == 1  # the reply quotes it: printed once
+    audit = shown.stdout[shown.stdout.index("Audit log") :]
+    for event in ("message", "proposed", "ran"):
+        assert f"  {event} " in audit, audit
+    assert "git_list_project_repositories  (call_" in audit
+
+
+def test_pending_args_are_whole_at_any_terminal_width(dev_server) -> None:
+    env = {**without_paths(dev_server), "COLUMNS": "40"}
+    who = ["--session", "cli-narrow", "--user", "max"]
+    long_value = "quarterly-" + "x" * 300
+    sent = parley(env, "send", *who, f"please create a plan called {long_value} for next week")
+    assert sent.returncode == 0, sent.stderr
+    as_json, shown = parley_all(env, ["show", *who, "--json"], ["show", *who])
+    (pending,) = json.loads(as_json.stdout)["pending"]
+    values = [v for v in pending["args"].values() if isinstance(v, str)]
+    assert any(long_value in v for v in values)
+    for output in (sent.stdout, shown.stdout):
+        assert "Waiting for your decision" in output and pending["tool_call_id"] in output
+        for value in values:
+            assert value in output  # never cut, never folded
