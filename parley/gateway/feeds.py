@@ -54,8 +54,6 @@ class Feed:
         #: The user whose access the shared wait uses (one of the followers).
         self._waiting_as: str | None = None
         self._task: asyncio.Task[None] | None = None
-        #: How many waits have been sent to the workflow (for tests and logs).
-        self.waits = 0
 
     def join(self, user_id: str, latest: int) -> None:
         """A follower arrives; ``latest`` is the latest offset as the workflow reported
@@ -130,7 +128,6 @@ class Feed:
             if user_id is None:
                 return
             after = self.latest
-            self.waits += 1
             try:
                 latest = await self._conversations.wait_for_events(self.session_id, user_id, after)
             except ConversationRefused as refusal:
