@@ -7,6 +7,12 @@ workflow and activity loggers add their context (``temporal_workflow`` /
 activity's ``attempt``; a tool run adds ``tool`` and ``tool_call_id``. Every message and
 traceback passes through ``redact``: no secret of the worker's environment, no bearer
 token or API key reaches a log line.
+
+A tool error the model reads (``ToolInputError``, ``ToolPermissionError``: a wrong
+argument, a protected branch) is expected: the tool's activity logs it in one line,
+and the SDK's own "Completing activity as failed" record of it, a traceback of some 40
+lines, is lowered to DEBUG without the traceback (``ExpectedToolErrors``), as the SDK
+does for errors marked benign. Every other failure keeps its traceback.
 """
 
 from __future__ import annotations
@@ -16,8 +22,11 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from temporalio.exceptions import ApplicationError
+
 from parley.activities.redaction import redact
 from parley.contracts import WORKFLOW_ID_PREFIX
+from parley.errors import ErrorType
 
 #: Attributes a log call may pass in ``extra`` that go into the JSON line as they are.
 PASSED_FIELDS = ("session_id", "tool", "tool_call_id")
@@ -51,8 +60,41 @@ class JsonLogFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
+#: The logger the SDK reports failed activities on.
+SDK_ACTIVITY_LOGGER = "temporalio.activity"
+#: Failures that are answers for the model, not faults of the worker or the tool.
+EXPECTED_TOOL_ERRORS = frozenset({ErrorType.TOOL_INPUT, ErrorType.TOOL_PERMISSION})
+
+
+class ExpectedToolErrors(logging.Filter):
+    """On the SDK's activity logger: its record of an activity that failed with an
+    expected tool error becomes a DEBUG line naming the error, without the traceback
+    (dropped unless DEBUG is on); any other record passes as it is."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if not (isinstance(error, ApplicationError) and error.type in EXPECTED_TOOL_ERRORS):
+            return True
+        if not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
+            return False
+        record.msg = f"{record.getMessage()}: {error.type}: {error.message}"
+        record.args = None
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        record.exc_info, record.exc_text = None, None
+        return True
+
+
+def quiet_expected_tool_errors() -> None:
+    """Install ``ExpectedToolErrors`` on the SDK's activity logger (once): it applies
+    whichever handler prints the record, Python's last-resort one included."""
+    logger = logging.getLogger(SDK_ACTIVITY_LOGGER)
+    if not any(isinstance(f, ExpectedToolErrors) for f in logger.filters):
+        logger.addFilter(ExpectedToolErrors())
+
+
 def configure_logging(log_format: str, level: int = logging.INFO) -> None:
-    """Send the process's logs to stderr, as text or JSON lines."""
+    """Send the process's logs to stderr, as text or JSON lines, expected tool errors
+    in one line."""
     handler = logging.StreamHandler()
     if log_format == "json":
         handler.setFormatter(JsonLogFormatter())
@@ -61,3 +103,4 @@ def configure_logging(log_format: str, level: int = logging.INFO) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    quiet_expected_tool_errors()

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from tests.dev_support import (
+    DEV_OUTPUTS,
     PARLEY,
     assert_one_line_error,
     free_port,
@@ -425,6 +426,28 @@ def test_a_second_dev_on_the_same_data_dir_is_refused(dev_server) -> None:
     assert_one_line_error(result, f"{dev_server['data_dir']} is in use by another `parley dev`")
     assert f"process {dev_server['pid']} holds" in result.stderr
     assert "Parley dev is running" not in result.stdout
+
+
+def test_an_expected_tool_error_is_one_line_in_devs_log(dev_server) -> None:
+    """Pushing a protected branch is refused with a ToolPermissionError the model reads:
+    `parley dev`'s console says so in one line, with no traceback (issue 19, point 9)."""
+    env = without_paths(dev_server)
+    who = ["--session", "cli-protected", "--user", "kim"]
+    output = DEV_OUTPUTS[dev_server["pid"]]
+    before = len(output.text())
+    proposed = parley(env, "send", *who, "push main in web")
+    assert "git_push_branch" in proposed.stdout, proposed
+    approved = parley(env, "approve", *who, "--json")
+    (result,) = json.loads(approved.stdout)["results"]
+    assert result["status"] == "error" and "is protected" in result["content"], result
+    assert result["error"]["type"] == "ToolPermissionError"
+    # What dev printed meanwhile: all of it is in the pipe once approve has answered.
+    printed = output.text()[before:]
+    assert "Traceback" not in printed, printed
+    about_it = [line for line in printed.splitlines() if "conversation-cli-protected" in line]
+    assert len(about_it) == 1, printed
+    assert "ToolPermissionError" in about_it[0] and "is protected" in about_it[0]
+    assert len([line for line in printed.splitlines() if line.strip()]) == 1, printed
 
 
 def test_dev_hints_name_the_address_and_queue_when_not_the_defaults(dev_server) -> None:

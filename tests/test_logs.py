@@ -8,10 +8,10 @@ import json
 import logging
 
 from parley.contracts import Decision
-from parley.logs import JsonLogFormatter
+from parley.logs import JsonLogFormatter, quiet_expected_tool_errors
 from parley.settings import Settings
 from tests.checks import new_session
-from tests.support import call, registry, script
+from tests.support import ByConversation, call, registry, script
 
 PROPOSE = {
     "content": "",
@@ -61,6 +61,61 @@ async def test_tool_runs_log_json_lines_with_session_and_call_and_no_secrets(
     assert "sk-live-1234567890" not in text
     assert "hunter2-very-secret" not in text
     assert "[redacted]" in text
+
+
+class Lines(logging.Handler):
+    """Each record as the text handler prints it (message, then any traceback)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        self.printed: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.printed.append(self.format(record))
+
+
+async def test_an_expected_tool_error_logs_one_line_and_a_bug_keeps_its_traceback(
+    parley_worker,
+) -> None:
+    """A refusal the model reads (guarded_write's PermissionError, as a protected
+    branch) is one log line; a tool's programming error keeps its traceback (issue 19,
+    point 9). The SDK logs every failed activity with its traceback; the filter
+    ``configure_logging`` and ``parley dev`` install keeps only the unexpected ones."""
+    quiet_expected_tool_errors()
+    buggy = {"content": "", "tool_calls": [call("buggy_tool", "b1")]}
+    lines = Lines()
+    root = logging.getLogger()
+    root.addHandler(lines)
+    level = root.level
+    root.setLevel(logging.INFO)
+    try:
+        model = ByConversation(
+            scripts={
+                "write to the guarded one": script(GUARDED, DONE),
+                "run the buggy tool": script(buggy),
+            }
+        )
+        async with parley_worker(registry(), model) as conversations:
+            refused, broken = new_session(), new_session()
+            answered = await conversations.send(refused, "alice", "write to the guarded one")
+            failed = await conversations.send(broken, "alice", "run the buggy tool")
+    finally:
+        root.removeHandler(lines)
+        root.setLevel(level)
+    assert answered.status == "completed" and answered.results[0].status == "error"
+    assert failed.status == "failed"
+
+    about_refused = [text for text in lines.printed if f"conversation-{refused}" in text]
+    failures = [text for text in about_refused if "failed" in text]
+    assert len(failures) == 1, failures
+    assert failures[0].count("\n") == 0, failures[0]
+    assert "ToolPermissionError" in failures[0] and "read-only" in failures[0]
+    assert not any("Traceback" in text for text in about_refused), about_refused
+
+    about_broken = [text for text in lines.printed if f"conversation-{broken}" in text]
+    (completing,) = [text for text in about_broken if "Completing activity as failed" in text]
+    assert "Traceback" in completing and "ValueError: unexpected None in config" in completing
 
 
 def test_the_log_format_setting_is_checked(monkeypatch) -> None:
