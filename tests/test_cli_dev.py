@@ -6,9 +6,7 @@ offline model; then scripted conversations through `parley send` / `parley appro
 from __future__ import annotations
 
 import json
-import os
 import re
-import socket
 import subprocess
 import time
 import urllib.request
@@ -136,26 +134,6 @@ def test_tools_works_beside_dev_with_no_variables_set(dev_server) -> None:
     assert "git_push_branch" in own and "create_plan" not in own
 
 
-@pytest.mark.parametrize("option", ["--port", "--ui-port"])
-def test_dev_refuses_a_port_something_else_listens_on(tmp_path: Path, option: str) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        ports = {"--port": str(free_port()), "--ui-port": str(free_port())}
-        ports[option] = str(port)
-        flags = [x for pair in ports.items() for x in pair]
-        result = subprocess.run(
-            [*PARLEY, "dev", "--data-dir", str(tmp_path), *flags, "--plans-port", "0"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    assert_one_line_error(result, f"port {port} ({option}) on 127.0.0.1 is not free")
-    assert "--port/--ui-port" in result.stderr
-    assert "Parley dev is running" not in result.stdout
-
-
 def test_dev_runs_the_gateway_and_prints_a_token_for_its_page(dev_server) -> None:
     """`parley dev` starts the gateway; the banner's page link carries a token that signs
     in as the dev user, and the conversation made with the CLI is on the page's API."""
@@ -179,38 +157,12 @@ def test_dev_runs_the_gateway_and_prints_a_token_for_its_page(dev_server) -> Non
     assert httpx.get(f"{base}/v1/me").status_code == 401
 
 
-def test_dev_names_a_bad_data_dir(tmp_path: Path) -> None:
-    not_a_dir = tmp_path / "file"
-    not_a_dir.write_text("")
-    result = parley(dict(os.environ), "dev", "--data-dir", str(not_a_dir / "sub"))
-    assert_one_line_error(result, f"cannot use {not_a_dir / 'sub'} as the data directory")
-
-
 def test_plans_key_file_is_created_private(tmp_path: Path) -> None:
     from parley.dev import _plans_api_key
 
     key = _plans_api_key(tmp_path)
     assert len(key) > 20 and (tmp_path / "plans-api-key").stat().st_mode & 0o777 == 0o600
     assert _plans_api_key(tmp_path) == key  # kept, not remade
-
-
-def test_bad_ids_and_configuration_are_reported_before_connecting() -> None:
-    nowhere = {**os.environ, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
-    for args, expected in [
-        (["show", "--session", "a b", "--user", "bob"], "session id 'a b' is not valid"),
-        (["end", "--session", "ok", "--user", "default"], "'default' is not a user id"),
-        (["approve", "--session", "a/b", "--user", "bob"], "session id 'a/b' is not valid"),
-    ]:
-        assert_one_line_error(parley(nowhere, *args), expected)
-    for name, value, expected in [
-        ("PARLEY_TOOLS", "os:sep", "toolset 'os:sep' is a str, not a toolset"),
-        ("PARLEY_MODEL", "json:loads", "json:loads is not a zero-argument callable"),
-        ("PARLEY_MAX_MODEL_CALLS_PER_TURN", "0.5", "must be a whole number of at least 1"),
-    ]:
-        env = {**nowhere, "PARLEY_GIT_PROJECTS": "/nonexistent.json", name: value}
-        if name == "PARLEY_MODEL":
-            env["PARLEY_TOOLS"] = ""
-        assert_one_line_error(parley(env, "worker"), expected)
 
 
 def test_ending_twice_and_sending_after_the_end_are_one_line_refusals(dev_server) -> None:
@@ -226,20 +178,6 @@ def test_ending_twice_and_sending_after_the_end_are_one_line_refusals(dev_server
     assert_one_line_error(parley(env, "end", *who), "conversation cli-ended has ended")
     # the SDK's start future must be read too: no "Future exception was never retrieved"
     assert_one_line_error(parley(env, "send", *who, "hello?"), "has ended; use a new session")
-
-
-def test_decision_commands_offer_only_their_options() -> None:
-    for command, present, absent in [
-        ("approve", [], ["--args", "--message"]),
-        ("reject", ["--message"], ["--args"]),
-        ("respond", ["--message"], ["--args"]),
-        ("edit", ["--args"], ["--message"]),
-    ]:
-        shown = parley({**os.environ, "COLUMNS": "200"}, command, "--help").stdout
-        for option in present:
-            assert option in shown, (command, option)
-        for option in absent:
-            assert option not in shown, (command, option)
 
 
 @pytest.fixture

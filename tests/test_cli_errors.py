@@ -1,14 +1,20 @@
-"""The console script's refusals that need no Temporal server: one plain line on stderr
-(never a traceback, never user text read as Rich markup or emoji codes) and exit code 1."""
+"""The console script's refusals that need no Temporal server (`python worker.py` and
+`parley dev`'s included): one plain line on stderr (never a traceback, never user text
+read as Rich markup or emoji codes) and exit code 1."""
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+from tests.dev_support import free_port
 
 # The console script the README's quick start runs (installed next to this Python).
 PARLEY = [str(Path(sys.executable).parent / "parley")]
@@ -179,3 +185,63 @@ def test_chat_answers_are_words_shortcuts_or_unambiguous_beginnings() -> None:
         ("", None),
     ]:
         assert parse_decision(answer) == action, answer
+
+
+@pytest.mark.parametrize("option", ["--port", "--ui-port"])
+def test_dev_refuses_a_port_something_else_listens_on(tmp_path: Path, option: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ports = {"--port": str(free_port()), "--ui-port": str(free_port())}
+        ports[option] = str(port)
+        flags = [x for pair in ports.items() for x in pair]
+        result = subprocess.run(
+            [*PARLEY, "dev", "--data-dir", str(tmp_path), *flags, "--plans-port", "0"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert_one_line_error(result, f"port {port} ({option}) on 127.0.0.1 is not free")
+    assert "--port/--ui-port" in result.stderr
+    assert "Parley dev is running" not in result.stdout
+
+
+def test_dev_names_a_bad_data_dir(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    result = parley(dict(os.environ), "dev", "--data-dir", str(not_a_dir / "sub"))
+    assert_one_line_error(result, f"cannot use {not_a_dir / 'sub'} as the data directory")
+
+
+def test_bad_ids_and_configuration_are_reported_before_connecting() -> None:
+    nowhere = {**os.environ, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+    for args, expected in [
+        (["show", "--session", "a b", "--user", "bob"], "session id 'a b' is not valid"),
+        (["end", "--session", "ok", "--user", "default"], "'default' is not a user id"),
+        (["approve", "--session", "a/b", "--user", "bob"], "session id 'a/b' is not valid"),
+    ]:
+        assert_one_line_error(parley(nowhere, *args), expected)
+    for name, value, expected in [
+        ("PARLEY_TOOLS", "os:sep", "toolset 'os:sep' is a str, not a toolset"),
+        ("PARLEY_MODEL", "json:loads", "json:loads is not a zero-argument callable"),
+        ("PARLEY_MAX_MODEL_CALLS_PER_TURN", "0.5", "must be a whole number of at least 1"),
+    ]:
+        env = {**nowhere, "PARLEY_GIT_PROJECTS": "/nonexistent.json", name: value}
+        if name == "PARLEY_MODEL":
+            env["PARLEY_TOOLS"] = ""
+        assert_one_line_error(parley(env, "worker"), expected)
+
+
+def test_decision_commands_offer_only_their_options() -> None:
+    for command, present, absent in [
+        ("approve", [], ["--args", "--message"]),
+        ("reject", ["--message"], ["--args"]),
+        ("respond", ["--message"], ["--args"]),
+        ("edit", ["--args"], ["--message"]),
+    ]:
+        shown = parley({**os.environ, "COLUMNS": "200"}, command, "--help").stdout
+        for option in present:
+            assert option in shown, (command, option)
+        for option in absent:
+            assert option not in shown, (command, option)
