@@ -19,6 +19,7 @@ from langchain_core.messages import AnyMessage
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
+    WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowQueryFailedError,
@@ -48,6 +49,7 @@ from parley.client.errors import (
 from parley.client.liveness import LivenessWatch, NoWorker
 from parley.client.visibility import ConversationListing
 from parley.contracts import (
+    PARLEY_PENDING_TOOLS,
     PARLEY_REVIEWERS,
     PARLEY_STATUS,
     PARLEY_USER,
@@ -254,15 +256,11 @@ class Conversations(ConversationListing, LivenessWatch):
                 session_id, handle.query(ConversationWorkflow.state, query), query=True
             )
         except NoWorker:
-            raise unreadable(
-                session_id, query.user_id, description, self.no_worker_line()
-            ) from None
+            raise await self._unreadable(session_id, query.user_id, description) from None
         except RPCError as err:
             if err.status == RPCStatusCode.FAILED_PRECONDITION:
                 # Temporal's own "no poller seen" answer, when it comes before ours.
-                raise unreadable(
-                    session_id, query.user_id, description, self.no_worker_line()
-                ) from None
+                raise await self._unreadable(session_id, query.user_id, description) from None
             raise await self._refusal(err, session_id) from err
         except WorkflowQueryFailedError as err:
             raise await self._refusal(err, session_id) from err
@@ -369,6 +367,16 @@ class Conversations(ConversationListing, LivenessWatch):
             raise await self._refusal(
                 err, session_id, ended=f"conversation {session_id} has ended"
             ) from err
+
+    async def _unreadable(
+        self, session_id: str, user_id: str, description: WorkflowExecutionDescription
+    ) -> ConversationRefused:
+        check_member(description, user_id)
+        pending_ids: list[str] = []
+        if description.status in OPEN_STATUSES:
+            tools = description.typed_search_attributes.get(PARLEY_PENDING_TOOLS) or []
+            pending_ids = await self.pending_from_history(description.id, list(tools))
+        return unreadable(session_id, description, self.no_worker_line(), pending_ids)
 
     async def _refusal(
         self, err: Exception, session_id: str, *, ended: str | None = None

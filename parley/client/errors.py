@@ -137,10 +137,14 @@ def check_member(description: WorkflowExecutionDescription, user_id: str) -> Non
 
 
 def unreadable(
-    session_id: str, user_id: str, description: WorkflowExecutionDescription, no_worker: str
+    session_id: str,
+    description: WorkflowExecutionDescription,
+    no_worker: str,
+    pending_ids: list[str],
 ) -> ConversationRefused:
-    """The one line for a conversation no worker can read: what visibility tells."""
-    check_member(description, user_id)
+    """The one line for a conversation no worker can read (its reader is a member):
+    what Temporal's description and visibility tell, and the pending calls' ids that
+    its history tells, so a decision can still be given (and is kept)."""
     if description.status not in OPEN_STATUSES:
         return ConversationRefused(
             f"conversation {session_id} has ended; no worker runs to read its transcript",
@@ -150,8 +154,9 @@ def unreadable(
     status = attributes.get(PARLEY_STATUS) or "idle"
     tools = attributes.get(PARLEY_PENDING_TOOLS) or []
     told = f" ({', '.join(tools)} pending)" if tools else ""
+    if pending_ids:
+        told += f"; a decision on {' '.join(pending_ids)} is kept until a worker returns"
     return ConversationRefused(
-        f"{no_worker} Temporal's visibility says conversation {session_id} is {status}{told}; "
-        "a decision given with its call ids is kept until a worker returns.",
+        f"{no_worker} Temporal's visibility says conversation {session_id} is {status}{told}.",
         ErrorType.NO_WORKER,
     )

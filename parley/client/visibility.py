@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel
 from temporalio.api.common.v1 import WorkflowExecution as ExecutionRef
+from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.service import RPCError
@@ -24,6 +25,7 @@ from parley.contracts import (
     PARLEY_STATUS,
     PARLEY_USER,
     WORKFLOW_ID_PREFIX,
+    TurnResult,
 )
 from parley.workflows.conversation import ConversationWorkflow
 
@@ -117,6 +119,45 @@ class ConversationListing:
             last_activity_at=last,
             execution_status=(current.status.name if current.status else "UNKNOWN").lower(),
         )
+
+    async def pending_from_history(
+        self, workflow_id: str, pending_tools: list[str], events: int = 500
+    ) -> list[str]:
+        """The ids of the calls waiting for a decision, read without a worker: the
+        latest turn result in the run's history (an update's outcome) whose pending
+        tools are ``pending_tools`` (``ParleyPendingTools``, which the workflow keeps
+        current). Empty if none is found among the last ``events`` events."""
+        if not pending_tools:
+            return []
+        completed = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED
+        try:
+            response = await self._client.workflow_service.get_workflow_execution_history_reverse(
+                GetWorkflowExecutionHistoryReverseRequest(
+                    namespace=self._client.namespace,
+                    execution=ExecutionRef(workflow_id=workflow_id),
+                    maximum_page_size=events,
+                )
+            )
+        except RPCError:
+            return []
+        for event in response.history.events:
+            if event.event_type != completed:
+                continue
+            outcome = event.workflow_execution_update_completed_event_attributes.outcome
+            if not outcome.HasField("success") or not outcome.success.payloads:
+                continue
+            try:
+                (turn,) = await self._client.data_converter.decode(
+                    outcome.success.payloads, [TurnResult]
+                )
+            except Exception:  # another update's result (an event offset...)
+                continue
+            if not isinstance(turn, TurnResult) or turn.status != "awaiting_approval":
+                continue
+            if sorted({call.name for call in turn.pending}) == sorted(pending_tools):
+                return [call.tool_call_id for call in turn.pending]
+            return []  # the latest turn that waited is not the one waiting now
+        return []
 
     async def _latest_event_time(self, workflow_id: str, run_id: str) -> datetime | None:
         try:
