@@ -98,10 +98,13 @@ class DevOutput:
 
 
 @contextmanager
-def running_dev_server(data_dir: Path) -> Iterator[dict[str, str]]:
-    """`parley dev` on free ports, as a user runs it; yields a client's environment plus
-    the ``FIXTURE_KEYS``. Stopped with SIGTERM, which must stop its Temporal server
-    too and remove the file that tells `parley tools` about its worker."""
+def running_dev_server(
+    data_dir: Path, extra_env: dict[str, str] | None = None, cwd: Path | None = None
+) -> Iterator[dict[str, str]]:
+    """`parley dev` on free ports, as a user runs it (with ``extra_env`` set for it
+    alone, in ``cwd``); yields a client's environment plus the ``FIXTURE_KEYS``. Stopped with
+    SIGTERM, which must stop its Temporal server too and remove the file that tells
+    `parley tools` about its worker."""
     port, ui_port, plans_port = free_port(), free_port(), free_port()
     gateway_port = free_port()
     env = {
@@ -129,7 +132,8 @@ def running_dev_server(data_dir: Path) -> Iterator[dict[str, str]]:
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        env=env,
+        env={**env, **(extra_env or {})},
+        cwd=cwd,
     )
     assert process.stdout is not None
     output = DevOutput(process.stdout.fileno())
