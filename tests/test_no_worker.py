@@ -121,6 +121,7 @@ async def test_approve_with_no_worker_is_kept_and_applies_once_when_a_worker_sta
         timeout=120,
     )
     took = time.monotonic() - began
+    print(f"approve with no worker answered in {took:.1f} s")
     assert took <= 30, f"approve answered after {took:.0f} s"
     lines = approve.stderr.strip().splitlines()
     assert approve.returncode == 1 and len(lines) == 1, approve.stderr
