@@ -15,8 +15,6 @@ registered here, in the order ``parley --help`` lists them. Printing is
 
 from __future__ import annotations
 
-import sys
-
 from parley.cli.app import app, fail, out, warn
 from parley.cli.conversations import chat, end, events, list_, send, show
 from parley.cli.decisions import approve, edit, reject, respond
@@ -41,6 +39,3 @@ app.command()(end)
 app.command()(chat)
 
 __all__ = ["app", "fail", "load_tools_and_model", "out", "warn"]
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())
