@@ -26,6 +26,7 @@ import hashlib
 import importlib
 import itertools
 import json
+import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -199,8 +200,30 @@ def deny(tool: BaseTool) -> ParleyTool:
 def identifier(value: str) -> str:
     """An identifier-like argument (a project, an alias, a branch) in canonical text:
     Unicode NFKC (full-width and compatibility forms become their plain letters) and no
-    surrounding whitespace. Idempotent."""
-    return unicodedata.normalize("NFKC", value).strip()
+    surrounding whitespace, in one script per word (:func:`one_script`). Idempotent."""
+    return one_script(unicodedata.normalize("NFKC", value).strip())
+
+
+#: Scripts whose letters look alike: a word may use one of them, not several.
+CONFUSABLE_SCRIPTS = frozenset({"LATIN", "CYRILLIC", "GREEK"})
+
+
+def one_script(value: str) -> str:
+    """``value``, unless a word of it mixes Latin, Cyrillic and Greek letters (``sеcret``
+    with a Cyrillic ``е`` looks like ``secret`` to a person and to no rule), which is
+    refused the way browsers refuse such host names. Other scripts mix freely."""
+    for word in _WORDS.findall(value):
+        scripts = {unicodedata.name(c, "?").split(" ")[0] for c in word if c.isalpha()}
+        mixed = sorted(scripts & CONFUSABLE_SCRIPTS)
+        if len(mixed) > 1:
+            raise ToolInputError(
+                f"{value!r} mixes {' and '.join(s.title() for s in mixed)} letters in "
+                f"{word!r}; write each word in one script"
+            )
+    return value
+
+
+_WORDS = re.compile(r"\w+")
 
 
 class ToolRegistry:

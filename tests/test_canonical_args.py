@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,15 @@ def plan_titles(server: BackgroundServer) -> list[str]:
     return [p["title"] for p in plans]
 
 
+def seen_as(text: str) -> str:
+    """What a person reads: compatibility forms, case and look-alike letters folded."""
+    plain = unicodedata.normalize("NFKC", text).casefold()
+    return "".join(UNLIKE.get(c, c) for c in plain)
+
+
+UNLIKE = {v: k for k, v in LOOK_ALIKES.items()}
+
+
 def gated_effects(data_dir: Path, server: BackgroundServer, before: set[str]) -> list[str]:
     """Every change to a gated target, read from the targets themselves (``before``:
     the worktrees the set-up prepared)."""
@@ -159,7 +169,7 @@ def gated_effects(data_dir: Path, server: BackgroundServer, before: set[str]) ->
     found += [f"api: {b} pushed" for b in remote_branches(data_dir, "api") - {"main"}]
     new = worktrees(data_dir) - before
     found += [f"worktree {w}" for w in new if "fix-" in w or w.startswith("api/")]
-    found += [f"plan {t}" for t in plan_titles(server) if t.lower().startswith(("secret", "prod"))]
+    found += [f"plan {t}" for t in plan_titles(server) if seen_as(t).startswith(("secret", "prod"))]
     return found
 
 
@@ -208,15 +218,20 @@ async def propose(env: WorkflowEnvironment, world: dict[str, Any], name: str, ar
             await conversations.end(sid, USER)
     assert turn.status in ("completed", "awaiting_approval"), turn.error
     assert gated_effects(world["data_dir"], world["plans"], world["worktrees"]) == [], args
-    [proposed] = [c for m in snapshot.transcript if isinstance(m, AIMessage) for c in m.tool_calls]
     [audit] = [a for a in snapshot.audit if a.event == "proposed"]
+    answers = [m for m in snapshot.transcript if isinstance(m, ToolMessage)]
+    ai = next(m for m in snapshot.transcript if isinstance(m, AIMessage))
+    if ai.invalid_tool_calls:  # arguments the tool cannot take: refused, never asked
+        assert turn.pending == [] and answers[0].artifact["status"] == "error"
+        assert "raw" in audit.detail
+        return
+    [proposed] = ai.tool_calls
     # The audit's hash is the hash of the canonical arguments: what the rules matched,
     # what the card shows, what runs.
     assert audit.detail["args_hash"] == args_hash(proposed["args"])
     for pending in turn.pending:
         assert pending.args == proposed["args"]
         assert pending.args_hash == args_hash(pending.args)
-    answers = [m for m in snapshot.transcript if isinstance(m, ToolMessage)]
     if answers and answers[0].artifact["status"] == "success":
         ran = answers[0].artifact["payload"]
         # What ran is what was proposed (and hashed): the tool normalized nothing more.
@@ -236,7 +251,12 @@ def prepare_of(kind: str) -> tuple[str, dict]:
     return ("git_prepare_worktree", args)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=os.environ.get("PARLEY_CANONICAL_SEED") is None,
+)
 @given(variant=VARIANTS)
 # The issue's three reproductions, and one of each other kind.
 @example(variant=push_of(" feat/release-x"))

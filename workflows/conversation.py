@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from langchain_core.messages import HumanMessage, SystemMessage
     from parley.workflows import gate, metrics
     from parley.workflows.deadlines import Deadlines
+    from parley.workflows.dedup import Deduplication
     from parley.workflows.events import EventLog
     from parley.workflows.handover import Handover, build_of_this_run
     from parley.workflows.ledger import Ledger
@@ -75,8 +76,6 @@ with workflow.unsafe.imports_passed_through():
     )
 
 
-#: How many update results to keep for deduplicating client retries.
-RECENT_RESULTS_KEPT = 32
 #: How many ``wait_for_events`` calls may wait at once. A newer one releases the
 #: oldest, so subscribers that went away (a gateway restarted) never pile up against
 #: Temporal's limit on updates in flight, which a decision must never meet.
@@ -98,6 +97,7 @@ class ConversationWorkflow:
         self._events = EventLog(self._state, thread_id=start.session_id)
         self._ledger = Ledger(self._state, self._events)
         self._turns = TurnEngine(self._state, start, self._ledger, self._events)
+        self._results = Deduplication(self._state)
         #: One token per waiting ``wait_for_events``, oldest first.
         self._event_waiters: list[object] = []
         #: Set when this run hands over to the next (continue-as-new): waiters are let go.
@@ -245,7 +245,7 @@ class ConversationWorkflow:
         self._handover.updates += 1
         message = gate.parse(SendMessageInput, raw, InvalidMessage)
         gate.check_owner(self._state, message.user_id)
-        if replayed := self._earlier_result():
+        if replayed := self._results.earlier():
             return replayed
         self._check_message(message)  # again: two updates may pass validation together
         self._state.turn_running = True
@@ -253,13 +253,13 @@ class ConversationWorkflow:
         self._ledger.audit("message", message.user_id, detail={"message_id": message.message_id})
         self._state.counters.turns += 1
         metrics.turn_started()
-        return self._remember(await self._turns.run())
+        return self._results.remember(await self._turns.run())
 
     @send_message.validator
     def _validate_send_message(self, raw: Any) -> None:
         message = gate.parse(SendMessageInput, raw, InvalidMessage)
         gate.check_owner(self._state, message.user_id)
-        if not self._earlier_result():
+        if not self._results.earlier():
             self._check_message(message)
 
     @workflow.update
@@ -267,17 +267,19 @@ class ConversationWorkflow:
         self._handover.updates += 1
         decision = gate.parse(DecideInput, raw, InvalidDecision)
         gate.check_member(self._state, decision.decided_by)
-        if replayed := self._earlier_result():
+        if replayed := self._results.earlier():
             return replayed
+        if self._results.signalled():  # sent by signal first, when no worker was there
+            return await self._results.result_of_signal()
         gate.check_decisions(self._state, decision, workflow.now())  # again: two may race
         self._state.turn_running = True
-        return self._remember(await self._turns.run(decisions=decision))
+        return self._results.remember(await self._turns.run(decisions=decision))
 
     @decide.validator
     def _validate_decide(self, raw: Any) -> None:
         decision = gate.parse(DecideInput, raw, InvalidDecision)
         gate.check_member(self._state, decision.decided_by)
-        if not self._earlier_result():
+        if not self._results.earlier() and not self._results.signalled():
             gate.check_decisions(self._state, decision, workflow.now())
 
     @workflow.update
@@ -380,20 +382,20 @@ class ConversationWorkflow:
 
     async def _apply_queued_decision(self) -> None:
         request = self._state.queued_decisions.pop(0)
+        self._results.applying = request.request_id
         try:
             gate.check_decisions(self._state, request, workflow.now())
-        except Refusal as refusal:
+            self._state.turn_running = True
+            result = await self._turns.run(decisions=request)
+            if request.request_id:  # the update of that id gets this result
+                self._results.remember(result, request.request_id)
+        except Refusal as refusal:  # stale, malformed, or an edit the rules refuse
+            self._results.refused(request.request_id, refusal)
             self._record_refused_decision(request.decided_by, refusal, request)
             if self._start.subagent is not None:
                 await self._turns.subagents.report_to_parent()  # so the parent stops waiting
-            return
-        self._state.turn_running = True
-        try:
-            await self._turns.run(decisions=request)
-        except InvalidDecision as refusal:  # an edit the rules refuse: nothing applied
-            self._record_refused_decision(request.decided_by, refusal, request)
-            if self._start.subagent is not None:
-                await self._turns.subagents.report_to_parent()
+        finally:
+            self._results.applying = None
 
     def _record_refused_decision(
         self, decided_by: str, refusal: Refusal, request: DecideInput | None = None
@@ -405,20 +407,6 @@ class ConversationWorkflow:
             ]
         self._ledger.audit("decision_refused", decided_by, detail=detail)
         self._events.decision_refused(decided_by, refusal.type or "", refusal.message)
-
-    def _earlier_result(self) -> TurnResult | None:
-        """The result this update id already had. Temporal deduplicates update ids within
-        a run; this keeps a client's retry safe across continue-as-new too."""
-        info = workflow.current_update_info()
-        return self._state.recent_results.get(info.id) if info else None
-
-    def _remember(self, result: TurnResult) -> TurnResult:
-        info = workflow.current_update_info()
-        if info:
-            self._state.recent_results[info.id] = result
-            while len(self._state.recent_results) > RECENT_RESULTS_KEPT:
-                del self._state.recent_results[next(iter(self._state.recent_results))]
-        return result
 
     # --- queries ----------------------------------------------------------------------
 

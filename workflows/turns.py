@@ -269,8 +269,9 @@ class TurnEngine:
             call = ToolCall(tool_call_id=broken["id"] or "", name=broken["name"] or "unknown")
             raw = (broken["args"] or "")[:PREVIEW_ARGS_CHARS]
             self._ledger.audit("proposed", "model", call.tool_call_id, call.name, {"raw": raw})
-            text = f"the arguments of {call.name} were refused: {broken['error']}"
-            self._ledger.answer(call, error_result(ErrorType.TOOL_INPUT, text), "refused")
+            self._ledger.answer(
+                call, error_result(ErrorType.TOOL_INPUT, _refusal(broken)), "refused"
+            )
         proposal = self._proposal()
         for proposed in ai.tool_calls:
             call = ToolCall.of(proposed)
@@ -383,6 +384,19 @@ class TurnEngine:
             http_status=info.http_status if info else None,
             body=info.body if info else None,
         )
+
+
+def _refusal(broken: Any) -> str:
+    """What the model reads of an invalid call: the tool's own words when the worker
+    refused arguments it parsed (``call_model``'s canonical form), else why they could
+    not be parsed."""
+    try:
+        parsed = json.loads(broken["args"] or "")
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        return str(broken["error"])
+    return f"the arguments of {broken['name']} could not be parsed: {broken['error']}"
 
 
 def _duration(seconds: float) -> str:

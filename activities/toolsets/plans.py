@@ -28,7 +28,7 @@ from parley.activities.toolsets.titles import normalize_plan_title
 from parley.contracts import ToolContext
 from parley.errors import ToolInputError
 from parley.settings import Settings
-from parley.tools import ParleyTool, auto
+from parley.tools import ParleyTool, auto, one_script
 
 SERVICE_NAME = "the plans service"
 TITLE_MAX = 80
@@ -59,6 +59,7 @@ def prepare_create_plan_args(args: dict[str, Any]) -> dict[str, Any]:
     title = args.get("title")
     if not isinstance(title, str) or not title.strip():
         return args
+    one_script(title)  # a look-alike spelling is refused, never matched by no rule
     normalized = normalize_plan_title(title, max_length=TITLE_MAX)
     if not normalized.changed:
         return args

@@ -203,7 +203,9 @@ class Conversations(ConversationListing, LivenessWatch):
             RPCError,
         ) as err:
             raise await self._refusal(err, session_id) from err
-        raise await self._decide_by_signal(session_id, request)
+        # The update id goes with it: the same command, sent again, gets its result.
+        signalled = request.model_copy(update={"request_id": update_id})
+        raise await self._decide_by_signal(session_id, signalled)
 
     async def _any_worker_lately(self) -> bool:
         """Whether a worker has polled the task queue lately; if Temporal does not say,
@@ -229,7 +231,7 @@ class Conversations(ConversationListing, LivenessWatch):
         return ConversationRefused(
             f"{self.no_worker_line()} Your decision is kept: Temporal holds it and the "
             "conversation applies it once when a worker returns (a decided call never runs "
-            f"twice); see its result then with `parley show {session_id} {request.decided_by}`.",
+            "twice); run the same command again then to get its result.",
             ErrorType.NO_WORKER,
         )
 

@@ -137,6 +137,9 @@ class Decision(StrictInput):
 class DecideInput(StrictInput):
     decisions: list[Decision]
     decided_by: str
+    #: Set by a client that sent this ``decide`` as ``decide_signal`` because no worker
+    #: was there: the ``decide`` update of this id, sent again later, gets its result.
+    request_id: str | None = None
 
 
 class EndInput(StrictInput):

@@ -12,8 +12,8 @@ answer, on replay and on any worker.
 A rule matches a call when:
 
 - ``tool`` (a shell-style pattern, ``fnmatch``) matches the tool's name;
-- every pattern in ``args`` matches the argument of that name (its value as text; a
-  missing argument never matches);
+- every pattern in ``args`` matches the argument of that name (its canonical value as
+  text, both NFKC-normalized and case-folded; a missing argument never matches);
 - with ``hours`` (``"09:00-18:00"``) and/or ``days`` (``"mon-fri"``, ``"sat,sun"``),
   the instant (shifted by ``utc_offset``) lies inside that window, or outside it when
   ``outside`` is true.
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import unicodedata
 from datetime import datetime, time, timedelta
 from typing import Any, Literal
 
@@ -98,7 +99,7 @@ class PolicyRule(Contract):
         if not fnmatch.fnmatchcase(tool, self.tool):
             return False
         for name, pattern in self.args.items():
-            if name not in args or not fnmatch.fnmatchcase(_text(args[name]), pattern):
+            if name not in args or not fnmatch.fnmatchcase(_folded(args[name]), _fold(pattern)):
                 return False
         if self.hours is None and self.days is None:
             return True
@@ -158,8 +159,15 @@ def call_shape(tool: str, args: dict[str, Any]) -> str:
     return f"{tool} {json.dumps(args, sort_keys=True, separators=(',', ':'), default=str)}"
 
 
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+def _folded(value: Any) -> str:
+    """An argument's text as a pattern compares it: see :func:`_fold`."""
+    return _fold(value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+
+
+def _fold(text: str) -> str:
+    """Unicode NFKC, then case-folded: ``FIX``, ``ｆｉｘ`` and ``fix`` are one value to a
+    rule (the arguments are already canonical: the tool's own form trimmed them)."""
+    return unicodedata.normalize("NFKC", text).casefold()
 
 
 def _window(value: str) -> tuple[time, time]:
