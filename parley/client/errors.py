@@ -24,6 +24,7 @@ from parley.contracts import (
     PARLEY_STATUS,
     PARLEY_USER,
     SUBAGENT_SEPARATOR,
+    SUBAGENT_SESSION_PATTERN,
     check_user_id,
     workflow_id_for,
 )
@@ -78,7 +79,11 @@ def checked_workflow_id(session_id: str, *, subagent: bool = True) -> str:
     """The workflow id of a conversation to read or decide on; a subagent's id
     (``<session>/<name>-<n>``) is accepted unless ``subagent`` is False (``send``:
     nobody may start, and so block, a conversation's subagent)."""
-    if not subagent and isinstance(session_id, str) and SUBAGENT_SEPARATOR in session_id:
+    if (
+        not subagent
+        and isinstance(session_id, str)
+        and SUBAGENT_SESSION_PATTERN.fullmatch(session_id)
+    ):
         parent = session_id.rpartition(SUBAGENT_SEPARATOR)[0]
         raise ConversationRefused(
             f"{session_id} is a subagent's conversation, working on a task for "
