@@ -22,7 +22,8 @@ from parley.cli.app import (
     run_async,
 )
 from parley.client import ConversationRefused
-from parley.contracts import Decision, DecisionAction, TurnResult
+from parley.contracts import Decision, DecisionAction, PendingCall, TurnResult
+from parley.errors import ErrorType
 
 Message = Annotated[
     str | None, typer.Option("--message", "-m", help="Why you reject them (the model is told).")
@@ -113,7 +114,15 @@ def decide(
 
     async def work() -> TurnResult:
         conv = await conversations(session, user)
-        pending = [] if call_ids else (await conv.state(session, user)).pending
+        pending: list[PendingCall] = []
+        if not call_ids:
+            state = await conv.state(session, user)
+            if state.status == "ended":
+                raise ConversationRefused(
+                    f"conversation {session} has ended; its calls will never run",
+                    ErrorType.CONVERSATION_ENDED,
+                )
+            pending = state.pending
         if tool_pattern is not None:
             pending = [p for p in pending if fnmatch.fnmatchcase(p.name, tool_pattern)]
             if not pending:

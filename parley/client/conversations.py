@@ -380,6 +380,16 @@ class Conversations(ConversationListing, LivenessWatch):
             pending_ids = await self.pending_from_history(description.id, list(tools))
         return unreadable(session_id, description, self.no_worker_line(), pending_ids)
 
+    async def closed(self, session_id: str) -> bool:
+        """Whether the conversation's workflow has closed (ended, terminated, timed out):
+        read from Temporal, no worker needed (a closed workflow's queries still answer
+        from its last state)."""
+        try:
+            description = await self.handle(session_id).describe()
+        except RPCError:
+            return False
+        return description.status not in OPEN_STATUSES
+
     async def _refusal(
         self, err: Exception, session_id: str, *, ended: str | None = None
     ) -> ConversationRefused:
@@ -387,10 +397,15 @@ class Conversations(ConversationListing, LivenessWatch):
         existed and for a call to a closed one, so describe it to tell which."""
         if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
             try:
-                await self.handle(session_id).describe()
+                description = await self.handle(session_id).describe()
             except RPCError:
                 return ConversationRefused(
                     f"no conversation {session_id} exists", ErrorType.NOT_FOUND
+                )
+            if description.status in OPEN_STATUSES:  # it started right after the call
+                return ConversationRefused(
+                    f"conversation {session_id} was not there yet; try again",
+                    ErrorType.NOT_FOUND,
                 )
             if ended:
                 return ConversationRefused(ended, ErrorType.CONVERSATION_ENDED)

@@ -114,7 +114,10 @@ class Feed:
     async def _ended(self, user_id: str) -> bool:
         """Whether the conversation has really ended: closing the feed ends every
         follower's stream, so a refusal that raced the conversation's start (Temporal
-        says NOT_FOUND before it exists) must not close it. A read says for sure."""
+        says NOT_FOUND before it exists) must not close it. Temporal says for sure
+        (a terminated workflow's query still answers, from its last state)."""
+        if await self._conversations.closed(self.session_id):
+            return True
         try:
             await self._conversations.events(self.session_id, user_id, limit=1)
         except ConversationRefused as refusal:
