@@ -32,7 +32,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from parley.contracts import NOTIFY, NotifyInput, workflow_id_for
-from parley.errors import is_transient_status
+from parley.errors import ErrorType, is_transient_status
 
 
 class NotifyActivities:
@@ -80,4 +80,6 @@ def _failure(failure: HttpError) -> ApplicationError:
         kind = failure.kind if isinstance(failure, HttpTransportError) else "network"
         message = f"could not reach the notification webhook ({kind})"
         transient = True
-    return ApplicationError(redact(message), type="NotificationFailed", non_retryable=not transient)
+    return ApplicationError(
+        redact(message), type=ErrorType.NOTIFICATION_FAILED, non_retryable=not transient
+    )

@@ -32,7 +32,19 @@ from temporalio.exceptions import ApplicationError
 
 
 class ErrorType:
-    """The ``ApplicationError.type`` strings: stable, shared by activities and workflow."""
+    """Every error type Parley names: the ``ApplicationError.type`` of a failure, the
+    ``error_type`` of a ``ConversationRefused`` and the ``error.type`` of a gateway
+    answer. No other module writes one as a string literal.
+
+    ``temporalio.contrib.deepagents`` keeps its names in one place and marks them as its
+    own (``"deepagents.invoke_model"``, ``"DeepAgentsUnknownTool"``). Parley does the
+    first (this class, grouped by who raises them) but keeps its values unprefixed:
+    they are stored and shown. An activity's failure type is in every workflow history
+    (``tests/histories`` replays ``ToolInputError`` and ``ToolFailed``, and the workflow
+    branches on them, so a renamed value would replay differently), in the audit log and
+    in the gateway's and ``--json`` answers clients compare against. A value, once
+    written, never changes; a new one is added here.
+    """
 
     TOOL_INPUT = "ToolInputError"
     TOOL_PERMISSION = "ToolPermissionError"
@@ -66,6 +78,20 @@ class ErrorType:
     RESULT_UNSTORABLE = "ToolResultUnstorable"
     # A subagent's conversation that ended without a reply (failed, cancelled, gone).
     SUBAGENT_FAILED = "SubagentFailed"
+    # A reviewer's webhook that did not answer (the audit log records it).
+    NOTIFICATION_FAILED = "NotificationFailed"
+    # What the client tells of a Temporal failure that is no refusal of the workflow's.
+    TEMPORAL_REFUSED = "RPCError"
+    QUERY_FAILED = "QueryFailed"
+    STILL_RUNNING = "StillRunning"
+    # The gateway's answers to a request it cannot take (``{"error": {"type": ...}}``).
+    UNAUTHENTICATED = "Unauthenticated"
+    INVALID_REQUEST = "InvalidRequest"
+    REQUEST_TOO_LARGE = "RequestTooLarge"
+    #: A refusal that carried no type of its own.
+    REFUSED = "Refused"
+    #: An AG-UI run whose turn failed (``RunErrorEvent.code``).
+    TURN_FAILED = "TurnFailed"
 
 
 class Refusal(ApplicationError):

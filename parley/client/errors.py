@@ -97,21 +97,29 @@ def checked_workflow_id(session_id: str, *, subagent: bool = True) -> str:
 
 
 def refusal(err: Exception, session_id: str) -> ConversationRefused:
-    """The one line a failed workflow call (update, query, RPC) turns into."""
+    """The one line a failed workflow call (update, query, RPC) turns into: the one
+    translator from a Temporal failure to ``ConversationRefused``. It goes by the
+    failure's kind, its gRPC status and its ``ApplicationError.type``, never by its text,
+    with one exception: a failed query reaches the client as a message only (Temporal
+    passes no failure type back from a query handler), so a query the workflow refused
+    because the reader is no member is recognised by ``NOT_OWNER_MESSAGE``, the one text
+    ``NotOwner`` is ever raised with."""
     if isinstance(err, RPCError):
         if err.status == RPCStatusCode.NOT_FOUND:
             # Also a call to a closed workflow: ``Conversations._refusal`` tells which.
             return ConversationRefused(f"no conversation {session_id} exists", ErrorType.NOT_FOUND)
-        return ConversationRefused(f"Temporal refused the call: {err.message}", "RPCError")
+        return ConversationRefused(
+            f"Temporal refused the call: {err.message}", ErrorType.TEMPORAL_REFUSED
+        )
     if isinstance(err, WorkflowQueryFailedError):
         if err.message == NOT_OWNER_MESSAGE:
             return ConversationRefused(err.message, ErrorType.NOT_OWNER)
-        return ConversationRefused(str(err), "QueryFailed")
+        return ConversationRefused(str(err), ErrorType.QUERY_FAILED)
     if isinstance(err, WorkflowUpdateRPCTimeoutOrCancelledError):
         return ConversationRefused(
             f"gave up waiting for conversation {session_id}; the turn goes on in Temporal: "
             "see its result with `parley show`",
-            "StillRunning",
+            ErrorType.STILL_RUNNING,
         )
     cause = err.cause if isinstance(err, WorkflowUpdateFailedError) else None
     if isinstance(cause, ApplicationError):

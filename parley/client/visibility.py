@@ -27,6 +27,7 @@ from parley.contracts import (
     WORKFLOW_ID_PREFIX,
     TurnResult,
 )
+from parley.errors import ErrorType
 from parley.workflows.conversation import ConversationWorkflow
 
 
@@ -87,7 +88,7 @@ class ConversationListing:
                     runs.setdefault(execution.id, []).append(execution)
         except RPCError as err:
             raise ConversationRefused(
-                f"Temporal refused to list conversations: {err.message}", "RPCError"
+                f"Temporal refused to list conversations: {err.message}", ErrorType.TEMPORAL_REFUSED
             ) from err
         lookups = asyncio.Semaphore(16)  # one history read per open conversation
 

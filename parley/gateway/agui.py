@@ -50,12 +50,12 @@ async def agui(
     try:
         body = await request.json()
     except ValueError:
-        raise ApiError(422, "InvalidRequest", "the body is not JSON") from None
+        raise ApiError(422, ErrorType.INVALID_REQUEST, "the body is not JSON") from None
     try:
         run = RunAgentInput.model_validate(body)
     except ValidationError as err:
         raise ApiError(
-            422, "InvalidRequest", f"not a RunAgentInput: {describe(err.errors())}"
+            422, ErrorType.INVALID_REQUEST, f"not a RunAgentInput: {describe(err.errors())}"
         ) from None
     session_id = session(run.thread_id)
     if run.resume:

@@ -61,7 +61,9 @@ async def current_user(
         token = credentials.credentials if credentials is not None else ""
         user_id = gateway(request).tokens.user_for(token) if token else None
     if user_id is None:
-        raise ApiError(401, "Unauthenticated", "send your token as 'Authorization: Bearer <token>'")
+        raise ApiError(
+            401, ErrorType.UNAUTHENTICATED, "send your token as 'Authorization: Bearer <token>'"
+        )
     return user_id
 
 

@@ -55,7 +55,7 @@ def error_response(status: int, error_type: str, message: str) -> JSONResponse:
 
 def refused(refusal: ConversationRefused, session_id: str) -> ApiError:
     """A refusal as an HTTP error. Not the owner reads exactly as not found."""
-    error_type = refusal.error_type or "Refused"
+    error_type = refusal.error_type or ErrorType.REFUSED
     status = HTTP_STATUS.get(error_type, 502)
     if status == 404:
         return ApiError(404, ErrorType.NOT_FOUND, f"conversation {session_id} not found")
@@ -89,7 +89,7 @@ def install_error_handlers(app: FastAPI) -> None:
         about_decisions = any(
             tuple(p.get("loc", ()))[:2] == ("body", "decisions") for p in problems
         )
-        error_type = ErrorType.INVALID_DECISION if about_decisions else "InvalidRequest"
+        error_type = ErrorType.INVALID_DECISION if about_decisions else ErrorType.INVALID_REQUEST
         return error_response(422, error_type, describe(problems))
 
     @app.exception_handler(StarletteHTTPException)

@@ -20,13 +20,14 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from parley.errors import ErrorType
 from parley.gateway.access import TokenTable
 from parley.settings import Settings
 
 #: Room above the message limit for the rest of a body and for JSON's escapes.
 BODY_MARGIN_BYTES = 4 * 1024 * 1024
 #: The error type of a body over the limit.
-REQUEST_TOO_LARGE = "RequestTooLarge"
+REQUEST_TOO_LARGE = ErrorType.REQUEST_TOO_LARGE
 #: Where the user id of a request's token goes (``request.state.user_id``).
 USER_STATE_KEY = "user_id"
 
@@ -59,13 +60,15 @@ class RefuseBeforeReading:
         if needs_token(scope["path"]):
             user_id, problem = self._user(headers.get("authorization"))
             if user_id is None:
-                await answer(send, 401, "Unauthenticated", problem)
+                await answer(send, 401, ErrorType.UNAUTHENTICATED, problem)
                 return
             scope.setdefault("state", {})[USER_STATE_KEY] = user_id
         declared = headers.get("content-length")
         if declared is not None:
             if not declared.strip().isdigit():
-                await answer(send, 400, "InvalidRequest", "Content-Length must be a number")
+                await answer(
+                    send, 400, ErrorType.INVALID_REQUEST, "Content-Length must be a number"
+                )
                 return
             if int(declared) > self.max_body_bytes:
                 await answer(send, 413, REQUEST_TOO_LARGE, self._too_large())

@@ -26,6 +26,7 @@ from ag_ui.core import (
 
 from parley.client import Conversations
 from parley.contracts import OffsetEvent, TurnResult
+from parley.errors import ErrorType
 
 #: Events read per ``events`` query while looking for the run.
 PAGE = 1_000
@@ -99,7 +100,7 @@ def made_from(session_id: str, result: TurnResult) -> list[dict[str, Any]]:
     started = RunStartedEvent(thread_id=session_id, run_id=run_id)
     if result.status == "failed":
         ended: RunErrorEvent | RunFinishedEvent = RunErrorEvent(
-            message=result.error or "the turn failed", code="TurnFailed"
+            message=result.error or "the turn failed", code=ErrorType.TURN_FAILED
         )
     else:
         outcome: RunFinishedInterruptOutcome | RunFinishedSuccessOutcome

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from parley.client import ConversationRefused
 from parley.contracts import ConversationStatus, Decision, StateQuery, TurnResult
+from parley.errors import ErrorType
 from parley.gateway.deps import Gateway, current_user, gateway, guarded, session
 from parley.gateway.errors import ApiError
 from parley.gateway.streams import follow, respond_to_turn, sse
@@ -89,7 +90,7 @@ async def list_conversations(
     try:
         found = await gw.conversations.list(user_id, reviewing=reviewing)
     except ConversationRefused as refusal:
-        raise ApiError(502, refusal.error_type or "Refused", refusal.message) from None
+        raise ApiError(502, refusal.error_type or ErrorType.REFUSED, refusal.message) from None
     return {
         "conversations": [
             {**c.model_dump(mode="json"), "temporal_ui_url": gw.workflow_link(c.session_id)}
@@ -183,7 +184,7 @@ async def follow_events(
             after = max(int(last_event_id), -1)
         except ValueError:
             raise ApiError(
-                422, "InvalidRequest", "Last-Event-ID must be an event offset (an integer)"
+                422, ErrorType.INVALID_REQUEST, "Last-Event-ID must be an event offset (an integer)"
             ) from None
     # Refused now (404, 422), not after the stream has begun.
     page = await guarded(session_id, gw.conversations.events(session_id, user_id, limit=1))
