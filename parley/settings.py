@@ -17,7 +17,13 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
-from parley.contracts import MESSAGE_MAX_BYTES_DEFAULT
+from parley.contracts.limits import (
+    CONTINUE_AS_NEW_AFTER_EVENTS_DEFAULT,
+    MESSAGE_MAX_BYTES_DEFAULT,
+    MODEL_CALLS_PER_TURN_DEFAULT,
+    PENDING_EXPIRY_SECONDS_DEFAULT,
+    PENDING_EXPIRY_SECONDS_MAX,
+)
 
 DEFAULT_TASK_QUEUE = "parley"
 DEFAULT_TEMPORAL_ADDRESS = "localhost:7233"
@@ -121,9 +127,9 @@ class Settings:
     policies_file: str | None = None
     #: The MCP servers of ``parley.activities.toolsets.mcp``: a JSON file of connections.
     mcp_servers: str | None = None
-    pending_expiry_seconds: float = 24 * 3600
-    max_model_calls_per_turn: int = 8
-    continue_as_new_after_events: int = 10_000
+    pending_expiry_seconds: float = PENDING_EXPIRY_SECONDS_DEFAULT
+    max_model_calls_per_turn: int = MODEL_CALLS_PER_TURN_DEFAULT
+    continue_as_new_after_events: int = CONTINUE_AS_NEW_AFTER_EVENTS_DEFAULT
     #: Where large payloads and transcript segments go (``parley.storage``): a
     #: directory, or ``module:factory`` returning a Temporal ``StorageDriver``.
     payload_store: str | None = None
@@ -196,13 +202,15 @@ class Settings:
             pending_expiry_seconds=_positive_number(
                 env,
                 "PARLEY_PENDING_EXPIRY_SECONDS",
-                24 * 3600,
+                PENDING_EXPIRY_SECONDS_DEFAULT,
                 example="3600",
-                most=MAX_PENDING_EXPIRY_SECONDS,
+                most=PENDING_EXPIRY_SECONDS_MAX,
             ),
-            max_model_calls_per_turn=_positive_int(env, "PARLEY_MAX_MODEL_CALLS_PER_TURN", 8),
+            max_model_calls_per_turn=_positive_int(
+                env, "PARLEY_MAX_MODEL_CALLS_PER_TURN", MODEL_CALLS_PER_TURN_DEFAULT
+            ),
             continue_as_new_after_events=_positive_int(
-                env, "PARLEY_CONTINUE_AS_NEW_AFTER_EVENTS", 10_000
+                env, "PARLEY_CONTINUE_AS_NEW_AFTER_EVENTS", CONTINUE_AS_NEW_AFTER_EVENTS_DEFAULT
             ),
             payload_store=env.get("PARLEY_PAYLOAD_STORE") or None,
             max_message_bytes=_positive_int(
@@ -255,10 +263,6 @@ class Settings:
 
 
 Env = os._Environ[str] | dict[str, str]
-
-MAX_PENDING_EXPIRY_SECONDS = 10 * 365 * 24 * 3600
-"""Ten years: far beyond any real wait, and well inside what ``timedelta`` and a
-Temporal timer can represent."""
 
 
 def _positive_number(env: Env, name: str, default: float, *, example: str, most: float) -> float:

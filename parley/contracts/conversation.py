@@ -13,7 +13,13 @@ from pydantic import (
     model_validator,
 )
 
-from parley.contracts.limits import MESSAGE_MAX_BYTES_DEFAULT
+from parley.contracts.limits import (
+    CONTINUE_AS_NEW_AFTER_EVENTS_DEFAULT,
+    MESSAGE_MAX_BYTES_DEFAULT,
+    MODEL_CALLS_PER_TURN_DEFAULT,
+    PENDING_EXPIRY_SECONDS_DEFAULT,
+    PENDING_EXPIRY_SECONDS_MAX,
+)
 from parley.contracts.model import ContextRef
 from parley.contracts.names import (
     ConversationStatus,
@@ -29,11 +35,13 @@ from parley.contracts.tools import ToolCatalogue, TurnToolResult
 class ConversationStart(Contract):
     session_id: str
     user_id: str
-    pending_expiry_seconds: float = Field(default=24 * 3600, gt=0, le=10 * 365 * 24 * 3600)
-    max_model_calls_per_turn: int = Field(default=8, ge=1)
+    pending_expiry_seconds: float = Field(
+        default=PENDING_EXPIRY_SECONDS_DEFAULT, gt=0, le=PENDING_EXPIRY_SECONDS_MAX
+    )
+    max_model_calls_per_turn: int = Field(default=MODEL_CALLS_PER_TURN_DEFAULT, ge=1)
     #: Continue-as-new (between turns, after at least one turn in the run) once this
     #: run's history is this long.
-    continue_as_new_after_events: int = Field(default=10_000, ge=1)
+    continue_as_new_after_events: int = Field(default=CONTINUE_AS_NEW_AFTER_EVENTS_DEFAULT, ge=1)
     #: A message longer than this (UTF-8 bytes) is refused before it enters history.
     max_message_bytes: int = Field(default=MESSAGE_MAX_BYTES_DEFAULT, ge=1, le=64 * 1024 * 1024)
     #: Users besides the owner who may read the conversation and decide on its calls

@@ -12,6 +12,15 @@ from parley.contracts.tools import ToolResult, TurnToolResult
 #: Limits on what a conversation keeps in memory and in one payload. They bound the
 #: workflow's state (so the continue-as-new input), every query page and update result.
 MESSAGE_MAX_BYTES_DEFAULT = 1024 * 1024
+#: A conversation's defaults, written once: ``ConversationStart`` (what a conversation
+#: runs with) and ``parley.settings.Settings`` (what the worker starts it with) read
+#: them from here.
+PENDING_EXPIRY_SECONDS_DEFAULT = 24 * 3600
+#: Ten years: far beyond any real wait, and well inside what ``timedelta`` and a
+#: Temporal timer can represent.
+PENDING_EXPIRY_SECONDS_MAX = 10 * 365 * 24 * 3600
+MODEL_CALLS_PER_TURN_DEFAULT = 8
+CONTINUE_AS_NEW_AFTER_EVENTS_DEFAULT = 10_000
 #: A tool result longer than this reaches the model truncated, with a note saying so.
 MODEL_RESULT_MAX_CHARS = 32_000
 #: Content and payload previews in a ``TurnResult``, an event or an audit entry.
