@@ -78,7 +78,6 @@ class Deadlines:
         due = [call for call in due if call not in escalating]
         if not due:
             return
-        self._state.turn_running = True
         metrics.approvals_answered(len(due))
         self._state.pending = [c for c in self._state.pending if c not in due]
         await self._turns.run(expired=due)

@@ -11,10 +11,11 @@ on to its conversation, and a remembered decision is kept for later calls of its
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from langchain_core.messages import AIMessage
 from parley.workflows import metrics
+from parley.workflows.execution import ToolRunner, TurnFailed
 from parley.workflows.ledger import Ledger
 from parley.workflows.subagents import Subagents
 from parley.workflows.triage import Proposal, Refuse, Run, Verdict, Wait, triage
@@ -46,8 +47,6 @@ REMEMBERED_KEPT = 64
 #: histories recorded before it replay the old way (the edit ran as given).
 EDITS_ARE_PROPOSALS = "edits-are-proposals"
 
-Execute = Callable[..., Awaitable[None]]
-
 
 class Decisions:
     def __init__(
@@ -58,8 +57,7 @@ class Decisions:
         subagents: Subagents,
         catalogue: Callable[[], ToolCatalogue],
         proposal: Callable[[ToolCatalogue], Proposal],
-        execute: Execute,
-        stopped: type[Exception],
+        tools: ToolRunner,
     ) -> None:
         self._state = state
         self._start = start
@@ -67,9 +65,7 @@ class Decisions:
         self._subagents = subagents
         self._catalogue = catalogue
         self._proposal = proposal
-        self._execute = execute
-        #: What ``execute`` raises when the turn stops closed.
-        self._stopped = stopped
+        self._execute = tools.execute
 
     async def review_edits(self, decide: DecideInput) -> dict[str, tuple[ToolCall, Verdict]]:
         """Each edit as a new proposal: its arguments made canonical by the worker, then
@@ -144,7 +140,7 @@ class Decisions:
                 if decision.remember:
                     self._remember(call, decision, decide.decided_by)
                 await self._apply_one(call, decision, decide.decided_by, edit)
-        except self._stopped:
+        except TurnFailed:
             if owner_ai is not None:
                 self._ledger.abandon_unanswered(owner_ai)
             raise

@@ -31,7 +31,13 @@ with workflow.unsafe.imports_passed_through():
         ToolCallStartEvent,
     )
 
-    from parley.contracts import ConversationState, PendingCall, ToolCatalogue
+    from parley.contracts import (
+        ConversationState,
+        EventPage,
+        OffsetEvent,
+        PendingCall,
+        ToolCatalogue,
+    )
 
 #: The AG-UI ``CUSTOM`` event that records a decision refused after it was received
 #: (a ``decide_signal`` that no longer fits): ``value`` has the error type and message.
@@ -151,3 +157,16 @@ class EventLog:
     def last_offset(self) -> int:
         """The offset of the latest event (-1 before the first)."""
         return self._state.events_offset + len(self._state.events) - 1
+
+    def page(self, after: int, limit: int) -> EventPage:
+        """Events with offset > ``after``, at most ``limit``, from what is kept."""
+        first_kept = self._state.events_offset
+        start = max(after + 1, first_kept)
+        kept = self._state.events[start - first_kept : start - first_kept + limit]
+        page = [OffsetEvent(offset=start + i, event=event) for i, event in enumerate(kept)]
+        return EventPage(
+            events=page,
+            next_after=page[-1].offset if page else max(after, start - 1),
+            first_kept=first_kept,
+            latest=self.last_offset,
+        )

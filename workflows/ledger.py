@@ -29,6 +29,7 @@ from parley.contracts import (
     AuditEntry,
     ConversationSnapshot,
     ConversationState,
+    PendingCall,
     PolicyOutcome,
     StateQuery,
     ToolCall,
@@ -136,6 +137,23 @@ class Ledger:
             ),
         )
         self.answer(call, result, "expired")
+
+    def answer_timed_out(self, call: PendingCall, default_seconds: float) -> None:
+        """A call nobody decided on in time: expired, or rejected if its rule says so."""
+        rule = call.on_timeout
+        seconds = default_seconds if rule is None else rule.seconds
+        waited = seconds * (2 if rule is not None and rule.escalated else 1)
+        if rule is not None and rule.action == "reject":
+            reason = rule.reason or "nobody decided on it in time"
+            content = (
+                f"Rejected: {reason} (no decision within {_duration(waited)}); this call to "
+                f"{call.name} did not run."
+            )
+            payload = {"decision": "reject", "message": reason, "by": "timeout"}
+            result = ToolResult(status="rejected", content=content, payload=payload)
+            self.answer(call, result, "expired", detail={"on_timeout": "reject"})
+            return
+        self.answer_unrun(call, f"nobody decided on it within {_duration(waited)}")
 
     def abandon_unanswered(self, ai: AIMessage) -> None:
         """After a fail-closed error, answer the calls of ``ai`` that will not run now,
@@ -258,3 +276,11 @@ def page(
         budget -= cost
         end += 1
     return kept[start:end], kept_offset + start
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:g} h"
+    if seconds >= 60:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"

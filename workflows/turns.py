@@ -3,8 +3,8 @@ rests (a reply, calls pending, or a failure). Workflow side (deterministic; side
 effects only through activities, by name: ``call_model``, ``canonical_args``, ``run_tool``).
 
 A pending call runs only inside :meth:`TurnEngine.run` for the ``decide`` that names it
-(F1), and every tool runs through one path, :meth:`TurnEngine._execute`, before and
-after a decision (F3). Whatever happens, every call of the transcript ends answered
+(F1), and every tool runs through one path, ``execution.ToolRunner``, before and after
+a decision (F3). Whatever happens, every call of the transcript ends answered
 (through the ledger) or pending, and the status is never left ``running``.
 
 Canonical once: a proposed call's arguments arrive canonical from ``call_model``; an
@@ -17,12 +17,15 @@ it refuses the decision; one that needs a reviewer leaves the call waiting.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from langchain_core.messages import AIMessage
 from parley.workflows import metrics
 from parley.workflows.decisions import Decisions
 from parley.workflows.events import EventLog
+from parley.workflows.execution import ToolRunner, TurnFailed
 from parley.workflows.ledger import Ledger, error_result
 from parley.workflows.notifying import Notifier
 from parley.workflows.publishing import set_status
@@ -34,34 +37,19 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from parley.contracts import (
     CALL_MODEL,
     PREVIEW_ARGS_CHARS,
-    RUN_TOOL,
     CallModelInput,
     CallModelOutput,
     ConversationStart,
     ConversationState,
     DecideInput,
     PendingCall,
-    RunToolInput,
-    RunToolOutput,
     ToolCall,
     ToolCatalogue,
-    ToolErrorInfo,
-    ToolResult,
     TurnResult,
     args_hash,
-    call_summary,
 )
-from parley.errors import MODEL_VISIBLE_TOOL_ERRORS, ErrorType, InvalidDecision
-from parley.settings import MODEL_ACTIVITY, TOOL_ACTIVITY
-
-
-class TurnFailed(Exception):
-    """Stops a turn closed: nothing else runs, the model is not called again."""
-
-    def __init__(self, message: str, code: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
+from parley.errors import ErrorType
+from parley.settings import MODEL_ACTIVITY
 
 
 def text_of(message: AIMessage) -> str:
@@ -86,15 +74,9 @@ class TurnEngine:
         self._events = events
         self.notifier = Notifier(state, start, ledger, self._catalogue)
         self.subagents = Subagents(state, start, ledger, self._catalogue)
+        self._tools = ToolRunner(state, start, ledger, self.subagents, self._catalogue)
         self._decisions = Decisions(
-            state,
-            start,
-            ledger,
-            self.subagents,
-            self._catalogue,
-            self._proposal,
-            self._execute,
-            TurnFailed,
+            state, start, ledger, self.subagents, self._catalogue, self._proposal, self._tools
         )
 
     async def run(
@@ -104,48 +86,21 @@ class TurnEngine:
         expired: list[PendingCall] | None = None,
         subagent_news: bool = False,
     ) -> TurnResult:
-        """Run until the turn rests. The caller has set ``state.turn_running``; this
-        clears it, whatever happens. Edits that the rules refuse raise
-        ``InvalidDecision`` before anything is applied."""
+        """Run until the turn rests; the running flag is set for exactly that long
+        (:meth:`_turn`). Edits that the rules refuse raise ``InvalidDecision`` before
+        anything is applied."""
         state = self._state
-        edits: dict[str, tuple[ToolCall, Verdict]] = {}
-        if decisions is not None:
-            try:
-                edits = await self._decisions.review_edits(decisions)
-            except InvalidDecision:
-                state.turn_running = False
-                raise
-        state.runs += 1
-        run_id = f"run-{state.runs}"
-        state.turn_results = []
-        pending_before = {call.tool_call_id for call in state.pending}
-        if decisions is not None or expired:
-            self.notifier.cancel_all()  # the calls it announced are being answered
-        self._events.run_started(run_id)
-        set_status(state, "running")
-        try:
-            if decisions is not None:
-                await self._decisions.apply(decisions, edits)
-            for call in expired or []:
-                self._answer_timed_out(call)
-            if subagent_news:
-                self.subagents.apply_news()
-            if state.pending:
-                result = self._ledger.turn_result("awaiting_approval")
-            else:
-                result = await self._model_loop(check_catalogue=decisions is None)
-        except TurnFailed as failure:
-            self.subagents.stop("the turn that started it failed")
-            result = self._fail(failure)
-        except Exception as err:  # a bug must not leave the turn "running" for ever
-            workflow.logger.exception("turn failed unexpectedly")
-            state.pending = []
-            self.subagents.stop("the turn that started it failed")
-            result = self._fail(
-                TurnFailed(f"internal error: {type(err).__name__}: {err}", "InternalError")
-            )
-        finally:
-            state.turn_running = False
+        with self._turn():
+            edits = await self._decisions.review_edits(decisions) if decisions is not None else {}
+            state.runs += 1
+            run_id = f"run-{state.runs}"
+            state.turn_results = []
+            pending_before = {call.tool_call_id for call in state.pending}
+            if decisions is not None or expired:
+                self.notifier.cancel_all()  # the calls it announced are being answered
+            self._events.run_started(run_id)
+            set_status(state, "running")
+            result = await self._rest(decisions, edits, expired or [], subagent_news)
         if result.status == "awaiting_approval":
             self._events.run_finished(run_id, state.pending, self._catalogue())
             set_status(state, "awaiting_approval")
@@ -163,22 +118,45 @@ class TurnEngine:
             await self.subagents.report_to_parent(result.results)
         return result
 
-    def _answer_timed_out(self, call: PendingCall) -> None:
-        """A call nobody decided on in time: expired, or rejected if its rule says so."""
-        rule = call.on_timeout
-        seconds = self._start.pending_expiry_seconds if rule is None else rule.seconds
-        waited = seconds * (2 if rule is not None and rule.escalated else 1)
-        if rule is not None and rule.action == "reject":
-            reason = rule.reason or "nobody decided on it in time"
-            content = (
-                f"Rejected: {reason} (no decision within {_duration(waited)}); this call to "
-                f"{call.name} did not run."
+    @contextmanager
+    def _turn(self) -> Iterator[None]:
+        """The one place a turn's running flag is set and cleared, whatever happens:
+        validators refuse messages and decisions while it is set."""
+        self._state.turn_running = True
+        try:
+            yield
+        finally:
+            self._state.turn_running = False
+
+    async def _rest(
+        self,
+        decisions: DecideInput | None,
+        edits: dict[str, tuple[ToolCall, Verdict]],
+        expired: list[PendingCall],
+        subagent_news: bool,
+    ) -> TurnResult:
+        """Apply what the turn was started with, then call the model until it rests; a
+        failure fails the turn closed (nothing else runs, subagents are stopped)."""
+        try:
+            if decisions is not None:
+                await self._decisions.apply(decisions, edits)
+            for call in expired:
+                self._ledger.answer_timed_out(call, self._start.pending_expiry_seconds)
+            if subagent_news:
+                self.subagents.apply_news()
+            if self._state.pending:
+                return self._ledger.turn_result("awaiting_approval")
+            return await self._model_loop(check_catalogue=decisions is None)
+        except TurnFailed as failure:
+            self.subagents.stop("the turn that started it failed")
+            return self._fail(failure)
+        except Exception as err:  # a bug must not leave the turn "running" for ever
+            workflow.logger.exception("turn failed unexpectedly")
+            self._state.pending = []
+            self.subagents.stop("the turn that started it failed")
+            return self._fail(
+                TurnFailed(f"internal error: {type(err).__name__}: {err}", "InternalError")
             )
-            payload = {"decision": "reject", "message": reason, "by": "timeout"}
-            result = ToolResult(status="rejected", content=content, payload=payload)
-            self._ledger.answer(call, result, "expired", detail={"on_timeout": "reject"})
-            return
-        self._ledger.answer_unrun(call, f"nobody decided on it within {_duration(waited)}")
 
     def _fail(self, failure: TurnFailed) -> TurnResult:
         self._events.run_error(failure.message, failure.code)
@@ -299,7 +277,7 @@ class TurnEngine:
                         call.name,
                         {"action": "approve", "remembered_from": remembered.tool_call_id},
                     )
-                await self._execute(
+                await self._tools.execute(
                     call,
                     approved_by=remembered.decided_by if remembered else None,
                     rule=run.outcome.rule,
@@ -307,83 +285,6 @@ class TurnEngine:
         except TurnFailed:
             self._ledger.abandon_unanswered(ai)
             raise
-
-    # --- the one path that runs a tool ---------------------------------------------------
-
-    async def _execute(
-        self,
-        call: ToolCall,
-        *,
-        approved_by: str | None = None,
-        edited_by: str | None = None,
-        rule: str | None = None,
-    ) -> None:
-        """Run a tool with the call's (canonical) arguments, before or after a decision,
-        and answer its call; a subagent's tool starts its conversation instead."""
-        args = call.args
-        if self._catalogue().subagent(call.name) is not None:
-            await self.subagents.delegate(call, args)
-            return
-        self._state.counters.tool_runs += 1
-        try:
-            output: RunToolOutput = await workflow.execute_activity(
-                RUN_TOOL,
-                RunToolInput(
-                    name=call.name,
-                    args=args,
-                    args_hash=args_hash(args),
-                    tool_call_id=call.tool_call_id,
-                    user_id=self._state.user_id,
-                    approved_by=approved_by,
-                    rule=rule,
-                    evaluated_at=workflow.now() if rule else None,
-                    subagent=self._start.subagent.name if self._start.subagent else None,
-                ),
-                start_to_close_timeout=TOOL_ACTIVITY.start_to_close,
-                heartbeat_timeout=TOOL_ACTIVITY.heartbeat,
-                retry_policy=TOOL_ACTIVITY.retry,
-                result_type=RunToolOutput,
-                summary=call_summary(call.name, args),
-            )
-            result = output.result
-        except ActivityError as err:
-            result = self._failed(call, err)
-        metrics.tool_ran(call.name, result.status)
-        detail: dict[str, Any] | None = None
-        if edited_by is not None:
-            who = "the owner" if edited_by == self._state.user_id else "a reviewer"
-            result = result.model_copy(
-                update={
-                    "content": f"{result.content}\n({edited_by}, {who}, changed the arguments "
-                    f"before this ran; it ran with {json.dumps(args, ensure_ascii=False)}.)",
-                }
-            )
-            detail = {"edited_args": args, "edited_by": edited_by}
-        self._ledger.answer(call, result, "ran", detail=detail)
-
-    def _failed(self, call: ToolCall, err: ActivityError) -> ToolResult:
-        """What a failed ``run_tool`` means: an error the model can read (input,
-        permission), or a failure that stops the turn closed."""
-        cause = err.cause
-        error_type = cause.type if isinstance(cause, ApplicationError) else None
-        if not isinstance(cause, ApplicationError) or error_type not in MODEL_VISIBLE_TOOL_ERRORS:
-            message = cause.message if isinstance(cause, ApplicationError) else str(cause)
-            failed = error_result(
-                error_type or ErrorType.TOOL_FAILED,
-                f"{call.name} failed unexpectedly and the turn was stopped: {message}",
-            )
-            self._ledger.answer(call, failed, "failed")
-            metrics.tool_ran(call.name, "failed")
-            raise TurnFailed(
-                f"tool {call.name} failed: {message}", error_type or ErrorType.TOOL_FAILED
-            ) from err
-        info = ToolErrorInfo.model_validate(cause.details[0]) if cause.details else None
-        return error_result(
-            error_type or ErrorType.TOOL_FAILED,
-            info.message if info else cause.message,
-            http_status=info.http_status if info else None,
-            body=info.body if info else None,
-        )
 
 
 def _refusal(broken: Any) -> str:
@@ -397,11 +298,3 @@ def _refusal(broken: Any) -> str:
     if isinstance(parsed, dict):
         return str(broken["error"])
     return f"the arguments of {broken['name']} could not be parsed: {broken['error']}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds >= 3600:
-        return f"{seconds / 3600:g} h"
-    if seconds >= 60:
-        return f"{seconds / 60:g} min"
-    return f"{seconds:g} s"
