@@ -249,8 +249,7 @@ async def _run_temporal_and_worker(
     token: str | None,
     console: Console,
 ) -> None:
-    from parley.cli import load_tools_and_model
-    from parley.worker import build_worker, ensure_search_attributes
+    from parley.worker import build_worker, ensure_search_attributes, load_tools_and_model
 
     # A bad PARLEY_TOOLS / PARLEY_MODEL is reported before Temporal starts.
     registry, model = load_tools_and_model(

@@ -46,6 +46,36 @@ from parley.workflows.conversation import ConversationWorkflow
 log = logging.getLogger("parley.worker")
 
 
+def load_tools_and_model(
+    settings: Settings, *, warn: Callable[[str], None]
+) -> tuple[ToolRegistry, BaseChatModel]:
+    """The worker's tools (``PARLEY_TOOLS``) and model (``PARLEY_MODEL``), loaded before
+    anything starts. Whatever a toolset or a model factory raises becomes one
+    ``ValueError`` naming the setting; a worker with no tools is ``warn``-ed about."""
+    try:
+        registry = load_registry(settings.tools, settings=settings)
+    except ValueError:
+        raise
+    except Exception as problem:  # a toolset's own code may raise anything
+        raise ValueError(
+            f"PARLEY_TOOLS={settings.tools!r}: {type(problem).__name__}: {problem}"
+        ) from None
+    try:
+        model = build_chat_model(settings.model, settings)
+    except ValueError:
+        raise
+    except Exception as problem:  # so may a model factory
+        raise ValueError(
+            f"PARLEY_MODEL={settings.model!r}: {type(problem).__name__}: {problem}"
+        ) from None
+    if not len(registry):
+        warn(
+            f"no tools: PARLEY_TOOLS={settings.tools!r} loads none, so the model can only "
+            "talk (set PARLEY_TOOLS=module:attr[,module:attr...])"
+        )
+    return registry, model
+
+
 def build_worker(
     client: Client,
     settings: Settings,

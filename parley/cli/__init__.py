@@ -18,7 +18,7 @@ from __future__ import annotations
 from parley.cli.app import app, fail, out, warn
 from parley.cli.conversations import chat, end, events, list_, send, show
 from parley.cli.decisions import approve, edit, reject, respond
-from parley.cli.servers import deploy, dev, gateway, load_tools_and_model, plans_service, worker
+from parley.cli.servers import deploy, dev, gateway, plans_service, worker
 from parley.cli.tools import tools
 
 app.command()(dev)
@@ -38,4 +38,4 @@ app.command()(events)
 app.command()(end)
 app.command()(chat)
 
-__all__ = ["app", "fail", "load_tools_and_model", "out", "warn"]
+__all__ = ["app", "fail", "out", "warn"]

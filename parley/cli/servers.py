@@ -1,25 +1,18 @@
 """The commands that run servers: ``dev``, ``gateway``, ``plans-service``, ``worker``,
-``deploy``; and the check of the worker's configuration they share with ``parley dev``
-(``load_tools_and_model``). Client side: each starts a process's servers or asks Temporal.
+``deploy``. Client side: each starts a process's servers or asks Temporal; loading the
+worker's tools and model is ``parley.worker``'s job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.text import Text
 
 from parley.cli.app import fail, out, run_async, settings, warn
 from parley.client import Conversations, connect
-from parley.settings import Settings
-
-if TYPE_CHECKING:
-    from langchain_core.language_models import BaseChatModel
-
-    from parley.tools import ToolRegistry
 
 
 def dev(
@@ -120,6 +113,7 @@ def plans_service(
 def worker() -> None:
     """Run a worker against TEMPORAL_ADDRESS with PARLEY_MODEL and PARLEY_TOOLS."""
     from parley.logs import configure_logging
+    from parley.worker import load_tools_and_model, run_worker
 
     config = settings()
     configure_logging(config.log_format)
@@ -129,8 +123,6 @@ def worker() -> None:
     except ValueError as problem:
         raise fail(str(problem)) from None
     try:
-        from parley.worker import run_worker
-
         run_async(lambda: run_worker(config, registry=registry, model=model))
     except KeyboardInterrupt:
         out.print("stopped")
@@ -167,36 +159,3 @@ def deploy(
             + (f"; {len(report.missed)} ended meanwhile" if report.missed else "")
         )
     )
-
-
-def load_tools_and_model(
-    settings: Settings, *, warn: Callable[[str], None]
-) -> tuple[ToolRegistry, BaseChatModel]:
-    """The worker's tools (``PARLEY_TOOLS``) and model (``PARLEY_MODEL``), loaded before
-    anything starts. Whatever a toolset or a model factory raises becomes one
-    ``ValueError`` naming the setting; a worker with no tools is ``warn``-ed about."""
-    from parley.activities.models import build_chat_model
-    from parley.tools import load_registry
-
-    try:
-        registry = load_registry(settings.tools, settings=settings)
-    except ValueError:
-        raise
-    except Exception as problem:  # a toolset's own code may raise anything
-        raise ValueError(
-            f"PARLEY_TOOLS={settings.tools!r}: {type(problem).__name__}: {problem}"
-        ) from None
-    try:
-        model = build_chat_model(settings.model, settings)
-    except ValueError:
-        raise
-    except Exception as problem:  # so may a model factory
-        raise ValueError(
-            f"PARLEY_MODEL={settings.model!r}: {type(problem).__name__}: {problem}"
-        ) from None
-    if not len(registry):
-        warn(
-            f"no tools: PARLEY_TOOLS={settings.tools!r} loads none, so the model can only "
-            "talk (set PARLEY_TOOLS=module:attr[,module:attr...])"
-        )
-    return registry, model
