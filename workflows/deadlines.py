@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from parley.workflows import gate, metrics
+from parley.workflows import gate
 from parley.workflows.ledger import Ledger
 from parley.workflows.publishing import publish_status
 from parley.workflows.turns import TurnEngine
@@ -35,7 +35,7 @@ class Deadlines:
 
     def own_pending(self) -> list[PendingCall]:
         """The pending calls whose deadlines this conversation keeps."""
-        return [call for call in self._state.pending if call.subagent is None]
+        return self._ledger.pending.own()
 
     def expired(self) -> list[PendingCall]:
         return gate.expired_calls(self.own_pending(), workflow.now())
@@ -78,6 +78,5 @@ class Deadlines:
         due = [call for call in due if call not in escalating]
         if not due:
             return
-        metrics.approvals_answered(len(due))
-        self._state.pending = [c for c in self._state.pending if c not in due]
+        self._ledger.pending.remove(due)
         await self._turns.run(expired=due)

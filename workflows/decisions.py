@@ -114,9 +114,8 @@ class Decisions:
 
     async def apply(self, decide: DecideInput, edits: dict[str, tuple[ToolCall, Verdict]]) -> None:
         by_id = {d.tool_call_id: d for d in decide.decisions}
-        pending, self._state.pending = self._state.pending, []
+        pending = self._ledger.pending.take_all()
         self._state.counters.decisions += len(pending)
-        metrics.approvals_answered(len(pending))
         own = [call for call in pending if call.subagent is None]
         owner_ai = self._ai_message_of(own[0].tool_call_id) if own else None
         passed_on: dict[str, list[Decision]] = {}
@@ -177,7 +176,7 @@ class Decisions:
             assert edit is not None
             edited, verdict = edit
             if isinstance(verdict, Wait):  # a new proposal that waits (for a reviewer)
-                self._state.pending.append(verdict.call)
+                self._ledger.pending.add(verdict.call)
                 detail = {"args_hash": verdict.call.args_hash, "edited": True}
                 self._ledger.audit("proposed", decided_by, call.tool_call_id, call.name, detail)
                 self._ledger.audit_policy(edited, verdict.outcome)

@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar
 
 from langchain_core.messages import AIMessage, ToolMessage
 from parley.workflows.events import EventLog
+from parley.workflows.pending import PendingCalls
 from temporalio import workflow
 
 from parley.contracts import (
@@ -61,6 +62,8 @@ class Ledger:
     def __init__(self, state: ConversationState, events: EventLog) -> None:
         self._state = state
         self._events = events
+        #: The one owner of the pending list.
+        self.pending = PendingCalls(state)
 
     def audit(
         self,
@@ -159,7 +162,7 @@ class Ledger:
         """After a fail-closed error, answer the calls of ``ai`` that will not run now,
         so the transcript stays valid for the next provider call."""
         answered = {m.tool_call_id for m in self._state.transcript if isinstance(m, ToolMessage)}
-        self._state.pending = []
+        self.pending.abandon()
         for proposed in ai.tool_calls:
             if proposed["id"] not in answered:
                 result = ToolResult(

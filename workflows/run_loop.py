@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from langchain_core.messages import HumanMessage, SystemMessage
-from parley.workflows import metrics
 from parley.workflows.deadlines import Deadlines
 from parley.workflows.followers import Followers
 from parley.workflows.handover import Handover, build_of_this_run
@@ -174,9 +173,7 @@ class RunLoop:
         if self._state.status == "ended":
             return
         self._turns.subagents.stop("the conversation ended")
-        for call in self._state.pending:
+        for call in self._ledger.pending.take_all():
             self._ledger.answer_unrun(call, "the conversation ended before anyone decided on it")
-        metrics.approvals_answered(len(self._state.pending))
-        self._state.pending = []
         self._state.status = "ended"
         publish_status(self._state)

@@ -28,7 +28,6 @@ from parley.contracts import (
     DecideInput,
     Decision,
     Delegation,
-    PendingCall,
     SubagentRef,
     SubagentReport,
     SubagentTask,
@@ -165,25 +164,15 @@ class Subagents:
                 session_id=delegation.session_id,
                 tool_call_id=delegation.tool_call_id,
             )
-            before = self._calls_of(delegation)
-            state.pending = [c for c in state.pending if c not in before]
-            state.pending += [c.model_copy(update={"subagent": ref}) for c in report.pending]
-            # Calls that stopped waiting in the subagent without a decision here.
-            metrics.approvals_answered(
-                len({c.tool_call_id for c in before} - {c.tool_call_id for c in report.pending})
+            self._ledger.pending.replace_for_subagent(
+                delegation.tool_call_id,
+                [c.model_copy(update={"subagent": ref}) for c in report.pending],
             )
             state.turn_results += report.results
         for delegation in list(state.delegations):
             handle = self._children.get(delegation.tool_call_id)
             if handle is None or handle.done():
                 self._end_delegation(delegation, handle)
-
-    def _calls_of(self, delegation: Delegation) -> list[PendingCall]:
-        return [
-            c
-            for c in self._state.pending
-            if c.subagent is not None and c.subagent.tool_call_id == delegation.tool_call_id
-        ]
 
     def _end_delegation(
         self,
@@ -195,9 +184,7 @@ class Subagents:
         state = self._state
         state.delegations.remove(delegation)
         self._children.pop(delegation.tool_call_id, None)
-        left = self._calls_of(delegation)
-        state.pending = [c for c in state.pending if c not in left]
-        metrics.approvals_answered(len(left))
+        self._ledger.pending.remove(self._ledger.pending.of_subagent(delegation.tool_call_id))
         why = "its conversation is gone"
         snapshot: ConversationSnapshot | None = None
         if handle is not None:
@@ -235,13 +222,12 @@ class Subagents:
             handle = self._children.pop(delegation.tool_call_id, None)
             if handle is not None and not handle.done():
                 handle.cancel()
-            metrics.approvals_answered(len(self._calls_of(delegation)))
             if delegation.tool_call_id not in answered:
                 call = ToolCall(tool_call_id=delegation.tool_call_id, name=delegation.name)
                 self._ledger.answer_unrun(call, f"subagent {delegation.name} was stopped: {why}")
         state.delegations = []
         state.subagent_reports = []
-        state.pending = [c for c in state.pending if c.subagent is None]
+        self._ledger.pending.remove_subagents()
 
     async def report_to_parent(self, results: list[TurnToolResult] | None = None) -> None:
         """In a subagent's conversation: tell the parent which calls wait for a decision

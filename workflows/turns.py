@@ -152,7 +152,7 @@ class TurnEngine:
             return self._fail(failure)
         except Exception as err:  # a bug must not leave the turn "running" for ever
             workflow.logger.exception("turn failed unexpectedly")
-            self._state.pending = []
+            self._ledger.pending.abandon()
             self.subagents.stop("the turn that started it failed")
             return self._fail(
                 TurnFailed(f"internal error: {type(err).__name__}: {err}", "InternalError")
@@ -265,7 +265,7 @@ class TurnEngine:
             elif isinstance(verdict, Run):
                 to_run.append((call, verdict))
             else:
-                self._state.pending.append(verdict.call)
+                self._ledger.pending.add(verdict.call)
         try:
             for call, run in to_run:
                 remembered = run.remembered
