@@ -304,7 +304,8 @@ def _subagent_tool(spec: SubagentSpec) -> BaseTool:
 
 def load_toolset(reference: str, settings: Settings | None = None) -> list[ParleyTool | BaseTool]:
     """Import ``module:attr``; the attribute is a toolset, or a callable returning one
-    that takes no argument or the worker's :class:`~parley.settings.Settings`."""
+    that takes no argument or the worker's :class:`~parley.settings.Settings` (given
+    here as ``settings``: nothing below the entry points reads the environment)."""
     module_name, sep, attr = reference.strip().partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"toolset {reference!r} is not of the form module:attr")
@@ -318,7 +319,12 @@ def load_toolset(reference: str, settings: Settings | None = None) -> list[Parle
         raise ValueError(f"toolset {reference!r}: {module_name} has no {attr!r}") from None
     if callable(value) and not isinstance(value, BaseTool):
         if wants_settings(value):
-            value = value(settings or Settings.from_env())
+            if settings is None:  # the entry points always pass the Settings they read
+                raise ValueError(
+                    f"toolset {reference!r}: {attr} takes the worker's Settings; "
+                    "pass settings= (the worker, CLI and gateway read them at start)"
+                )
+            value = value(settings)
         elif takes_no_arguments(value):
             value = value()
         else:

@@ -42,7 +42,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
 
 def failure_of(messages: list[Any] | None = None, model_name: str = "fake-model") -> Exception:
     """Invoke a freshly built model once and return what it raised."""
-    model = build_openai_model(model_name)
+    model = build_openai_model(model_name, Settings.from_env())
     with pytest.raises(Exception) as info:
         model.invoke(messages or [HumanMessage("hi")])
     return info.value
@@ -54,13 +54,13 @@ def failure_of(messages: list[Any] | None = None, model_name: str = "fake-model"
 def test_missing_api_key_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(ValueError, match=r"OPENAI_API_KEY is not set.*set it"):
-        build_openai_model("gpt-4o-mini")
+        build_openai_model("gpt-4o-mini", Settings.from_env())
 
 
 def test_sdk_retries_off_and_timeout_from_env(
     fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    model = build_openai_model("fake-model")
+    model = build_openai_model("fake-model", Settings.from_env())
     assert model.max_retries == 0
     assert model.root_client.max_retries == 0
     assert model.root_async_client.max_retries == 0
@@ -68,14 +68,14 @@ def test_sdk_retries_off_and_timeout_from_env(
     assert model.streaming is False
     assert str(model.root_client.base_url).rstrip("/") == fake.base_url
     monkeypatch.setenv("PARLEY_MODEL_TIMEOUT_SECONDS", "7.5")
-    assert build_openai_model("fake-model").request_timeout == 7.5
+    assert build_openai_model("fake-model", Settings.from_env()).request_timeout == 7.5
     monkeypatch.setenv("PARLEY_MODEL_TIMEOUT_SECONDS", "soon")
     with pytest.raises(ValueError, match="PARLEY_MODEL_TIMEOUT_SECONDS"):
-        build_openai_model("fake-model")
+        build_openai_model("fake-model", Settings.from_env())
 
 
 def test_api_key_is_secret_in_the_model(fake: FakeOpenAI) -> None:
-    model = build_openai_model("fake-model")
+    model = build_openai_model("fake-model", Settings.from_env())
     assert API_KEY not in repr(model)
     assert API_KEY not in str(model.model_dump())
 
@@ -90,7 +90,7 @@ def test_tool_calls_come_back_parsed(fake: FakeOpenAI) -> None:
             {"name": "shout", "args": {"text": "hé"}, "id": "call_shout"},
         ]
     )
-    result = build_openai_model("fake-model").invoke(
+    result = build_openai_model("fake-model", Settings.from_env()).invoke(
         [SystemMessage("be brief"), HumanMessage("add 2 and 3")]
     )
     assert isinstance(result, AIMessage)
@@ -112,7 +112,7 @@ def test_tool_calls_come_back_parsed(fake: FakeOpenAI) -> None:
 def test_tool_message_reaches_the_model(fake: FakeOpenAI) -> None:
     fake.reply(tool_calls=[{"name": "add", "args": {"a": 2, "b": 3}, "id": "call_add"}])
     fake.reply("2 + 3 = 5")
-    model = build_openai_model("fake-model")
+    model = build_openai_model("fake-model", Settings.from_env())
     transcript: list[Any] = [HumanMessage("add 2 and 3")]
     first = model.invoke(transcript)
     transcript += [first, ToolMessage("5", tool_call_id="call_add", name="add")]
@@ -136,7 +136,7 @@ def test_tool_message_reaches_the_model(fake: FakeOpenAI) -> None:
 async def test_async_conversation(fake: FakeOpenAI) -> None:
     fake.reply(tool_calls=[{"name": "add", "args": {"a": 1, "b": 1}, "id": "c1"}])
     fake.reply("two")
-    model = build_openai_model("fake-model")
+    model = build_openai_model("fake-model", Settings.from_env())
     first = await model.ainvoke([HumanMessage("1+1?")])
     assert first.tool_calls[0]["args"] == {"a": 1, "b": 1}
     second = await model.ainvoke([HumanMessage("1+1?"), first, ToolMessage("2", tool_call_id="c1")])
@@ -151,7 +151,8 @@ def test_bind_tools_with_a_langchain_tool(fake: FakeOpenAI) -> None:
         return a * b
 
     fake.reply(tool_calls=[{"name": "multiply", "args": {"a": 6, "b": 7}, "id": "m1"}])
-    result = build_openai_model("fake-model").bind_tools([multiply]).invoke("6 times 7?")
+    model = build_openai_model("fake-model", Settings.from_env())
+    result = model.bind_tools([multiply]).invoke("6 times 7?")
 
     assert result.tool_calls[0]["name"] == "multiply"
     assert multiply.invoke(result.tool_calls[0]["args"]) == 42
@@ -165,7 +166,7 @@ def test_bind_tools_with_a_langchain_tool(fake: FakeOpenAI) -> None:
 def test_built_model_never_streams(fake: FakeOpenAI) -> None:
     """``streaming=False`` is explicit, so even ``.stream()`` makes one plain request."""
     fake.reply("whole")
-    chunks = list(build_openai_model("fake-model").stream("hi"))
+    chunks = list(build_openai_model("fake-model", Settings.from_env()).stream("hi"))
     assert [c.content for c in chunks] == ["whole"]
     assert fake.attempts == 1
     assert not fake.last_request.body.get("stream")
@@ -222,7 +223,7 @@ def test_a_burst_of_429s_then_success(fake: FakeOpenAI) -> None:
     for _ in range(3):
         fake.error(429, retry_after=1)
     fake.reply("finally")
-    model = build_openai_model("fake-model")
+    model = build_openai_model("fake-model", Settings.from_env())
     waits = []
     for _attempt in range(10):
         try:
@@ -270,9 +271,12 @@ def test_overload_codes_are_configurable(fake: FakeOpenAI, monkeypatch: pytest.M
     fake.error(400, {"error": {"code": 9999, "message": "cluster busy"}})
     fake.error(400, {"error": {"code": "BUSY_CLUSTER", "message": "later"}})
     fake.error(400, OVERLOAD_2064)
-    assert isinstance(classify_model_error(failure_of()), TransientError)
-    assert isinstance(classify_model_error(failure_of()), TransientError)
-    assert isinstance(classify_model_error(failure_of()), ModelRequestError)
+    configured = Settings.from_env().model_overload_codes  # as the worker passes them
+    assert isinstance(classify_model_error(failure_of(), overload_codes=configured), TransientError)
+    assert isinstance(classify_model_error(failure_of(), overload_codes=configured), TransientError)
+    assert isinstance(
+        classify_model_error(failure_of(), overload_codes=configured), ModelRequestError
+    )
     # An explicit set overrides the environment.
     fake.error(400, OVERLOAD_2064)
     error = classify_model_error(failure_of(), overload_codes=frozenset({"2064"}))

@@ -21,6 +21,7 @@ from temporalio.client import Client
 
 from parley.contracts import CALL_MODEL, RUN_TOOL, Decision
 from parley.errors import ErrorType
+from parley.settings import Settings
 from parley.tools import ToolRegistry
 from tests.checks import new_session, runs_in, tool_messages
 from tests.openai_fake import OVERLOAD_2064, FakeOpenAI, error_body
@@ -56,7 +57,7 @@ def plans(tmp_path: Path) -> Iterator[BackgroundServer]:
 
 
 def openai_model() -> BaseChatModel:
-    return build_openai_model("gpt-test")
+    return build_openai_model("gpt-test", Settings.from_env())
 
 
 async def test_a_whole_conversation_through_openai(parley_worker, fake: FakeOpenAI) -> None:

@@ -18,7 +18,8 @@ from parley.settings import Settings
 
 
 def build_chat_model(spec: str, settings: Settings | None = None) -> BaseChatModel:
-    """The chat model ``PARLEY_MODEL`` names; ``openai:`` takes the worker's settings."""
+    """The chat model ``PARLEY_MODEL`` names; ``openai:`` takes the Settings the worker
+    read at start (no model reads the environment)."""
     spec = spec.strip()
     if spec == "scripted":
         from parley.activities.models.scripted import ScriptedChatModel
@@ -37,6 +38,8 @@ def build_chat_model(spec: str, settings: Settings | None = None) -> BaseChatMod
     if kind == "openai":
         from parley.activities.models.openai_provider import build_openai_model
 
+        if settings is None:  # a programming error: the entry points always pass theirs
+            raise ValueError(f"PARLEY_MODEL={spec!r} needs the worker's Settings")
         return build_openai_model(rest, settings)
     try:
         factory = getattr(importlib.import_module(kind), rest)

@@ -43,7 +43,7 @@ from parley.activities.http import parse_retry_after
 from parley.activities.redaction import redact
 
 from parley.errors import ModelRequestError, ParleyError, TransientError, is_transient_status
-from parley.settings import Settings
+from parley.settings import DEFAULT_OVERLOAD_CODES
 
 _MAX_TEXT = 500
 
@@ -58,14 +58,15 @@ _CONTEXT_OVERFLOW_MARKERS = (
 
 
 def classify_model_error(
-    exc: BaseException, *, overload_codes: frozenset[str] | None = None
+    exc: BaseException, *, overload_codes: frozenset[str] = DEFAULT_OVERLOAD_CODES
 ) -> ParleyError | None:
     """The Parley error for a failed model call, or ``None`` if ``exc`` is not recognised.
 
-    ``overload_codes`` defaults to the worker's ``PARLEY_MODEL_OVERLOAD_CODES``.
+    ``overload_codes``: the worker's ``Settings.model_overload_codes``
+    (``PARLEY_MODEL_OVERLOAD_CODES``), which ``ModelActivities`` is given; the shipped
+    defaults otherwise.
     """
-    codes = Settings.from_env().model_overload_codes if overload_codes is None else overload_codes
-    codes = frozenset(c.lower() for c in codes)
+    codes = frozenset(c.lower() for c in overload_codes)
     if isinstance(exc, ParleyError):
         return exc
 

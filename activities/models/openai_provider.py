@@ -1,7 +1,7 @@
 """``PARLEY_MODEL=openai:<model>``: any OpenAI-compatible chat-completions server.
 
-Activity side only: this module reads ``OPENAI_API_KEY`` from the worker's environment,
-so the key lives in the worker process and never enters workflow input or history.
+Activity side only: the key (``OPENAI_API_KEY``) comes in the Settings the worker read
+at start, so it lives in the worker process and never enters workflow input or history.
 Works for OpenAI, DeepSeek, vLLM, Ollama and anything else speaking the protocol
 (``OPENAI_BASE_URL`` points at it).
 
@@ -17,14 +17,13 @@ from langchain_openai import ChatOpenAI
 from parley.settings import Settings
 
 
-def build_openai_model(model_name: str, settings: Settings | None = None) -> BaseChatModel:
+def build_openai_model(model_name: str, settings: Settings) -> BaseChatModel:
     """A ``ChatOpenAI`` for ``model_name`` with the worker's settings.
 
     ``OPENAI_API_KEY`` is required (servers that ignore keys, such as a local Ollama,
     accept any non-empty value); ``OPENAI_BASE_URL`` is optional (OpenAI when unset);
     ``PARLEY_MODEL_TIMEOUT_SECONDS`` bounds one HTTP request (default 120).
     """
-    settings = settings or Settings.from_env()
     if not model_name or not model_name.strip():
         raise ValueError("openai: needs a model name, e.g. PARLEY_MODEL=openai:gpt-4o-mini")
     if not settings.openai_api_key.strip():

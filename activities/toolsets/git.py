@@ -365,10 +365,9 @@ def build_git_toolset(registry_path: Path, worktrees_dir: Path | None = None) ->
     ]
 
 
-def toolset(settings: Settings | None = None) -> list[ParleyTool]:
-    """The toolset for ``PARLEY_TOOLS=parley.activities.toolsets.git:toolset``: the worker's
-    settings (``PARLEY_GIT_PROJECTS``, ``PARLEY_GIT_WORKTREES``)."""
-    settings = settings or Settings.from_env()
+def toolset(settings: Settings) -> list[ParleyTool]:
+    """The toolset for ``PARLEY_TOOLS=parley.activities.toolsets.git:toolset``, from the
+    Settings the worker read (``PARLEY_GIT_PROJECTS``, ``PARLEY_GIT_WORKTREES``)."""
     if not settings.git_projects:
         raise ValueError(
             "PARLEY_GIT_PROJECTS is not set: point it at a git project registry file "

@@ -243,8 +243,9 @@ def content_text(content: Any) -> Any:
     return "\n".join(lines)
 
 
-def toolset(settings: Settings | None = None) -> list[ParleyTool]:
-    settings = settings or Settings.from_env()
+def toolset(settings: Settings) -> list[ParleyTool]:
+    """The toolset for ``PARLEY_TOOLS=parley.activities.toolsets.mcp:toolset``, from the
+    Settings the worker read (``PARLEY_MCP_SERVERS``)."""
     if not settings.mcp_servers:
         raise ValueError(
             "PARLEY_MCP_SERVERS is not set: name a JSON file of MCP server connections"

@@ -163,10 +163,9 @@ def build_plans_toolset(
     ]
 
 
-def toolset(settings: Settings | None = None) -> list[ParleyTool]:
-    """The toolset for ``PARLEY_TOOLS=parley.activities.toolsets.plans:toolset``: the worker's
-    settings (``PARLEY_PLANS_URL``, ``PARLEY_PLANS_API_KEY``)."""
-    settings = settings or Settings.from_env()
+def toolset(settings: Settings) -> list[ParleyTool]:
+    """The toolset for ``PARLEY_TOOLS=parley.activities.toolsets.plans:toolset``, from the
+    Settings the worker read (``PARLEY_PLANS_URL``, ``PARLEY_PLANS_API_KEY``)."""
     if not settings.plans_api_key:
         raise ValueError(
             "PARLEY_PLANS_API_KEY is not set: give the worker the API key of the plans "
