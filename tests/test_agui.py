@@ -22,9 +22,9 @@ import httpx
 from ag_ui.core import Event
 from pydantic import TypeAdapter
 
-from tests.checks import new_session
-from tests.gateway_support import ALICE_TOKEN, SseEvent, auth, serve_gateway, sse_events
 from tests.support import GATE, SLOW_STARTED, call, registry, runs_of, script
+from tests.support.gateway import ALICE_TOKEN, SseEvent, auth, serve_gateway, sse_events
+from tests.support.transcripts import new_session
 
 AG_UI_EVENT = TypeAdapter(Event)
 ALICE = auth(ALICE_TOKEN)

@@ -1,7 +1,7 @@
 """`parley dev` as a user runs it: a subprocess with the embedded dev server, UI and the
 offline model; then scripted conversations through `parley send` / `parley approve`,
 `parley tools` beside it, and what it logs. What the commands print on a terminal
-(`chat`, `show`, `respond`) is test_cli_terminal; the dev server is tests.dev_support."""
+(`chat`, `show`, `respond`) is test_cli_terminal; the dev server is tests.support.dev."""
 
 from __future__ import annotations
 
@@ -17,16 +17,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.dev_support import (
+from tests.support.dev import (
     DEV_OUTPUTS,
     PARLEY,
     assert_one_line_error,
-    free_port,
     parley,
     parley_all,
     running_dev_server,
     without_paths,
 )
+from tests.support.ports import free_port
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ conversation waiting throughout is approved afterwards as if nothing happened.
 from __future__ import annotations
 
 import os
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,8 +23,7 @@ from typer.testing import CliRunner
 
 from parley.cli import app
 from parley.storage import LocalFileStorageDriver
-from tests.support import slow_write_worker_env
-from tests.test_topology import process
+from tests.support.processes import PARLEY_MODULE, process, slow_write_worker_env
 
 EXAMPLES = int(os.environ.get("PARLEY_CLI_FUZZ", "60"))
 WAITING = f"cli-fuzz-{uuid.uuid4().hex[:8]}"
@@ -53,7 +51,7 @@ def cli_env(
     }
     env["PARLEY_WORKER_WAIT_SECONDS"] = "30"
     log = home / "worker.log"
-    with process([sys.executable, "-m", "parley.cli", "worker"], worker_env, log):
+    with process([*PARLEY_MODULE, "worker"], worker_env, log):
         deadline = time.monotonic() + 90
         while "worker on task queue" not in log.read_text():
             assert time.monotonic() < deadline, "the worker did not start"

@@ -1,4 +1,4 @@
-"""What the CLI prints for a user, against a real `parley dev` (tests.dev_support):
+"""What the CLI prints for a user, against a real `parley dev` (tests.support.dev):
 `chat` on a pseudo-terminal (approval prompts, respond, Ctrl-C), `show`'s whole
 messages and arguments at any width, and `respond`'s wording."""
 
@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.dev_support import PARLEY, parley, parley_all, running_dev_server, without_paths
+from tests.support.dev import PARLEY, parley, parley_all, running_dev_server, without_paths
 
 
 @pytest.fixture(scope="module")

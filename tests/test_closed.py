@@ -22,9 +22,10 @@ from parley.contracts import PARLEY_USER, Decision
 from parley.errors import ErrorType
 from parley.settings import Settings
 from parley.storage import LocalFileStorageDriver
-from tests.checks import new_session
-from tests.gateway_support import ALICE_TOKEN, TOKENS, auth, gateway_processes
-from tests.test_no_worker import ROOT, cli_env, until
+from tests.support.gateway import ALICE_TOKEN, TOKENS, auth, gateway_processes
+from tests.support.processes import ROOT, cli_env
+from tests.support.transcripts import new_session
+from tests.support.waiting import eventually
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -48,7 +49,7 @@ async def test_after_end_force_show_the_gateway_and_a_decision_say_ended(
     with gateway_processes(
         client, payload_store, tmp_path, TOKENS, call_id="c1", PARLEY_TASK_QUEUE=queue
     ) as gateway:
-        await until(conv.workers_polling, 60, "the worker to poll")
+        await eventually(conv.workers_polling, 60, "the worker to poll")
         assert (await conv.send(sid, "alice", "write it")).status == "awaiting_approval"
         url = f"{gateway.url}/v1/conversations/{sid}"
         async with httpx.AsyncClient(timeout=60) as http:

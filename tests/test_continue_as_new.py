@@ -9,8 +9,8 @@ from langchain_core.messages import HumanMessage
 from temporalio.client import WorkflowExecutionStatus
 
 from parley.contracts import Decision
-from tests.checks import envelope_status, new_session, runs_in, tool_messages
 from tests.support import call, registry, script
+from tests.support.transcripts import envelope_status, new_session, runs_in, tool_messages
 
 
 async def test_state_and_pending_calls_survive_continue_as_new(parley_worker, client) -> None:

@@ -7,8 +7,14 @@ import pytest
 from parley.client import ConversationRefused
 from parley.contracts import Decision
 from parley.errors import ErrorType
-from tests.checks import ai_messages, envelope_status, new_session, runs_in, tool_messages
 from tests.support import call, registry, script
+from tests.support.transcripts import (
+    ai_messages,
+    envelope_status,
+    new_session,
+    runs_in,
+    tool_messages,
+)
 
 PROPOSE_WRITE = {
     "content": "I will write it.",

@@ -12,8 +12,9 @@ from typing import Any
 from temporalio.client import Client
 
 from parley.binaries import temporal_cli
-from tests.checks import new_session
 from tests.support import call, registry, runs_of, script
+from tests.support.transcripts import new_session
+from tests.support.waiting import eventually
 
 PROPOSE_WRITE = {"content": "Writing.", "tool_calls": [call("write_record", "c1", title="Q3")]}
 DONE = {"content": "Written."}
@@ -40,15 +41,6 @@ def decision(tool_call_id: str, action: str, by: str = "alice", **extra: Any) ->
     return json.dumps(
         {"decisions": [{"tool_call_id": tool_call_id, "action": action, **extra}], "decided_by": by}
     )
-
-
-async def eventually(check, seconds: float = 30) -> Any:
-    for _ in range(int(seconds * 10)):
-        value = await check()
-        if value:
-            return value
-        await asyncio.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 async def test_the_temporal_cli_approves_with_plain_json(client, parley_worker) -> None:

@@ -16,7 +16,6 @@ another is in the middle of an approved tool call on ``v1``:
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import subprocess
@@ -37,11 +36,16 @@ from parley.contracts.names import workflow_id_for
 from parley.deploys import current_build, describe
 from parley.settings import Settings
 from parley.storage import LocalFileStorageDriver
-from tests.checks import new_session
-from tests.support import call
-from tests.test_liveness import _eventually, tool_starts
+from tests.support.processes import (
+    LIVENESS_TOOLS,
+    ROOT,
+    cli_env,
+    tool_starts,
+    write_slow_write_script,
+)
+from tests.support.transcripts import new_session
+from tests.support.waiting import eventually
 
-ROOT = Path(__file__).resolve().parent.parent
 V2_TIMER = "build v2 starts every run with this timer"
 
 
@@ -118,26 +122,14 @@ async def test_a_new_build_takes_over_waiting_conversations_without_breaking_old
 ) -> None:
     queue = f"parley-deploy-{uuid.uuid4().hex[:8]}"
     deployment = f"parley-test-{uuid.uuid4().hex[:8]}"
-    script_file = tmp_path / "script.json"
-    script_file.write_text(
-        json.dumps(
-            [
-                {"content": "", "tool_calls": [call("slow_write", "w1", title="once")]},
-                {"content": "written once"},
-            ]
-        )
-    )
+    script_file = write_slow_write_script(tmp_path / "script.json", "w1")
     tool_log = tmp_path / "tool.log"
     hold = tool_log.with_suffix(".hold")
     env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": client.namespace,
-        "PARLEY_TASK_QUEUE": queue,
+        **cli_env(client, payload_store, queue),
         "PARLEY_DEPLOYMENT_NAME": deployment,
         "PARLEY_MODEL": f"script:{script_file}",
-        "PARLEY_TOOLS": "tests.liveness_tools:toolset",
-        "PARLEY_PAYLOAD_STORE": str(payload_store.root),
+        "PARLEY_TOOLS": LIVENESS_TOOLS,
         "PARLEY_TEST_TOOL_LOG": str(tool_log),
     }
     v1_env = {**env, "PYTHONPATH": str(ROOT), "PARLEY_BUILD_ID": "v1"}
@@ -155,7 +147,7 @@ async def test_a_new_build_takes_over_waiting_conversations_without_breaking_old
         async def v1_current() -> bool:
             return await current() == "v1"
 
-        await _eventually(v1_current, 90, "build v1 to become current by itself")
+        await eventually(v1_current, 90, "build v1 to become current by itself")
         assert (await conv.send(waiting, "lee", "write it")).status == "awaiting_approval"
         assert (await conv.send(busy, "lee", "write it")).status == "awaiting_approval"
         hold.touch()
@@ -166,7 +158,7 @@ async def test_a_new_build_takes_over_waiting_conversations_without_breaking_old
         async def busy_started() -> bool:
             return len(tool_starts(tool_log)) == 1
 
-        await _eventually(busy_started, 60, "the busy conversation's tool to start on v1")
+        await eventually(busy_started, 60, "the busy conversation's tool to start on v1")
         assert await build_of(client, waiting_id) == "v1"
 
         with parley_worker(v2_env, v2_root, tmp_path / "worker-v2.log"):
@@ -186,7 +178,7 @@ async def test_a_new_build_takes_over_waiting_conversations_without_breaking_old
             async def waiting_moved() -> bool:
                 return await build_of(client, waiting_id) == "v2"
 
-            await _eventually(waiting_moved, 60, "the waiting conversation to move to v2")
+            await eventually(waiting_moved, 60, "the waiting conversation to move to v2")
             state = await conv.state(waiting, "lee")
             assert [call.tool_call_id for call in state.pending] == ["w1"]
             assert [e.detail for e in state.audit if e.event == "upgraded"] == [
@@ -202,7 +194,7 @@ async def test_a_new_build_takes_over_waiting_conversations_without_breaking_old
             async def busy_moved() -> bool:
                 return await build_of(client, busy_id) == "v2"
 
-            await _eventually(busy_moved, 60, "the busy conversation to move to v2 after its turn")
+            await eventually(busy_moved, 60, "the busy conversation to move to v2 after its turn")
 
             approved = await conv.decide(
                 waiting, "lee", [Decision(tool_call_id="w1", action="approve")]

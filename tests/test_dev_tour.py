@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dev_support import parley, running_dev_server, without_paths
+from tests.support.dev import parley, running_dev_server, without_paths
 
 ROOT = Path(__file__).parents[1]
 EXAMPLE = "docs/examples/policies.toml"

@@ -15,10 +15,10 @@ from parley.client import Conversations
 from parley.contracts import PolicyRule
 from parley.settings import Settings
 from parley.worker import build_worker
-from tests.checks import envelope_status, new_session, runs_in, tool_messages
 from tests.support import call, registry
-from tests.test_expiry import recording_script, time_skipping_env  # noqa: F401 - a fixture
-from tests.test_notifications import Webhook
+from tests.support.time_skipping import recording_script
+from tests.support.transcripts import envelope_status, new_session, runs_in, tool_messages
+from tests.support.webhook import Webhook
 
 REJECT = PolicyRule(
     name="change-window",
@@ -44,7 +44,7 @@ def settings(**fields: object) -> Settings:
 
 
 async def test_a_rule_rejects_a_call_at_its_deadline_with_a_reason_the_model_reads(
-    time_skipping_env: WorkflowEnvironment,  # noqa: F811
+    time_skipping_env: WorkflowEnvironment,
 ) -> None:
     env = time_skipping_env
     model = recording_script(
@@ -74,7 +74,7 @@ async def test_a_rule_rejects_a_call_at_its_deadline_with_a_reason_the_model_rea
 
 
 async def test_a_rule_escalates_once_then_the_call_expires(
-    time_skipping_env: WorkflowEnvironment,  # noqa: F811
+    time_skipping_env: WorkflowEnvironment,
 ) -> None:
     env = time_skipping_env
     model = recording_script(

@@ -9,8 +9,8 @@ from ag_ui.core import Event
 from pydantic import TypeAdapter
 
 from parley.contracts import Decision, ToolResult
-from tests.checks import new_session
 from tests.support import call, registry, script
+from tests.support.transcripts import new_session
 
 AG_UI_EVENT = TypeAdapter(Event)
 

@@ -12,67 +12,26 @@ come to rest: the assertions after it need no waiting.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from langchain_core.messages import BaseMessage, ToolMessage
-from langchain_core.outputs import ChatResult
-from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel
+from langchain_core.messages import ToolMessage
 from parley.workflows.conversation import ConversationWorkflow
-from pydantic import Field
-from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from parley.binaries import temporal_test_server
 from parley.client import ConversationRefused, Conversations
-from parley.contracts import SEARCH_ATTRIBUTES, Decision
+from parley.contracts import Decision
 from parley.errors import ErrorType
 from parley.settings import Settings
-from parley.storage import LocalFileStorageDriver, data_converter
-from parley.worker import _indexed_type, build_worker
-from tests.checks import envelope_status, new_session, runs_in, tool_messages
+from parley.worker import build_worker
 from tests.support import call, registry
+from tests.support.time_skipping import recording_script
+from tests.support.transcripts import envelope_status, new_session, runs_in, tool_messages
 
 PROPOSE_WRITE = {"content": "Shall I?", "tool_calls": [call("write_record", "c1", title="Q3")]}
 AFTER_EXPIRY = {"content": "The write expired; ask again if you still want it."}
-
-
-class RecordingScript(ScriptFileChatModel):
-    """The script model, remembering what it was given on every call."""
-
-    inputs: list[list[BaseMessage]] = Field(default_factory=list)
-
-    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
-        self.inputs.append(list(messages))
-        return super()._generate(messages, *args, **kwargs)
-
-
-def recording_script(*entries: dict[str, Any]) -> RecordingScript:
-    return RecordingScript(entries=[ScriptEntry.model_validate(e) for e in entries], inputs=[])
-
-
-@pytest.fixture(scope="module")
-async def time_skipping_env(
-    payload_store: LocalFileStorageDriver,
-) -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=temporal_test_server(),
-        data_converter=data_converter(driver=payload_store),
-    )
-    try:
-        await env.client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(
-                namespace=env.client.namespace,
-                search_attributes={key.name: _indexed_type(key) for key in SEARCH_ATTRIBUTES},
-            ),
-            timeout=timedelta(seconds=10),
-        )
-        yield env
-    finally:
-        await env.shutdown()
 
 
 def settings(**fields: Any) -> Settings:

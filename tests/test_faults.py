@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -28,15 +26,23 @@ from parley.binaries import temporal_cli
 from parley.client import Conversations, connect
 from parley.contracts import SEARCH_ATTRIBUTES, Decision
 from parley.settings import Settings
-from tests.checks import new_session, tool_messages
-from tests.gateway_support import sse_events
-from tests.support import call
-from tests.test_liveness import tool_starts
-from tests.test_topology import eventually, free_port, process
+from tests.support.gateway import sse_events
+from tests.support.ports import free_port
+from tests.support.processes import (
+    LIVENESS_TOOLS,
+    PARLEY_MODULE,
+    process,
+    tool_starts,
+    worker_env,
+    write_slow_write_script,
+)
+from tests.support.transcripts import new_session, tool_messages
+from tests.support.waiting import eventually
 
-ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "faults-token-0123456789abc"
-PARLEY = [sys.executable, "-m", "parley.cli"]
+PARLEY = PARLEY_MODULE
+#: What a server still starting (or restarting) answers with: not yet.
+UNREACHABLE = (httpx.TransportError, OSError)
 
 
 @asynccontextmanager
@@ -66,32 +72,22 @@ class Rig:
         )
         self.model_log = tmp_path / "model.log"
         self.tool_log = tmp_path / "tool.log"
-        script = tmp_path / "script.json"
-        script.write_text(
-            json.dumps(
-                [
-                    {"content": "", "tool_calls": [call("slow_write", "w1", title="once")]},
-                    {"content": "written once"},
-                ]
-            )
-        )
+        script = write_slow_write_script(tmp_path / "script.json", "w1")
         tokens = tmp_path / "tokens"
         tokens.write_text(f"alice {TOKEN}\n")
         self.gateway_port = free_port()
-        self.env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "TEMPORAL_ADDRESS": address,
-            "PARLEY_TASK_QUEUE": self.settings.task_queue,
-            "PARLEY_MODEL": "tests.fault_models:held_script",
-            "PARLEY_TEST_SCRIPT": str(script),
-            "PARLEY_TEST_MODEL_LOG": str(self.model_log),
-            "PARLEY_TOOLS": "tests.liveness_tools:toolset",
-            "PARLEY_TEST_TOOL_LOG": str(self.tool_log),
-            "PARLEY_PAYLOAD_STORE": str(self.settings.payload_store),
-            "PARLEY_GATEWAY_TOKENS_FILE": str(tokens),
-            "PARLEY_GATEWAY_PORT": str(self.gateway_port),
-        }
+        self.env = worker_env(
+            address,
+            self.settings.task_queue,
+            str(self.settings.payload_store),
+            PARLEY_MODEL="tests.support.fault_models:held_script",
+            PARLEY_TEST_SCRIPT=str(script),
+            PARLEY_TEST_MODEL_LOG=str(self.model_log),
+            PARLEY_TOOLS=LIVENESS_TOOLS,
+            PARLEY_TEST_TOOL_LOG=str(self.tool_log),
+            PARLEY_GATEWAY_TOKENS_FILE=str(tokens),
+            PARLEY_GATEWAY_PORT=str(self.gateway_port),
+        )
 
     def worker(self, name: str):  # type: ignore[no-untyped-def]
         return process([*PARLEY, "worker"], self.env, self.tmp / f"{name}.log")
@@ -130,14 +126,16 @@ async def test_a_worker_killed_during_a_model_call_is_replaced_by_another(
         hold.touch()
         with rig.worker("worker-1") as first, rig.worker("worker-2") as second:
             conv = await rig.conversations()
-            await eventually(conv.workers_polling, 60, "the workers to poll")
+            await eventually(conv.workers_polling, 60, "the workers to poll", ignoring=UNREACHABLE)
             sid = new_session()
             sending = asyncio.create_task(conv.send(sid, "alice", "write it once"))
 
             async def model_started() -> list[dict]:
                 return rig.model_calls()
 
-            (started,) = await eventually(model_started, 60, "the model call to start")
+            (started,) = await eventually(
+                model_started, 60, "the model call to start", ignoring=UNREACHABLE
+            )
             victim, survivor = (first, second) if started["pid"] == first.pid else (second, first)
             victim.kill()  # SIGKILL in the middle of the model call
             victim.wait(timeout=20)
@@ -160,7 +158,7 @@ async def test_workers_killed_while_a_conversation_waits_lose_nothing(tmp_path: 
         conv = await rig.conversations()
         sid = new_session()
         with rig.worker("worker-1") as first:
-            await eventually(conv.workers_polling, 60, "the worker to poll")
+            await eventually(conv.workers_polling, 60, "the worker to poll", ignoring=UNREACHABLE)
             assert (await conv.send(sid, "alice", "write it once")).status == "awaiting_approval"
             first.kill()  # SIGKILL while the call waits for a decision
             first.wait(timeout=20)
@@ -178,14 +176,16 @@ async def test_a_dev_server_restart_keeps_the_owed_decision(tmp_path: Path) -> N
     with rig.worker("worker"):
         async with dev_server(db, port):
             conv = await rig.conversations()
-            await eventually(conv.workers_polling, 60, "the worker to poll")
+            await eventually(conv.workers_polling, 60, "the worker to poll", ignoring=UNREACHABLE)
             assert (await conv.send(sid, "alice", "write it once")).status == "awaiting_approval"
         # The server is down; the worker keeps retrying its polls. Same file, same port:
         async with dev_server(db, port):
             conv = await rig.conversations()
             state = await conv.state(sid, "alice")
             assert [c.tool_call_id for c in state.pending] == ["w1"]
-            await eventually(conv.workers_polling, 90, "the worker to poll again")
+            await eventually(
+                conv.workers_polling, 90, "the worker to poll again", ignoring=UNREACHABLE
+            )
             done = await conv.decide(sid, "alice", [Decision(tool_call_id="w1", action="approve")])
             assert done.status == "completed" and done.reply == "written once"
             await finished_once(conv, rig, sid)
@@ -220,7 +220,9 @@ async def test_a_client_following_the_stream_resumes_across_a_gateway_restart(
         with rig.worker("worker"):
             with rig.gateway("gateway-1") as gateway:
                 async with httpx.AsyncClient(base_url=base, timeout=60) as http:
-                    await eventually(lambda: gateway_up(http), 60, "the gateway")
+                    await eventually(
+                        lambda: gateway_up(http), 60, "the gateway", ignoring=UNREACHABLE
+                    )
                     sent = await http.post(
                         f"/v1/conversations/{sid}/messages",
                         json={"text": "write it once"},
@@ -233,7 +235,9 @@ async def test_a_client_following_the_stream_resumes_across_a_gateway_restart(
                 gateway.wait(timeout=20)
             with rig.gateway("gateway-2"):
                 async with httpx.AsyncClient(base_url=base, timeout=60) as http:
-                    await eventually(lambda: gateway_up(http), 60, "the new gateway")
+                    await eventually(
+                        lambda: gateway_up(http), 60, "the new gateway", ignoring=UNREACHABLE
+                    )
                     following = asyncio.create_task(follow(http, str(seen[-1]), "RUN_FINISHED"))
                     decided = await http.post(
                         f"/v1/conversations/{sid}/decisions",

@@ -27,7 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from parley.contracts import workflow_id_for
 from parley.storage import LocalFileStorageDriver
-from tests.gateway_support import (
+from tests.support.gateway import (
     ALICE_TOKEN,
     BOB_TOKEN,
     TOKENS,
@@ -41,7 +41,7 @@ from tests.gateway_support import (
     run_history,
     updates_accepted,
 )
-from tests.test_topology import free_port
+from tests.support.ports import free_port
 
 ALICE = auth(ALICE_TOKEN)
 BOB = auth(BOB_TOKEN)

@@ -13,8 +13,8 @@ import httpx
 from ag_ui.core import Event
 from pydantic import TypeAdapter
 
-from tests.checks import new_session
-from tests.gateway_support import (
+from tests.support import call, registry, runs_of, script
+from tests.support.gateway import (
     ALICE_TOKEN,
     BOB_TOKEN,
     SseEvent,
@@ -23,7 +23,7 @@ from tests.gateway_support import (
     serve_gateway,
     sse_events,
 )
-from tests.support import call, registry, runs_of, script
+from tests.support.transcripts import new_session
 
 AG_UI_EVENT = TypeAdapter(Event)
 ALICE = auth(ALICE_TOKEN)

@@ -27,7 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from parley.gateway.guard import BODY_MARGIN_BYTES, max_body_bytes
 from parley.settings import Settings
 from parley.storage import LocalFileStorageDriver
-from tests.gateway_support import (
+from tests.support.gateway import (
     ALICE_TOKEN,
     BOB_TOKEN,
     TOKENS,

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -28,8 +26,7 @@ from hypothesis.errors import Unsatisfiable
 from temporalio.testing import WorkflowEnvironment
 
 from parley.storage import LocalFileStorageDriver
-from tests.support import slow_write_worker_env
-from tests.test_topology import free_port, process
+from tests.support.gateway import gateway_processes
 
 TOKEN = "fuzz-token-0123456789abcdef"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
@@ -46,33 +43,15 @@ def gateway_url(
 ) -> Iterator[str]:
     """A real worker process and a real gateway process on the session's dev server."""
     home = tmp_path_factory.mktemp("fuzz")
-    tokens = home / "tokens"
-    tokens.write_text(f"alice {TOKEN}\n")
-    port = free_port()
-    queue = f"parley-fuzz-{uuid.uuid4().hex[:8]}"
-    env = {
-        **slow_write_worker_env(
-            isolated_temporal_env.client, payload_store, home, "f1", queue=queue
-        ),
-        "PARLEY_GATEWAY_TOKENS_FILE": str(tokens),
-        "PARLEY_GATEWAY_PORT": str(port),
-        "PARLEY_MAX_MESSAGE_BYTES": "4096",
-    }
-    parley = [sys.executable, "-m", "parley.cli"]
-    with (
-        process([*parley, "worker"], env, home / "worker.log"),
-        process([*parley, "gateway"], env, home / "gateway.log"),
-    ):
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the gateway did not start"
-            time.sleep(0.2)
+    with gateway_processes(
+        isolated_temporal_env.client,
+        payload_store,
+        home,
+        {TOKEN: "alice"},
+        PARLEY_TASK_QUEUE=f"parley-fuzz-{uuid.uuid4().hex[:8]}",
+        PARLEY_MAX_MESSAGE_BYTES="4096",
+    ) as gateway:
+        url = gateway.url
         sent = httpx.post(
             f"{url}/v1/conversations/{WAITING}/messages",
             json={"text": "write it"},

@@ -12,7 +12,7 @@ from parley.activities.toolsets.git import build_git_toolset, create_demo_projec
 
 from parley.contracts import Decision
 from parley.tools import ToolRegistry
-from tests.checks import envelope_status, new_session, tool_messages
+from tests.support.transcripts import envelope_status, new_session, tool_messages
 
 
 async def approve_all(conv, sid: str, user: str):

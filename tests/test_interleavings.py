@@ -42,8 +42,8 @@ from parley.contracts.names import workflow_id_for
 from parley.errors import ErrorType
 from parley.settings import Settings
 from parley.worker import build_worker
-from tests.checks import new_session, tool_messages
 from tests.support import RUNS, registry
+from tests.support.transcripts import new_session, tool_messages
 
 OWNER = "olive"
 STRANGER = "mallory"

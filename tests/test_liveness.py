@@ -4,14 +4,8 @@ same idempotency key, and with no worker a client call answers in bounded time."
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -23,71 +17,10 @@ from parley.errors import ErrorType
 from parley.settings import Settings
 from parley.storage import LocalFileStorageDriver
 from parley.worker import build_worker
-from tests.checks import new_session, runs_in, tool_messages
 from tests.support import GATE, SLOW_STARTED, call, registry, script
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-async def _eventually(check, seconds: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + seconds
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.2)
-
-
-@contextmanager
-def worker_process(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """``worker.py`` in its own process, as `parley worker` runs it."""
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [sys.executable, "worker.py"], cwd=ROOT, env=env, stdout=out, stderr=out
-        )
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=30)
-
-
-def slow_write_worker(
-    client: Client, payload_store: LocalFileStorageDriver, tmp_path: Path, call_id: str
-) -> tuple[dict[str, str], Conversations, Path]:
-    """A worker process environment whose model proposes ``slow_write`` (``call_id``)
-    then answers "written once"; the conversations client for its task queue; the
-    tool's start log (``tests/liveness_tools.py``)."""
-    queue = f"parley-live-{uuid.uuid4().hex[:8]}"
-    script_file = tmp_path / "script.json"
-    script_file.write_text(
-        json.dumps(
-            [
-                {"content": "", "tool_calls": [call("slow_write", call_id, title="once")]},
-                {"content": "written once"},
-            ]
-        )
-    )
-    tool_log = tmp_path / "tool.log"
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": client.namespace,
-        "PARLEY_TASK_QUEUE": queue,
-        "PARLEY_MODEL": f"script:{script_file}",
-        "PARLEY_TOOLS": "tests.liveness_tools:toolset",
-        "PARLEY_PAYLOAD_STORE": str(payload_store.root),
-        "PARLEY_TEST_TOOL_LOG": str(tool_log),
-    }
-    return env, Conversations(client, Settings(task_queue=queue)), tool_log
-
-
-def tool_starts(tool_log: Path) -> list[dict]:
-    """The tool runs that started, one JSON line each (key, pid)."""
-    if not tool_log.exists():
-        return []
-    return [json.loads(line) for line in tool_log.read_text().splitlines()]
+from tests.support.processes import slow_write_worker, tool_starts, worker_process
+from tests.support.transcripts import new_session, runs_in, tool_messages
+from tests.support.waiting import eventually
 
 
 async def test_a_worker_killed_during_a_confirm_tool_recovers_within_a_minute(
@@ -102,7 +35,7 @@ async def test_a_worker_killed_during_a_confirm_tool_recovers_within_a_minute(
         return tool_starts(tool_log)
 
     with worker_process(env, tmp_path / "worker-a.log") as first:
-        await _eventually(conv.workers_polling, 60, "worker A to poll")
+        await eventually(conv.workers_polling, 60, "worker A to poll")
         turn = await conv.send(sid, "lee", "write it once")
         assert turn.status == "awaiting_approval"
         deciding = asyncio.create_task(
@@ -112,7 +45,7 @@ async def test_a_worker_killed_during_a_confirm_tool_recovers_within_a_minute(
         async def started() -> bool:
             return len(starts()) == 1
 
-        await _eventually(started, 60, "the tool to start on worker A")
+        await eventually(started, 60, "the tool to start on worker A")
         first.kill()  # SIGKILL, mid-call
         first.wait(timeout=30)
     hold.unlink()
@@ -223,7 +156,7 @@ async def test_sigterm_lets_the_running_tool_finish_before_the_worker_exits(
         return tool_starts(tool_log)
 
     with worker_process(env, tmp_path / "worker-a.log") as first:
-        await _eventually(conv.workers_polling, 60, "worker A to poll")
+        await eventually(conv.workers_polling, 60, "worker A to poll")
         turn = await conv.send(sid, "lee", "write it once")
         assert turn.status == "awaiting_approval"
         deciding = asyncio.create_task(
@@ -233,7 +166,7 @@ async def test_sigterm_lets_the_running_tool_finish_before_the_worker_exits(
         async def started() -> bool:
             return len(starts()) == 1
 
-        await _eventually(started, 60, "the tool to start on worker A")
+        await eventually(started, 60, "the tool to start on worker A")
         first.terminate()  # SIGTERM, as a deploy stops it
         await asyncio.sleep(1)
         assert first.poll() is None  # still finishing the running tool

@@ -10,8 +10,8 @@ import logging
 from parley.contracts import Decision
 from parley.logs import JsonLogFormatter, quiet_expected_tool_errors
 from parley.settings import Settings
-from tests.checks import new_session
 from tests.support import ByConversation, call, registry, script
+from tests.support.transcripts import new_session
 
 PROPOSE = {
     "content": "",

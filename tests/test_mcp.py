@@ -28,11 +28,10 @@ from parley.contracts import Decision, PolicyRule
 from parley.errors import ErrorType, TransientError
 from parley.settings import Settings
 from parley.tools import ToolRegistry
-from tests.checks import new_session, tool_messages
 from tests.support import call, script
-from tests.test_topology import free_port, process
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.ports import free_port
+from tests.support.processes import ROOT, process
+from tests.support.transcripts import new_session, tool_messages
 
 
 @contextmanager
@@ -42,7 +41,7 @@ def notes_server(home: Path) -> Iterator[tuple[str, Path]]:
     port = free_port()
     env = {**os.environ, "NOTES_FILE": str(notes), "PYTHONPATH": str(ROOT)}
     with process(
-        [sys.executable, str(ROOT / "tests" / "mcp_notes_server.py"), str(port)],
+        [sys.executable, str(ROOT / "tests" / "support" / "mcp_notes_server.py"), str(port)],
         env,
         home / "server.log",
     ):

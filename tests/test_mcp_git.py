@@ -32,12 +32,12 @@ from parley.contracts import Decision, PolicyRule
 from parley.errors import ErrorType, TransientError
 from parley.settings import Settings
 from parley.tools import ToolRegistry
-from tests.checks import new_session, tool_messages
 from tests.support import call
-from tests.test_cli_errors import NOWHERE, assert_one_line_error, parley
+from tests.support.cli import NOWHERE, assert_one_line_error, parley
+from tests.support.processes import ROOT
+from tests.support.transcripts import new_session, tool_messages
 
-ROOT = Path(__file__).resolve().parent.parent
-FLAKY_START = ROOT / "tests" / "mcp_flaky_start.py"
+FLAKY_START = ROOT / "tests" / "support" / "mcp_flaky_start.py"
 AUTO_READS = [PolicyRule(name="reads", tool="*git_[sl]*", decide="auto")]  # status, show, log
 
 

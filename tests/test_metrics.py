@@ -4,7 +4,6 @@ Parley's counters (turns, decisions by action, tool runs by outcome, approvals).
 from __future__ import annotations
 
 import re
-import socket
 import uuid
 
 import httpx
@@ -14,20 +13,15 @@ from parley.client import Conversations, connect
 from parley.contracts import Decision
 from parley.settings import Settings
 from parley.worker import build_worker, metrics_runtime
-from tests.checks import new_session
 from tests.support import call, registry, script
+from tests.support.ports import free_port
+from tests.support.transcripts import new_session
 
 PROPOSE_TWO = {
     "content": "Two writes.",
     "tool_calls": [call("write_record", "m1", title="A"), call("write_record", "m2", title="B")],
 }
 DONE = {"content": "Done."}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def value(metrics: str, name: str, **labels: str) -> float:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import os
 import subprocess
 import sys
 import time
@@ -24,32 +23,12 @@ from parley.errors import ErrorType
 from parley.settings import Settings
 from parley.storage import LocalFileStorageDriver
 from parley.worker import build_worker
-from tests.checks import new_session, runs_in
 from tests.support import call, registry, script
-from tests.test_topology import process
+from tests.support.processes import LIVENESS_TOOLS, PARLEY_MODULE, ROOT, cli_env, process
+from tests.support.transcripts import new_session, runs_in
+from tests.support.waiting import eventually
 
-ROOT = Path(__file__).resolve().parent.parent
 COLD_CONVERSATIONS = 100
-
-
-async def until(check, seconds: float, what: str):  # type: ignore[no-untyped-def]
-    """``check()``'s first truthy value, polled every 0.2 s for at most ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while not (value := await check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.2)
-    return value
-
-
-def cli_env(client: Client, payload_store: LocalFileStorageDriver, queue: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": client.namespace,
-        "PARLEY_TASK_QUEUE": queue,
-        "PARLEY_PAYLOAD_STORE": str(payload_store.root),
-    }
 
 
 async def test_100_cold_conversations_to_one_worker_get_no_no_worker_answer(
@@ -67,7 +46,7 @@ async def test_100_cold_conversations_to_one_worker_get_no_no_worker_answer(
     env = {
         **cli_env(client, payload_store, queue),
         "PARLEY_MODEL": f"script:{script_file}",
-        "PARLEY_TOOLS": "tests.liveness_tools:toolset",
+        "PARLEY_TOOLS": LIVENESS_TOOLS,
         "PARLEY_TEST_TOOL_LOG": str(tmp_path / "tool.log"),
         # Two workflow tasks at a time: the 100 first tasks queue for many seconds.
         "PARLEY_MAX_CONCURRENT_WORKFLOW_TASKS": "2",
@@ -75,8 +54,8 @@ async def test_100_cold_conversations_to_one_worker_get_no_no_worker_answer(
     log = tmp_path / "worker.log"
     # The client looks at the queue every second, so every task that waits is judged.
     conv = Conversations(client, Settings(task_queue=queue, worker_wait_seconds=1))
-    with process([sys.executable, "-m", "parley.cli", "worker"], env, log):
-        await until(conv.workers_polling, 60, "the worker to poll")
+    with process([*PARLEY_MODULE, "worker"], env, log):
+        await eventually(conv.workers_polling, 60, "the worker to poll")
 
         async def send(n: int) -> str:
             try:
@@ -144,7 +123,7 @@ async def test_approve_with_no_worker_is_kept_and_applies_once_when_a_worker_sta
             state = await conv.state(sid, "max")
             return state if state.status == "idle" and not state.pending else None
 
-        state = await until(completed, 60, "the kept decision to apply")
+        state = await eventually(completed, 60, "the kept decision to apply")
     assert len(runs_in(sid, "write_record")) == 1
     assert state.transcript[-1].content == "written"
     decided = [e for e in state.audit if e.event == "decided"]

@@ -6,87 +6,20 @@ recorded in the audit log; without ``notify_url`` nothing is sent."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
-import threading
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from temporalio.client import Client
 
 from parley.contracts import NOTIFY, AuditEntry, Decision, workflow_id_for
-from tests.checks import new_session
 from tests.support import call, registry, script
+from tests.support.transcripts import new_session
+from tests.support.waiting import eventually
+from tests.support.webhook import Webhook
 
 PROPOSE = {"content": "I will write it.", "tool_calls": [call("write_record", "c1", title="Q3")]}
 DONE = {"content": "Written."}
 PAGE = "http://gateway.example:8770"
-
-
-class Webhook:
-    """A real HTTP server on 127.0.0.1 that records each POST and answers ``statuses`` in
-    turn (the last one from then on). While ``release`` is clear it holds every answer."""
-
-    def __init__(self, *statuses: int) -> None:
-        self.statuses = statuses
-        self.requests: list[tuple[dict[str, str], Any]] = []
-        self.answered: list[int] = []
-        self.release = threading.Event()
-        self.release.set()
-        lock = threading.Lock()
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                with lock:
-                    hook.requests.append((headers, json.loads(raw)))
-                    number = len(hook.requests)
-                hook.release.wait(30)
-                status = hook.statuses[min(number, len(hook.statuses)) - 1]
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                with lock:
-                    hook.answered.append(status)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/hook"
-
-    def __enter__(self) -> Webhook:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release.set()  # no handler thread stays blocked
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
-
-
-async def eventually(check: Callable[[], Any], what: str, seconds: float = 30.0) -> Any:
-    """Poll ``check`` (sync or async) every 0.1 s until it returns something truthy."""
-    for _ in range(int(seconds * 10)):
-        value = check()
-        if inspect.isawaitable(value):
-            value = await value
-        if value:
-            return value
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"not within {seconds:g} s: {what}")
 
 
 async def notified(conversations: Any, sid: str) -> list[AuditEntry]:
@@ -123,12 +56,12 @@ async def test_the_webhook_is_told_in_the_background_and_retried_with_one_key(
             assert turn.status == "awaiting_approval"
             # the turn came back while the webhook had answered nothing (not even the 503)
             assert webhook.answered == []
-            await eventually(lambda: webhook.requests, "the webhook is called")
+            await eventually(lambda: webhook.requests, what="the webhook is called")
             assert len(webhook.requests) == 1 and webhook.answered == []
             assert await notified(conversations, sid) == []  # still in flight
 
             webhook.release.set()
-            await eventually(lambda: len(webhook.answered) == 2, "the webhook answers twice")
+            await eventually(lambda: len(webhook.answered) == 2, what="the webhook answers twice")
             assert webhook.answered == [503, 200]
 
             (first_headers, body), (second_headers, again) = webhook.requests
@@ -147,7 +80,7 @@ async def test_the_webhook_is_told_in_the_background_and_retried_with_one_key(
             assert body["url"] == f"{PAGE}/#c={sid}"
 
             (entry,) = await eventually(
-                lambda: notified(conversations, sid), "the audit log records the notification"
+                lambda: notified(conversations, sid), what="the audit log records the notification"
             )
             assert entry.actor == "worker"
             assert "error" not in entry.detail
@@ -178,7 +111,7 @@ async def test_a_webhook_that_refuses_is_not_retried_and_the_failure_is_recorded
             assert turn.status == "awaiting_approval"
 
             (entry,) = await eventually(
-                lambda: notified(conversations, sid), "the audit log records the failure"
+                lambda: notified(conversations, sid), what="the audit log records the failure"
             )
             # recorded after the activity's final failure: one request, no retry
             assert len(webhook.requests) == 1
@@ -231,13 +164,13 @@ async def test_a_decision_stops_retries_and_the_message_hides_the_webhook_url(
         ) as conversations:
             sid = new_session()
             await conversations.send(sid, "alice", "write Q3")
-            await eventually(lambda: len(webhook.requests) >= 1, "the first attempt")
+            await eventually(lambda: len(webhook.requests) >= 1, what="the first attempt")
             result = await conversations.decide(
                 sid, "alice", [Decision(tool_call_id="c1", action="approve")]
             )
             assert result.status == "completed"
             (entry,) = await eventually(
-                lambda: notified(conversations, sid), "the cancelled notification"
+                lambda: notified(conversations, sid), what="the cancelled notification"
             )
             assert "decided before the webhook answered" in entry.detail["error"]
             seen = len(webhook.requests)

@@ -23,7 +23,7 @@ from parley.activities.models.openai_provider import build_openai_model
 
 from parley.errors import ModelRequestError, TransientError
 from parley.settings import DEFAULT_OVERLOAD_CODES, Settings
-from tests.openai_fake import OVERLOAD_2064, FakeOpenAI, error_body
+from tests.support.openai_fake import OVERLOAD_2064, FakeOpenAI, error_body
 
 API_KEY = "sk-test-0123456789abcdef"
 

@@ -23,9 +23,9 @@ from parley.contracts import CALL_MODEL, RUN_TOOL, Decision
 from parley.errors import ErrorType
 from parley.settings import Settings
 from parley.tools import ToolRegistry
-from tests.checks import new_session, runs_in, tool_messages
-from tests.openai_fake import OVERLOAD_2064, FakeOpenAI, error_body
-from tests.plans_support import (
+from tests.support import registry
+from tests.support.openai_fake import OVERLOAD_2064, FakeOpenAI, error_body
+from tests.support.plans import (
     PLANS_KEY,
     SECRET_MARKER,
     activity_attempts,
@@ -34,7 +34,7 @@ from tests.plans_support import (
     fetch,
     rows,
 )
-from tests.support import registry
+from tests.support.transcripts import new_session, runs_in, tool_messages
 
 OPENAI_KEY = f"sk-openai-{SECRET_MARKER}-c0ffee51"
 WRONG_OPENAI_KEY = f"sk-revoked-{SECRET_MARKER}-dead99"

@@ -9,8 +9,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from parley.client import ConversationRefused
 from parley.contracts import Decision
 from parley.errors import ErrorType
-from tests.checks import new_session, runs_in
 from tests.support import call, registry, script
+from tests.support.transcripts import new_session, runs_in
 
 PROPOSE_WRITE = {"content": "", "tool_calls": [call("write_record", "c1", title="Q3")]}
 DONE = {"content": "Done."}

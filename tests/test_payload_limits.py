@@ -21,8 +21,8 @@ from parley.client import ConversationRefused, Conversations
 from parley.contracts import Decision, SendMessageInput, workflow_id_for
 from parley.errors import ErrorType
 from parley.tools import auto, confirm
-from tests.checks import new_session, runs_in, tool_messages
 from tests.support import call, registry, script
+from tests.support.transcripts import new_session, runs_in, tool_messages
 
 KB = 1024
 MB = 1024 * KB

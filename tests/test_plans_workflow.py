@@ -20,8 +20,7 @@ from temporalio.client import Client
 
 from parley.contracts import RUN_TOOL
 from parley.errors import ErrorType
-from tests.checks import new_session, tool_messages
-from tests.plans_support import (
+from tests.support.plans import (
     PLANS_KEY,
     SECRET_MARKER,
     SENTENCE,
@@ -38,6 +37,7 @@ from tests.plans_support import (
     rows,
     seen_requests,
 )
+from tests.support.transcripts import new_session, tool_messages
 
 
 @pytest.fixture

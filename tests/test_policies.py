@@ -11,36 +11,21 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
 
 import httpx
 import pytest
-from langchain_core.tools import InjectedToolArg, tool
 from parley.activities.tool_calls import ToolActivities
 
 from parley.client import ConversationRefused
-from parley.contracts import Decision, PolicyRule, RunToolInput, ToolContext
+from parley.contracts import Decision, PolicyRule, RunToolInput
 from parley.policies import load_policies
 from parley.tools import ToolRegistry, confirm
-from tests.checks import new_session, runs_in, tool_messages
-from tests.gateway_support import ALICE_TOKEN, BOB_TOKEN, auth, serve_gateway
-from tests.support import RUNS, call, script
+from tests.support import call, script
+from tests.support.gateway import ALICE_TOKEN, BOB_TOKEN, auth, serve_gateway
+from tests.support.policy_tools import create_plan, push_branch
+from tests.support.transcripts import new_session, runs_in, tool_messages
 
 TODAY = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")[datetime.now(UTC).weekday()]
-
-
-@tool
-async def push_branch(branch: str, context: Annotated[ToolContext, InjectedToolArg]) -> dict:
-    """Push a git branch (changes the world)."""
-    RUNS.append({"tool": "push_branch", "key": context.idempotency_key, "branch": branch})
-    return {"pushed": branch}
-
-
-@tool
-async def create_plan(title: str, context: Annotated[ToolContext, InjectedToolArg]) -> dict:
-    """Create a plan (changes the world)."""
-    RUNS.append({"tool": "create_plan", "key": context.idempotency_key, "title": title})
-    return {"created": title}
 
 
 RULES = [
@@ -205,11 +190,6 @@ def test_the_policy_file_is_checked_at_load(tmp_path: Path) -> None:
         assert expected in str(err.value), str(err.value)
 
 
-def toolset() -> list:
-    """The tools above, for `parley tools` and worker processes (PARLEY_TOOLS)."""
-    return [confirm(push_branch), confirm(create_plan)]
-
-
 ROOT = Path(__file__).resolve().parent.parent
 PARLEY = [str(Path(sys.executable).parent / "parley")]
 
@@ -225,7 +205,7 @@ def test_parley_tools_shows_policies_and_rules_in_order(tmp_path: Path) -> None:
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
-        "PARLEY_TOOLS": "tests.test_policies:toolset",
+        "PARLEY_TOOLS": "tests.support.policy_tools:toolset",
         "PARLEY_POLICIES": str(policies),
     }
     shown = subprocess.run([*PARLEY, "tools"], env=env, capture_output=True, text=True)

@@ -19,8 +19,8 @@ from parley.errors import ErrorType
 from parley.settings import Settings
 from parley.tools import ToolRegistry, confirm, deny
 from parley.worker import build_worker
-from tests.checks import new_session, runs_in, tool_messages
 from tests.support import GATE, SLOW_STARTED, call, drop_tables, registry, script, write_record
+from tests.support.transcripts import new_session, runs_in, tool_messages
 
 WRITE = {"content": "", "tool_calls": [call("write_record", "c1", title="once")]}
 

@@ -14,71 +14,22 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated
 
 import pytest
 from langchain_core.messages import SystemMessage
-from langchain_core.tools import InjectedToolArg, tool
 from parley.activities.models.scripted import ScriptedChatModel
 from parley.activities.tool_calls import ToolActivities
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 
 from parley.client import ConversationRefused
-from parley.contracts import Decision, RunToolInput, SubagentSpec, ToolContext, workflow_id_for
+from parley.contracts import Decision, RunToolInput, workflow_id_for
 from parley.errors import ErrorType
 from parley.policies import load_policies
-from parley.tools import ToolRegistry, auto, confirm
-from tests.checks import new_session, runs_in, tool_messages
-from tests.support import OFFERED, RUNS, ByConversation, call, script
-from tests.test_policies import create_plan, push_branch
-
-
-@tool
-async def list_plans(context: Annotated[ToolContext, InjectedToolArg]) -> list[str]:
-    """List the plans (reads only)."""
-    RUNS.append({"tool": "list_plans", "key": context.idempotency_key})
-    return ["Q2"]
-
-
-PLANNER = SubagentSpec(
-    name="planner",
-    description="Works out and records plans; it cannot touch git.",
-    tools=["create_plan", "list_*"],
-    instructions="You plan work. Record each plan with create_plan.",
-)
-
-
-def toolset() -> list:
-    """The tools above, for `parley tools` (PARLEY_TOOLS)."""
-    return [confirm(push_branch), confirm(create_plan), auto(list_plans)]
-
-
-def registry() -> ToolRegistry:
-    return ToolRegistry(
-        [confirm(push_branch), confirm(create_plan), auto(list_plans)], subagents=[PLANNER]
-    )
-
-
-def planner_model(task: str, parent_reply: str = "The planner is done.") -> ByConversation:
-    return ByConversation(
-        scripts={
-            "get the Q3 plan done": script(
-                {"tool_calls": [call("planner", "p1", task=task)]},
-                {"content": parent_reply},
-            ),
-            task: script(
-                {
-                    "tool_calls": [
-                        call("push_branch", "c1", branch="main"),  # not the planner's
-                        call("list_plans", "c2"),
-                        call("create_plan", "c3", title="Q3"),
-                    ]
-                },
-                {"content": "Plan Q3 recorded."},
-            ),
-        }
-    )
+from tests.support import OFFERED, ByConversation, call, script
+from tests.support.policy_tools import planner_model
+from tests.support.policy_tools import planner_registry as registry
+from tests.support.transcripts import new_session, runs_in, tool_messages
 
 
 async def test_a_subagents_confirm_call_is_approved_from_the_parent(parley_worker) -> None:
@@ -342,7 +293,7 @@ decide = "confirm"
     env = {
         **os.environ,
         "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
-        "PARLEY_TOOLS": "tests.test_subagents:toolset",
+        "PARLEY_TOOLS": "tests.support.policy_tools:planner_toolset",
         "PARLEY_POLICIES": str(file),
     }
     parley = str(Path(sys.executable).parent / "parley")

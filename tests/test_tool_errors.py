@@ -7,8 +7,14 @@ from temporalio.api.enums.v1 import EventType
 from parley.contracts import PARLEY_STATUS, RUN_TOOL, Decision
 from parley.errors import ErrorType
 from parley.tools import ToolRegistry, auto, confirm
-from tests.checks import ai_messages, envelope_status, new_session, runs_in, tool_messages
 from tests.support import RUNS, call, registry, script, strict_write, write_record
+from tests.support.transcripts import (
+    ai_messages,
+    envelope_status,
+    new_session,
+    runs_in,
+    tool_messages,
+)
 
 FIX = "\n Please fix your mistakes."
 DONE = {"content": "Done."}

@@ -7,14 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -22,46 +15,19 @@ from temporalio.testing import WorkflowEnvironment
 
 from parley.binaries import temporal_cli
 from parley.contracts import SEARCH_ATTRIBUTES
-from tests.support import call
+from tests.support.ports import free_port
+from tests.support.processes import (
+    LIVENESS_TOOLS,
+    PARLEY_MODULE,
+    process,
+    worker_env,
+    write_slow_write_script,
+)
+from tests.support.waiting import eventually
 
-ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "topology-token-0123456789"
-
-
-@contextmanager
-def process(args: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("ab") as out:
-        started = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=out)
-    try:
-        yield started
-    finally:
-        if started.poll() is None:
-            started.terminate()
-            try:
-                started.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                started.kill()
-        started.wait(timeout=20)
-
-
-async def eventually(check, seconds: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            result = await check()
-        except (httpx.TransportError, OSError):
-            result = None
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.2)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+#: What a server still starting answers with: not yet.
+UNREACHABLE = (httpx.TransportError, OSError)
 
 
 async def test_two_workers_and_the_gateway_survive_a_worker_killed_mid_call(
@@ -79,32 +45,22 @@ async def test_two_workers_and_the_gateway_survive_a_worker_killed_mid_call(
 
 
 async def _run_topology(address: str, tmp_path: Path) -> None:
-    script_file = tmp_path / "script.json"
-    script_file.write_text(
-        json.dumps(
-            [
-                {"content": "", "tool_calls": [call("slow_write", "t1", title="once")]},
-                {"content": "written once"},
-            ]
-        )
-    )
+    script_file = write_slow_write_script(tmp_path / "script.json", "t1")
     tokens = tmp_path / "tokens"
     tokens.write_text(f"alice {TOKEN}\n")
     tool_log = tmp_path / "tool.log"
     gateway_port = free_port()
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "TEMPORAL_ADDRESS": address,
-        "PARLEY_TASK_QUEUE": f"parley-topology-{uuid.uuid4().hex[:8]}",
-        "PARLEY_MODEL": f"script:{script_file}",
-        "PARLEY_TOOLS": "tests.liveness_tools:toolset",
-        "PARLEY_PAYLOAD_STORE": str(tmp_path / "payloads"),
-        "PARLEY_TEST_TOOL_LOG": str(tool_log),
-        "PARLEY_GATEWAY_TOKENS_FILE": str(tokens),
-        "PARLEY_GATEWAY_PORT": str(gateway_port),
-    }
-    parley = [sys.executable, "-m", "parley.cli"]
+    env = worker_env(
+        address,
+        f"parley-topology-{uuid.uuid4().hex[:8]}",
+        tmp_path / "payloads",
+        PARLEY_MODEL=f"script:{script_file}",
+        PARLEY_TOOLS=LIVENESS_TOOLS,
+        PARLEY_TEST_TOOL_LOG=str(tool_log),
+        PARLEY_GATEWAY_TOKENS_FILE=str(tokens),
+        PARLEY_GATEWAY_PORT=str(gateway_port),
+    )
+    parley = PARLEY_MODULE
     hold = tool_log.with_suffix(".hold")
     hold.touch()
     sid = f"topology-{uuid.uuid4().hex[:8]}"
@@ -126,7 +82,7 @@ async def _run_topology(address: str, tmp_path: Path) -> None:
             async def gateway_up() -> bool:
                 return (await http.get("/healthz")).status_code == 200
 
-            await eventually(gateway_up, 60, "the gateway")
+            await eventually(gateway_up, 60, "the gateway", ignoring=UNREACHABLE)
             sent = await http.post(
                 f"/v1/conversations/{sid}/messages", json={"text": "write it once"}
             )
@@ -142,7 +98,9 @@ async def _run_topology(address: str, tmp_path: Path) -> None:
             async def started() -> list[dict]:
                 return starts()
 
-            (first_start,) = await eventually(started, 60, "the tool to start")
+            (first_start,) = await eventually(
+                started, 60, "the tool to start", ignoring=UNREACHABLE
+            )
             victim, survivor = (
                 (worker_1, worker_2) if first_start["pid"] == worker_1.pid else (worker_2, worker_1)
             )

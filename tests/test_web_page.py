@@ -1,126 +1,41 @@
 """The approval page in a real browser: Chromium (Playwright) against the real gateway,
 worker and Temporal dev server; the model is the only fake (a script).
 
-Drives Debian's Chromium (/usr/bin/chromium, installed by .ci/run; or PARLEY_CHROMIUM):
-Playwright's own browser download is not used. A missing browser fails, never skips.
-Screenshots go to each test's tmp_path, and also to $PARLEY_SCREENSHOTS when it is set."""
+The browser, the page, the gateway in front of the worker and the steps every page
+test takes are in tests.support.browser."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
-import pytest
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Page, expect
 
-from parley.client import Conversations
+import tests.support.browser as page_kit
 from parley.contracts import Decision
-from tests.gateway_support import ALICE_TOKEN, TOKENS, serve_gateway
 from tests.support import RUNS, call, registry, runs_of, script
+from tests.support.browser import (
+    PROPOSE_WRITE,
+    page_gateway,
+    screenshot,
+    send,
+    sign_in_and_start,
+)
+from tests.support.gateway import ALICE_TOKEN
 
-CHROMIUM = os.environ.get("PARLEY_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-PROPOSE_WRITE = {
-    "content": "I will write the Q3 record.",
-    "tool_calls": [call("write_record", "c1", title="Q3")],
-}
-
-#: Long enough for a turn on a busy machine (each step goes through Temporal).
-expect.set_options(timeout=20_000)
-
-
-@pytest.fixture(scope="module")
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as p:
-        launched = await p.chromium.launch(
-            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            yield launched
-        finally:
-            await launched.close()
-
-
-@pytest.fixture
-async def page(browser: Browser) -> AsyncIterator[Page]:
-    context = await browser.new_context(viewport={"width": 1280, "height": 820})
-    opened = await context.new_page()
-    crashes: list[str] = []
-    opened.on("pageerror", lambda err: crashes.append(str(err)))
-    try:
-        yield opened
-    finally:
-        await context.close()
-    assert crashes == [], f"the page threw: {crashes}"
-
-
-@asynccontextmanager
-async def gateway(
-    parley_worker, model, page: Page, sid: str
-) -> AsyncIterator[tuple[str, Conversations]]:
-    """A worker with ``model`` and the gateway in front of it; yields the gateway's base
-    URL and the conversations client (what the CLI uses). On the way out the page
-    leaves first, so that its open event stream does not hold the gateway's exit."""
-    async with (
-        parley_worker(registry(), model) as conversations,
-        serve_gateway(conversations, TOKENS) as base,
-    ):
-        try:
-            yield base, conversations
-        finally:
-            await page.goto("about:blank")
-
-
-async def screenshot(page: Page, tmp_path: Path, name: str) -> Path:
-    path = tmp_path / f"{name}.png"
-    await page.screenshot(path=str(path), full_page=True)
-    print(f"screenshot: {path}")
-    if target := os.environ.get("PARLEY_SCREENSHOTS"):
-        Path(target).mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, Path(target) / path.name)
-    return path
-
-
-async def sign_in_and_start(page: Page, base: str, sid: str) -> None:
-    """Open the page with the token in the fragment, then open a new conversation."""
-    await page.goto(f"{base}/#token={ALICE_TOKEN}")
-    await expect(page.get_by_test_id("me")).to_have_text("signed in as alice")
-    assert "token" not in page.url  # taken out of the address bar (and history)
-    assert await page.evaluate("localStorage.getItem('parley.token')") == ALICE_TOKEN
-
-    generated = await page.get_by_test_id("new-session-id").input_value()
-    assert re.fullmatch(r"web-[a-z0-9]{8}", generated)
-    await page.get_by_test_id("new-session-id").fill(sid)
-    await page.get_by_test_id("new-conversation").click()
-    await expect(page).to_have_url(re.compile(f"#c={re.escape(sid)}$"))
-    await expect(page.get_by_test_id("status")).to_have_attribute("data-status", "new")
-
-
-async def send(page: Page, text: str) -> None:
-    await page.get_by_test_id("message-input").fill(text)
-    await page.get_by_test_id("send").click()
+# Kept importable from here while tests/test_subagent_ids.py imports them from this
+# module; the fixtures themselves come from the tests.support.browser plugin.
+browser = page_kit.browser
+page = page_kit.page
 
 
 async def test_approve_a_proposed_write(parley_worker, page: Page, tmp_path: Path) -> None:
     RUNS.clear()
     sid = f"web-{uuid.uuid4().hex[:10]}"
     model = script(PROPOSE_WRITE, {"content": "Done: the Q3 record is written."})
-    async with gateway(parley_worker, model, page, sid) as (base, _):
+    async with page_gateway(parley_worker, registry(), model, page) as (base, _):
         await sign_in_and_start(page, base, sid)
         await send(page, "please write the Q3 record")
 
@@ -175,7 +90,7 @@ async def test_reject_with_a_reason(parley_worker, page: Page, tmp_path: Path) -
     RUNS.clear()
     sid = f"web-{uuid.uuid4().hex[:10]}"
     model = script(PROPOSE_WRITE, {"content": "Understood: I did not write the record."})
-    async with gateway(parley_worker, model, page, sid) as (base, _):
+    async with page_gateway(parley_worker, registry(), model, page) as (base, _):
         await sign_in_and_start(page, base, sid)
         await send(page, "please write the Q3 record")
 
@@ -211,7 +126,7 @@ async def test_several_pending_calls_are_decided_together(
         },
         {"content": "Wrote a, left b alone."},
     )
-    async with gateway(parley_worker, model, page, sid) as (base, _):
+    async with page_gateway(parley_worker, registry(), model, page) as (base, _):
         await sign_in_and_start(page, base, sid)
         await send(page, "write a and b")
 
@@ -251,7 +166,7 @@ async def test_a_decision_made_elsewhere_shows_up_live(
     RUNS.clear()
     sid = f"web-{uuid.uuid4().hex[:10]}"
     model = script(PROPOSE_WRITE, {"content": "Written, as the CLI approved."})
-    async with gateway(parley_worker, model, page, sid) as (base, conversations):
+    async with page_gateway(parley_worker, registry(), model, page) as (base, conversations):
         turn = await conversations.send(sid, "alice", "please write the Q3 record")
         assert turn.status == "awaiting_approval"
 

@@ -11,42 +11,21 @@ against the real gateway, worker and Temporal dev server; the model is a script.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
-from langchain_core.language_models import BaseChatModel
 from playwright.async_api import Page, expect
 
-from parley.client import Conversations
-from parley.tools import ToolRegistry
-from tests import test_web_page
-from tests.checks import runs_in
-from tests.gateway_support import ALICE_TOKEN, TOKENS, serve_gateway
 from tests.support import RUNS, call, registry, runs_of, script
-from tests.test_subagents import planner_model
-from tests.test_subagents import registry as planner_registry
-from tests.test_web_page import PROPOSE_WRITE, screenshot, send, sign_in_and_start
-
-# The page tests' Chromium (one per module) and a fresh page for each test.
-browser = test_web_page.browser
-page = test_web_page.page
-
-
-@asynccontextmanager
-async def gateway(
-    parley_worker, tools: ToolRegistry, model: BaseChatModel, page: Page
-) -> AsyncIterator[tuple[str, Conversations]]:
-    """A worker with ``tools`` and ``model`` and the gateway in front of it; the page
-    leaves first on the way out (its event stream must not hold the gateway's exit)."""
-    async with (
-        parley_worker(tools, model) as conversations,
-        serve_gateway(conversations, TOKENS) as base,
-    ):
-        try:
-            yield base, conversations
-        finally:
-            await page.goto("about:blank")
+from tests.support.browser import (
+    PROPOSE_WRITE,
+    page_gateway,
+    screenshot,
+    send,
+    sign_in_and_start,
+)
+from tests.support.gateway import ALICE_TOKEN
+from tests.support.policy_tools import planner_model, planner_registry
+from tests.support.transcripts import runs_in
 
 
 async def open_conversation(page: Page, base: str, sid: str) -> None:
@@ -60,7 +39,7 @@ async def test_respond_answers_the_model_instead_of_the_tool(
     RUNS.clear()
     sid = f"web-{uuid.uuid4().hex[:10]}"
     model = script(PROPOSE_WRITE, {"content": "Noted: you wrote it by hand."})
-    async with gateway(parley_worker, registry(), model, page) as (base, _):
+    async with page_gateway(parley_worker, registry(), model, page) as (base, _):
         await sign_in_and_start(page, base, sid)
         await send(page, "please write the Q3 record")
         card = page.get_by_test_id("approval-card")
@@ -95,7 +74,10 @@ async def test_a_subagents_call_is_marked_and_approved_from_the_parent(
     sid = f"web-{uuid.uuid4().hex[:10]}"
     task = f"record a plan for Q3 ({sid})"
     model = planner_model(task, parent_reply="The planner recorded Q3.")
-    async with gateway(parley_worker, planner_registry(), model, page) as (base, conversations):
+    async with page_gateway(parley_worker, planner_registry(), model, page) as (
+        base,
+        conversations,
+    ):
         turn = await conversations.send(sid, "alice", "get the Q3 plan done")
         (pending,) = turn.pending
         assert pending.subagent is not None
@@ -122,7 +104,7 @@ async def test_an_ended_conversation_shows_ended_and_offers_no_decision(
 ) -> None:
     RUNS.clear()
     sid = f"web-{uuid.uuid4().hex[:10]}"
-    async with gateway(parley_worker, registry(), script(PROPOSE_WRITE), page) as (
+    async with page_gateway(parley_worker, registry(), script(PROPOSE_WRITE), page) as (
         base,
         conversations,
     ):
@@ -176,7 +158,7 @@ async def test_the_transcript_stays_readable_while_calls_are_pending(
         }
     )
     await page.set_viewport_size({"width": 1280, "height": 640})
-    async with gateway(parley_worker, registry(), model, page) as (base, _):
+    async with page_gateway(parley_worker, registry(), model, page) as (base, _):
         await sign_in_and_start(page, base, sid)
         await send(page, "write the three records")
         await expect(page.get_by_test_id("approval-card")).to_have_count(3)

@@ -23,8 +23,8 @@ from parley.workflow_runner import (
     ContextCachingSandboxedWorkflowRunner,
     ContextCachingWorkflowInstance,
 )
-from tests.checks import new_session, runs_in
 from tests.support import ByConversation, call, read_records, script, write_record
+from tests.support.transcripts import new_session, runs_in
 
 #: (question, "none" or "command", "asked" | "sdk"): how many questions the SDK asked
 #: the wrapped instance, and how many of those the wrapper passed on to the sandbox.

@@ -1,14 +1,12 @@
 """`parley dev` for the CLI tests: the real console script in a subprocess (embedded
 Temporal dev server, UI, gateway, plans service and the offline model), what it
-prints, and the helpers that run the console script against it."""
+prints, and the helpers that run the console script against it. Client side."""
 
 from __future__ import annotations
 
 import os
 import select
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,20 +15,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from parley.dev_state import state_file
-
-# The console script the README's quick start runs (installed next to this Python).
-PARLEY = [str(Path(sys.executable).parent / "parley")]
+from tests.support.ports import free_port
+from tests.support.processes import PARLEY
 
 #: Keys of the ``dev_server`` fixture that are not environment variables.
 FIXTURE_KEYS = ("data_dir", "ui", "gateway", "banner", "pid")
 #: What each running dev server printed, by its ``pid`` key.
 DEV_OUTPUTS: dict[str, DevOutput] = {}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def children_of(pid: int) -> dict[int, str]:

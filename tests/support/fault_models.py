@@ -1,5 +1,5 @@
 """The model of the fault tests (``tests/test_faults.py``), loaded by real worker
-processes through ``PARLEY_MODEL=tests.fault_models:held_script``.
+processes through ``PARLEY_MODEL=tests.support.fault_models:held_script``.
 
 It answers from the JSON script ``$PARLEY_TEST_SCRIPT`` like ``script:<file>`` and logs
 each call's start (pid) to ``$PARLEY_TEST_MODEL_LOG``; while ``<log>.hold`` exists the

@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import json
 import re
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -28,8 +27,8 @@ from parley.contracts import SEARCH_ATTRIBUTES, workflow_id_for
 from parley.gateway.access import TokenTable
 from parley.gateway.server import serving
 from parley.storage import LocalFileStorageDriver, data_converter
-from tests.support import slow_write_worker_env
-from tests.test_topology import free_port, process
+from tests.support.ports import free_port
+from tests.support.processes import PARLEY_MODULE, process, slow_write_worker_env
 
 ALICE_TOKEN = "alice-token-0123456789"
 BOB_TOKEN = "bob-token-0123456789ab"
@@ -186,10 +185,9 @@ def gateway_processes(
         "PARLEY_GATEWAY_PORT": str(port),
         **env,
     }
-    parley = [sys.executable, "-m", "parley.cli"]
     with (
-        process([*parley, "worker"], environment, home / "worker.log"),
-        process([*parley, "gateway"], environment, home / "gateway.log") as gateway,
+        process([*PARLEY_MODULE, "worker"], environment, home / "worker.log"),
+        process([*PARLEY_MODULE, "gateway"], environment, home / "gateway.log") as gateway,
     ):
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60

@@ -1,5 +1,6 @@
 """The confirm tool of the worker-kill test (``tests/test_liveness.py``), loaded by a
-real ``worker.py`` in another process through ``PARLEY_TOOLS=tests.liveness_tools:toolset``.
+real ``worker.py`` in another process through
+``PARLEY_TOOLS=tests.support.liveness_tools:toolset``.
 
 ``slow_write`` logs each start to ``$PARLEY_TEST_TOOL_LOG``; while the file
 ``<log>.hold`` exists it hangs (heartbeating, as every tool run does), so the test can

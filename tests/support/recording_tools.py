@@ -1,18 +1,13 @@
-"""Tools for workflow tests: real tools that record every run, one per row of the
-error table. The model is the only fake (a script); tools and Temporal are real."""
+"""Tools for workflow tests: real tools that record every run (``RUNS``), one per row
+of the error table, and the registry that offers them. They run in the test's own
+worker (activity side); the model is the only fake (tests.support.scripts)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Annotated, Any
 
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, HumanMessage
-from langchain_core.outputs import ChatResult
 from langchain_core.tools import InjectedToolArg, tool
-from langchain_core.utils.function_calling import convert_to_openai_tool
-from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel
-from pydantic import Field
 
 from parley.contracts import ToolContext
 from parley.errors import ToolInputError, TransientError
@@ -107,44 +102,6 @@ def registry(*extra: ParleyTool) -> ToolRegistry:
     )
 
 
-def script(*entries: dict[str, Any]) -> ScriptFileChatModel:
-    """A model that answers the N-th call with entries[N]."""
-    return ScriptFileChatModel(entries=[ScriptEntry.model_validate(e) for e in entries])
-
-
-def call(name: str, call_id: str, **args: Any) -> dict[str, Any]:
-    return {"name": name, "id": call_id, "args": args}
-
-
-#: (first human message of the conversation, tool names it was offered), per call of a
-#: ``ByConversation`` model.
-OFFERED: list[tuple[str, list[str]]] = []
-
-
-class ByConversation(BaseChatModel):
-    """Scripted models, one per conversation: the conversation's first human message
-    (the user's message, or a subagent's task) picks the script. Records in ``OFFERED``
-    the tools each call was offered."""
-
-    scripts: dict[str, ScriptFileChatModel]
-    offered: list[str] = Field(default_factory=list)
-
-    @property
-    def _llm_type(self) -> str:
-        return "parley-test-by-conversation"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ByConversation:
-        names = [convert_to_openai_tool(t)["function"]["name"] for t in tools]
-        return self.model_copy(update={"offered": names})
-
-    def _generate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
-    ) -> ChatResult:
-        first = next(str(m.content) for m in messages if isinstance(m, HumanMessage))
-        OFFERED.append((first, list(self.offered)))
-        return self.scripts[first]._generate(messages)
-
-
 GATE = asyncio.Event()
 SLOW_STARTED = asyncio.Event()
 
@@ -156,35 +113,3 @@ async def slow_read(context: Annotated[ToolContext, InjectedToolArg]) -> str:
     SLOW_STARTED.set()
     await GATE.wait()
     return "slow data"
-
-
-def slow_write_worker_env(
-    client: Any, payload_store: Any, home: Any, call_id: str, *, queue: str
-) -> dict[str, str]:
-    """The environment of a ``parley worker`` process on ``client``'s server whose model
-    proposes ``slow_write`` (``call_id``, ``tests/liveness_tools.py``) then answers
-    "written"; its script and tool log live in ``home``."""
-    import json
-    import os
-    from pathlib import Path
-
-    script = Path(home) / "script.json"
-    script.write_text(
-        json.dumps(
-            [
-                {"content": "", "tool_calls": [call("slow_write", call_id, title="fuzz")]},
-                {"content": "written"},
-            ]
-        )
-    )
-    return {
-        **os.environ,
-        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": client.namespace,
-        "PARLEY_TASK_QUEUE": queue,
-        "PARLEY_MODEL": f"script:{script}",
-        "PARLEY_TOOLS": "tests.liveness_tools:toolset",
-        "PARLEY_TEST_TOOL_LOG": str(Path(home) / "tool.log"),
-        "PARLEY_PAYLOAD_STORE": str(payload_store.root),
-    }

@@ -1,4 +1,5 @@
-"""Assertions shared by the conversation tests: what a valid transcript looks like."""
+"""Assertions shared by the conversation tests: what a valid transcript looks like,
+and a new session id. Client side."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from tests.support import RUNS
+from tests.support.recording_tools import RUNS
 
 
 def new_session() -> str:

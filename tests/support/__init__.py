@@ -1,0 +1,52 @@
+"""The tests' support package: everything tests share, so that no test imports another.
+
+- ``recording_tools``: real tools that record every run, and their registry;
+- ``scripts``: scripted models (the only fake);
+- ``transcripts``: assertions on a transcript, new session ids;
+- ``waiting`` (``eventually``) and ``ports`` (``free_port``);
+- ``processes``: real worker/gateway processes and their environment;
+- ``gateway``, ``plans``, ``dev``, ``cli``, ``browser``, ``webhook``, ``time_skipping``,
+  ``policy_tools``: servers, clients and fixtures by area;
+- ``liveness_tools``, ``fault_models``, ``mcp_notes_server``, ``mcp_flaky_start``,
+  ``openai_fake``: loaded by worker processes or run as commands, by module path.
+
+The names below are the ones most tests use, importable as ``tests.support.<name>``."""
+
+from tests.support.processes import slow_write_worker_env
+from tests.support.recording_tools import (
+    GATE,
+    RUNS,
+    SLOW_STARTED,
+    buggy_tool,
+    drop_tables,
+    flaky_read,
+    guarded_write,
+    read_records,
+    registry,
+    runs_of,
+    slow_read,
+    strict_write,
+    write_record,
+)
+from tests.support.scripts import OFFERED, ByConversation, call, script
+
+__all__ = [
+    "GATE",
+    "OFFERED",
+    "RUNS",
+    "SLOW_STARTED",
+    "ByConversation",
+    "buggy_tool",
+    "call",
+    "drop_tables",
+    "flaky_read",
+    "guarded_write",
+    "read_records",
+    "registry",
+    "runs_of",
+    "script",
+    "slow_read",
+    "slow_write_worker_env",
+    "strict_write",
+    "write_record",
+]
