@@ -24,9 +24,9 @@ from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
-from parley.activities.redaction import redact
 from parley.contracts import WORKFLOW_ID_PREFIX
 from parley.errors import ErrorType
+from parley.redaction import redact
 
 #: Attributes a log call may pass in ``extra`` that go into the JSON line as they are.
 PASSED_FIELDS = ("session_id", "tool", "tool_call_id")

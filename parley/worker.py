@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Callable
 from datetime import timedelta
@@ -37,6 +38,7 @@ from parley.client import connect
 from parley.contracts import SEARCH_ATTRIBUTES
 from parley.deploys import make_current_if_none
 from parley.logs import configure_logging
+from parley.redaction import remember_secrets
 from parley.settings import Settings
 from parley.storage import TranscriptStore, driver_of
 from parley.tools import ToolRegistry, load_registry
@@ -87,6 +89,9 @@ def build_worker(
         registry if registry is not None else load_registry(settings.tools, settings=settings)
     )
     model = model if model is not None else build_chat_model(settings.model, settings)
+    # The worker's own environment holds the secrets its activities must keep out of
+    # history and its logs out of their lines: read here, where the worker is built.
+    remember_secrets(os.environ)
     transcripts = TranscriptStore(driver_of(client.data_converter))
     model_activities = ModelActivities(
         model,

@@ -5,6 +5,7 @@ worker's tools and model is ``parley.worker``'s job.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -66,8 +67,10 @@ def gateway(
     from parley.gateway.access import TokenTable
     from parley.gateway.server import run_gateway
     from parley.logs import configure_logging
+    from parley.redaction import remember_secrets
 
     config = settings()
+    remember_secrets(os.environ)  # no secret of this process reaches a log line
     configure_logging(config.log_format)
     if not config.gateway_tokens_file:
         raise fail(

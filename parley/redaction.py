@@ -1,0 +1,62 @@
+"""Keeping the worker's secrets out of workflow history and out of log lines. Worker
+side (activities and the log formatter); never imported by workflows. No I/O.
+
+Whatever an activity raises is stored in history (message, details, cause), and error
+bodies from a backend or a model provider can echo the credentials they refused. Every
+failure an activity reports, and every JSON log line, passes through ``redact`` first:
+it removes the value of every secret the process was started with and anything shaped
+like an API key or bearer token.
+
+The secrets are the values of the environment's variables named ``*KEY``, ``*TOKEN``,
+``*SECRET``, ``*PASSWORD``. Only the entry points read the environment: the worker
+(``parley.worker.build_worker``) and the CLI hand it to ``remember_secrets`` once, at
+start; ``redact`` reads only what they remembered.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+REDACTED = "[redacted]"
+_SECRET_NAMES = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
+_KEY_SHAPES = re.compile(
+    r"(?:\bsk-[A-Za-z0-9_\-*.]{6,}|\bBearer\s+\S+|\bapi[_-]?key=[^&\s]+)", re.IGNORECASE
+)
+#: A shorter value would redact ordinary words.
+_SHORTEST_SECRET = 6
+
+#: The process's secrets, longest first (no partial leftovers). One list per process,
+#: as the process has one environment; it only grows.
+_secrets: list[str] = []
+
+
+def remember_secrets(environment: Mapping[str, str]) -> None:
+    """Keep the secret values of ``environment`` (the process's, read by its entry
+    point) out of everything ``redact`` passes from now on."""
+    found = {
+        value.strip()
+        for name, value in environment.items()
+        if _SECRET_NAMES.search(name) and len(value.strip()) >= _SHORTEST_SECRET
+    }
+    _secrets[:] = sorted(found | set(_secrets), key=len, reverse=True)
+
+
+def redact(value: Any) -> Any:
+    """``value`` (text, or JSON-like data) with secrets replaced by ``[redacted]``."""
+    return _redact(value, list(_secrets))
+
+
+def _redact(value: Any, secrets: list[str]) -> Any:
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, REDACTED)
+        return _KEY_SHAPES.sub(REDACTED, value)
+    if isinstance(value, Mapping):
+        return {str(k): _redact(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redact(v, secrets) for v in value]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return _redact(str(value), secrets)
