@@ -1,8 +1,9 @@
-// The gateway's REST API: requests with the bearer token, errors as ApiError.
+// The gateway's REST API: requests with the bearer token, errors as ApiError. A refused
+// token is announced (EVENTS.UNAUTHORIZED) for the sign-in view to handle.
 
-import { signOut } from "./auth.js";
 import { showError } from "./dom.js";
-import { $, state } from "./state.js";
+import { emit, EVENTS } from "./events.js";
+import { state } from "./state.js";
 
 export class ApiError extends Error {
   constructor(status, type, message) {
@@ -56,7 +57,7 @@ export const conversationPath = (sid) => `/v1/conversations/${encodeURIComponent
 
 export function handleError(err) {
   if (err instanceof ApiError && err.status === 401) {
-    signOut(`The gateway refused this token: ${err.message}`);
+    emit(EVENTS.UNAUTHORIZED, err.message);
     return;
   }
   showError(err && err.message ? err.message : String(err));

@@ -1,16 +1,44 @@
-// Parley: the approval page. Plain JS in ES modules (one per view), no framework, no
-// build step; this module wires the page and starts it.
+// Parley: the approval page. Plain JS in ES modules, no framework, no build step; this
+// module wires the page and starts it.
+//
+// The modules form layers, each importing only from those below it (checked by
+// tests/test_page_modules.py):
+//   state.js, events.js      the shared state and constants; the event bus
+//   dom.js                   building nodes, formatting, the error banner
+//   api.js                   the gateway's REST API (a refused token: EVENTS.UNAUTHORIZED)
+//   refresh.js               reading the snapshot and the list again (EVENTS.SNAPSHOT, ...)
+//   transcript.js, list.js   views that need no other view
+//   approvals.js, stream.js  the approval cards; the live events
+//   conversation.js, auth.js opening, rendering and sending; signing in and out
+//   app.js                   listens to the events and wires the page
+// A module that must reach one above it announces an event instead of importing it.
 //
 // Untrusted text (messages, tool output, arguments, ids) only ever reaches the DOM
 // through textContent / attribute setters, never innerHTML.
 
 import { approveAll, sendChoices, tickExpiries } from "./approvals.js";
 import { hashParams, loadMe, showTokenForm, signOut, takeTokenFromHash } from "./auth.js";
-import { openConversation, sendMessage } from "./conversation.js";
+import { openConversation, renderChat, sendMessage } from "./conversation.js";
 import { clearError, randomId } from "./dom.js";
-import { loadList } from "./list.js";
+import { EVENTS, on } from "./events.js";
+import { renderList } from "./list.js";
+import { loadList } from "./refresh.js";
 import { $, LIST_EVERY_MS, SESSION_RE, state, TOKEN_KEY } from "./state.js";
 import { keepTranscriptInView } from "./transcript.js";
+
+// What the lower modules announce, and who answers.
+function listen() {
+  on(EVENTS.UNAUTHORIZED, (message) => signOut(`The gateway refused this token: ${message}`));
+  on(EVENTS.SNAPSHOT, renderChat);
+  on(EVENTS.CONVERSATIONS, renderList);
+  on(EVENTS.OPEN, openConversation);
+}
+
+// The clocks on the page: each card's expiry, and the list's "N min ago".
+function tickClocks() {
+  tickExpiries();
+  if (state.conversations.length) renderList();
+}
 
 function onHashChange() {
   if (takeTokenFromHash()) {
@@ -83,10 +111,11 @@ function wire() {
   $("approve-all").addEventListener("click", approveAll);
   $("send-decisions").addEventListener("click", sendChoices);
   window.addEventListener("hashchange", onHashChange);
-  setInterval(tickExpiries, 30000);
+  setInterval(tickClocks, 30000);
 }
 
 function boot() {
+  listen();
   wire();
   takeTokenFromHash();
   if (!state.token) {

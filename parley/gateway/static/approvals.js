@@ -2,10 +2,9 @@
 // respond), and sending the decisions together.
 
 import { api, conversationPath, handleError } from "./api.js";
-import { loadSnapshot } from "./conversation.js";
 import { el, expiryText, showError } from "./dom.js";
-import { loadList, renderList } from "./list.js";
-import { $, state } from "./state.js";
+import { loadList, loadSnapshot } from "./refresh.js";
+import { $, currentPending, state } from "./state.js";
 import { updateWorking } from "./transcript.js";
 
 export function renderCards(pending) {
@@ -242,11 +241,6 @@ export function sendChoices() {
   submitDecisions(decisions);
 }
 
-// A closed conversation has nothing to decide, whatever its last state said.
-export const isEnded = (snap) => Boolean(snap && snap.status === "ended");
-export const currentPending = () =>
-  isEnded(state.snapshot) ? [] : (state.snapshot && state.snapshot.pending) || [];
-
 export function choiceText(d) {
   if (d.action === "approve") return "✓ will approve";
   if (d.action === "edit") return "✎ will approve with edited arguments";
@@ -311,7 +305,6 @@ export function tickExpiries() {
   for (const node of document.querySelectorAll(".expiry[data-expires-at]")) {
     if (node.dataset.expiresAt) node.textContent = expiryText(node.dataset.expiresAt);
   }
-  if (state.conversations.length) renderList(); // "N min ago"
 }
 
 // "asked by subagent <name>": the call was made in a subagent's conversation (its

@@ -1,12 +1,14 @@
-// Opening a conversation (its snapshot, its event stream) and sending a message.
+// The conversation view: opening a conversation (its snapshot, its event stream),
+// rendering it whole (transcript, cards, composer) and sending a message.
 
-import { api, ApiError, conversationPath, handleError } from "./api.js";
-import { setBusy } from "./approvals.js";
+import { api, conversationPath, handleError } from "./api.js";
+import { renderCards, setBusy } from "./approvals.js";
 import { clearError, el, showError } from "./dom.js";
-import { loadList, renderList } from "./list.js";
-import { $, SESSION_RE, state } from "./state.js";
+import { renderList } from "./list.js";
+import { loadList, loadSnapshot, scheduleRefresh } from "./refresh.js";
+import { $, isEnded, SESSION_RE, state } from "./state.js";
 import { kickStream, startStream, stopStream } from "./stream.js";
-import { countHumans, renderChat, renderTranscript, setStatus } from "./transcript.js";
+import { countHumans, renderTranscript, setStatus, updateWorking } from "./transcript.js";
 
 export function openConversation(sid) {
   if (!SESSION_RE.test(sid)) {
@@ -45,45 +47,28 @@ export function openConversation(sid) {
   $("message-input").focus();
 }
 
-export async function loadSnapshot() {
-  const sid = state.sid;
-  if (!sid) return null;
-  const seq = ++state.snapshotSeq;
-  const runStartsBefore = state.runStarts;
-  let snap = null;
-  try {
-    snap = await api("GET", conversationPath(sid));
-  } catch (err) {
-    if (seq !== state.snapshotSeq || sid !== state.sid) return null;
-    if (err instanceof ApiError && err.status === 404) {
-      snap = null; // not created yet: an empty chat
-    } else {
-      handleError(err);
-      if (!state.snapshot) renderChat();
-      return state.snapshot;
-    }
+export function renderChat() {
+  const snap = state.snapshot;
+  setStatus(snap ? snap.status : null);
+  const link = $("temporal-link");
+  const url = snap && snap.temporal_ui_url;
+  if (url && /^https?:\/\//i.test(url)) {
+    link.href = url;
+    link.hidden = false;
+  } else {
+    link.hidden = true;
   }
-  if (seq !== state.snapshotSeq || sid !== state.sid) return snap;
-  state.snapshot = snap;
-  // The snapshot was asked for after the last RUN_STARTED we saw: it knows better.
-  if (snap && snap.status !== "running" && runStartsBefore === state.runStarts) {
-    state.running = false;
-  }
-  if (!state.running) {
-    // Whatever the stream showed is in this snapshot now.
-    state.live.clear();
-    state.liveResults.clear();
-  }
-  renderChat();
-  return snap;
-}
-
-export function scheduleRefresh(delay = 200) {
-  clearTimeout(state.refreshTimer);
-  state.refreshTimer = setTimeout(() => {
-    loadSnapshot();
-    loadList();
-  }, delay);
+  renderTranscript();
+  // A closed conversation offers no decision, and takes no message.
+  const ended = isEnded(snap);
+  renderCards(snap && !ended ? snap.pending || [] : []);
+  const input = $("message-input");
+  input.disabled = ended;
+  if (ended) input.placeholder = "This conversation has ended: open a new one to go on.";
+  else if (snap && snap.pending && snap.pending.length) {
+    input.placeholder = "Decide the pending tool calls above before sending another message.";
+  } else input.placeholder = "Message the agent… (Enter to send, Shift+Enter for a new line)";
+  updateWorking();
 }
 
 export async function sendMessage() {

@@ -1,20 +1,10 @@
-// The conversation list in the sidebar.
+// The conversation list in the sidebar (read by refresh.js). A click asks for the
+// conversation to be opened (EVENTS.OPEN): opening it is conversation.js's job.
 
-import { api, handleError } from "./api.js";
-import { openConversation, scheduleRefresh } from "./conversation.js";
 import { el, relativeTime, statusText } from "./dom.js";
+import { emit, EVENTS } from "./events.js";
+import { scheduleRefresh } from "./refresh.js";
 import { $, state } from "./state.js";
-
-export async function loadList() {
-  if (!state.token) return;
-  try {
-    const data = await api("GET", "/v1/conversations");
-    state.conversations = (data && data.conversations) || [];
-    renderList();
-  } catch (err) {
-    handleError(err);
-  }
-}
 
 export function renderList() {
   const list = $("conversations");
@@ -59,7 +49,7 @@ export function renderList() {
         ),
         meta.length ? el("span", { class: "conv-meta", text: meta.join(" · ") }) : null,
       );
-      button.addEventListener("click", () => openConversation(c.session_id));
+      button.addEventListener("click", () => emit(EVENTS.OPEN, c.session_id));
       return el("li", {}, button);
     }),
   );

@@ -30,3 +30,8 @@ export const state = {
   refreshTimer: null,
   listTimer: null,
 };
+
+// A closed conversation has nothing to decide, whatever its last state said.
+export const isEnded = (snap) => Boolean(snap && snap.status === "ended");
+export const currentPending = () =>
+  isEnded(state.snapshot) ? [] : (state.snapshot && state.snapshot.pending) || [];

@@ -2,9 +2,8 @@
 // Last-Event-ID, and what each event changes on the page.
 
 import { conversationPath, errorOf, handleError } from "./api.js";
-import { isEnded } from "./approvals.js";
-import { loadSnapshot, scheduleRefresh } from "./conversation.js";
-import { $, state, STREAM_404_RETRY_MS, STREAM_MAX_BACKOFF_MS } from "./state.js";
+import { loadSnapshot, scheduleRefresh } from "./refresh.js";
+import { $, isEnded, state, STREAM_404_RETRY_MS, STREAM_MAX_BACKOFF_MS } from "./state.js";
 import { renderTranscript, updateWorking } from "./transcript.js";
 
 export function stopStream() {

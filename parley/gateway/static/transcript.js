@@ -1,8 +1,8 @@
-// The chat view: the status badge, the working indicator and the transcript.
+// The chat view's parts that need no other view: the status badge, the working
+// indicator and the transcript.
 
-import { isEnded, renderCards } from "./approvals.js";
 import { compactJSON, el, statusText, textOf } from "./dom.js";
-import { $, state } from "./state.js";
+import { $, isEnded, state } from "./state.js";
 
 export function setStatus(status) {
   const badge = $("status");
@@ -41,30 +41,6 @@ export function keepTranscriptInView() {
     seenHeight = box.clientHeight;
     if (pinned) box.scrollTop = box.scrollHeight;
   }).observe(box);
-}
-
-export function renderChat() {
-  const snap = state.snapshot;
-  setStatus(snap ? snap.status : null);
-  const link = $("temporal-link");
-  const url = snap && snap.temporal_ui_url;
-  if (url && /^https?:\/\//i.test(url)) {
-    link.href = url;
-    link.hidden = false;
-  } else {
-    link.hidden = true;
-  }
-  renderTranscript();
-  // A closed conversation offers no decision, and takes no message.
-  const ended = isEnded(snap);
-  renderCards(snap && !ended ? snap.pending || [] : []);
-  const input = $("message-input");
-  input.disabled = ended;
-  if (ended) input.placeholder = "This conversation has ended: open a new one to go on.";
-  else if (snap && snap.pending && snap.pending.length) {
-    input.placeholder = "Decide the pending tool calls above before sending another message.";
-  } else input.placeholder = "Message the agent… (Enter to send, Shift+Enter for a new line)";
-  updateWorking();
 }
 
 export function renderTranscript() {
