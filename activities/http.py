@@ -215,7 +215,18 @@ def to_tool_error(exc: HttpError, *, service: str = "the service") -> ParleyErro
     )
 
 
-# --- one shared client per worker (per event loop) -----------------------------------
+# --- the worker's client --------------------------------------------------------------
+
+
+def new_http_client() -> httpx.AsyncClient:
+    """The one HTTP client a worker's toolsets and notifications share: its entry point
+    (``parley.worker``) opens it, injects it and closes it when the worker stops."""
+    return httpx.AsyncClient(follow_redirects=False)
+
+
+# A fallback for a ``JsonApiClient`` built without a client (a toolset used outside a
+# worker, as the tests do): one per event loop, as a pooled client must not be shared
+# across loops. The worker itself never uses it.
 
 _shared_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
     weakref.WeakKeyDictionary()
@@ -223,12 +234,11 @@ _shared_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.Asyn
 
 
 def shared_client() -> httpx.AsyncClient:
-    """The worker's one ``httpx.AsyncClient`` (one per running event loop: a pooled
-    client must not be shared across loops)."""
+    """An ``httpx.AsyncClient`` for this event loop, for callers given none."""
     loop = asyncio.get_running_loop()
     client = _shared_clients.get(loop)
     if client is None or client.is_closed:
-        client = httpx.AsyncClient(follow_redirects=False)
+        client = new_http_client()
         _shared_clients[loop] = client
     return client
 
@@ -243,7 +253,8 @@ async def aclose_shared_client() -> None:
 class JsonApiClient:
     """A JSON REST backend reached with a bearer API key, on behalf of one user per call.
 
-    ``client`` defaults to the worker's shared ``httpx.AsyncClient``. The API key goes
+    ``client``: the worker's ``httpx.AsyncClient`` (``new_http_client``); without one,
+    the event loop's fallback (``shared_client``). The API key goes
     only into the ``Authorization`` header; it is never part of an error.
     """
 

@@ -1,5 +1,5 @@
 """The ``notify`` activity: tell a webhook that a conversation waits for a decision.
-Activity side (network I/O through the worker's shared httpx client).
+Activity side (network I/O through the worker's httpx client, given by its entry point).
 
 Configured on the worker: ``PARLEY_NOTIFY_URL`` (the webhook) and ``PARLEY_GATEWAY_URL``
 (where the approval page is, for the link). The workflow runs ``notify`` only when the
@@ -36,7 +36,16 @@ from parley.errors import ErrorType, is_transient_status
 
 
 class NotifyActivities:
-    def __init__(self, webhook_url: str, page_url: str, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        webhook_url: str,
+        page_url: str,
+        *,
+        timeout: float = 10.0,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        """``http_client``: the worker's, which its entry point opens and closes."""
+        self._http_client = http_client
         self._webhook_url = webhook_url
         self._page_url = page_url.rstrip("/")
         self._timeout = timeout
@@ -55,7 +64,7 @@ class NotifyActivities:
             body["escalated_to"] = request.escalated_to
         key = f"{workflow_id_for(request.session_id)}:{request.run_id}"
         try:
-            response = await shared_client().post(
+            response = await (self._http_client or shared_client()).post(
                 self._webhook_url,
                 json=body,
                 headers={IDEMPOTENCY_HEADER: key},

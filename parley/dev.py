@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.text import Text
 from temporalio.testing import WorkflowEnvironment
 
-from parley.activities.http import aclose_shared_client
+from parley.activities.http import aclose_shared_client, new_http_client
 from parley.activities.toolsets.git import create_demo_projects
 from parley.binaries import temporal_cli
 from parley.client import Conversations
@@ -251,9 +251,12 @@ async def _run_temporal_and_worker(
 ) -> None:
     from parley.worker import build_worker, ensure_search_attributes, load_tools_and_model
 
+    http_client = new_http_client()  # the worker's one client, closed when it stops
     # A bad PARLEY_TOOLS / PARLEY_MODEL is reported before Temporal starts.
     registry, model = load_tools_and_model(
-        settings, warn=lambda text: console.print(Text.assemble(("warning: ", "bold yellow"), text))
+        settings,
+        warn=lambda text: console.print(Text.assemble(("warning: ", "bold yellow"), text)),
+        http_client=http_client,
     )
     try:
         env = await WorkflowEnvironment.start_local(
@@ -275,7 +278,9 @@ async def _run_temporal_and_worker(
     quiet_expected_tool_errors()
     try:
         await ensure_search_attributes(env.client, settings.namespace)
-        worker = build_worker(env.client, settings, registry=registry, model=model)
+        worker = build_worker(
+            env.client, settings, registry=registry, model=model, http_client=http_client
+        )
         tokens = TokenTable.from_file(settings.gateway_tokens_file or "")
         conversations = Conversations(env.client, settings)
         async with serving(conversations, tokens, settings.gateway_host, settings.gateway_port):
@@ -289,7 +294,8 @@ async def _run_temporal_and_worker(
             )
             await worker.run()
     finally:
-        await aclose_shared_client()
+        await http_client.aclose()
+        await aclose_shared_client()  # a third-party toolset's JsonApiClient given none
         await env.shutdown()
 
 

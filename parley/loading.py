@@ -43,6 +43,19 @@ def takes_no_arguments(function: Callable[..., Any]) -> bool:
     return True
 
 
+def takes_keyword(function: Callable[..., Any], name: str) -> bool:
+    """Whether ``function`` declares a parameter ``name`` that can be passed by keyword
+    (a toolset factory's ``http_client``: the worker's one HTTP client)."""
+    try:
+        parameter = inspect.signature(function).parameters.get(name)
+    except ValueError:
+        return False
+    return parameter is not None and parameter.kind in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    )
+
+
 def wants_settings(function: Callable[..., Any]) -> bool:
     """Whether ``function`` is a factory of the form ``f(settings)``: a parameter named
     ``settings`` and nothing else it needs (a factory gets the worker's Settings)."""

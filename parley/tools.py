@@ -30,7 +30,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 from langchain_core.tools import BaseTool, StructuredTool
@@ -44,9 +44,12 @@ from parley.contracts import (
     ToolSpec,
 )
 from parley.errors import ToolInputError
-from parley.loading import takes_no_arguments, wants_settings
+from parley.loading import takes_keyword, takes_no_arguments, wants_settings
 from parley.policies import load_policies
 from parley.settings import Settings
+
+if TYPE_CHECKING:
+    import httpx
 
 CONTEXT_ARG = "context"
 POLICIES: tuple[ToolPolicy, ...] = ("auto", "confirm", "deny")
@@ -302,10 +305,13 @@ def _subagent_tool(spec: SubagentSpec) -> BaseTool:
     )
 
 
-def load_toolset(reference: str, settings: Settings | None = None) -> list[ParleyTool | BaseTool]:
+def load_toolset(
+    reference: str, settings: Settings | None = None, http_client: httpx.AsyncClient | None = None
+) -> list[ParleyTool | BaseTool]:
     """Import ``module:attr``; the attribute is a toolset, or a callable returning one
     that takes no argument or the worker's :class:`~parley.settings.Settings` (given
-    here as ``settings``: nothing below the entry points reads the environment)."""
+    here as ``settings``: nothing below the entry points reads the environment). A
+    factory that declares ``http_client`` is also given the worker's HTTP client."""
     module_name, sep, attr = reference.strip().partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"toolset {reference!r} is not of the form module:attr")
@@ -324,7 +330,8 @@ def load_toolset(reference: str, settings: Settings | None = None) -> list[Parle
                     f"toolset {reference!r}: {attr} takes the worker's Settings; "
                     "pass settings= (the worker, CLI and gateway read them at start)"
                 )
-            value = value(settings)
+            extra = {"http_client": http_client} if takes_keyword(value, "http_client") else {}
+            value = value(settings, **extra)
         elif takes_no_arguments(value):
             value = value()
         else:
@@ -358,12 +365,15 @@ TOOLSET_SHAPE = (
 
 
 def load_registry(
-    spec: str, extra: Iterable[ParleyTool | BaseTool] = (), settings: Settings | None = None
+    spec: str,
+    extra: Iterable[ParleyTool | BaseTool] = (),
+    settings: Settings | None = None,
+    http_client: httpx.AsyncClient | None = None,
 ) -> ToolRegistry:
     """The registry for ``PARLEY_TOOLS`` (comma-separated ``module:attr`` references)."""
     tools: list[ParleyTool | BaseTool] = []
     for reference in filter(None, (part.strip() for part in spec.split(","))):
-        tools.extend(load_toolset(reference, settings))
+        tools.extend(load_toolset(reference, settings, http_client))
     tools.extend(extra)
     registry = ToolRegistry(tools)
     if settings is not None and settings.policies_file:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import httpx
 from langchain_core.language_models import BaseChatModel
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
@@ -29,7 +30,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
-from parley.activities.http import aclose_shared_client
+from parley.activities.http import aclose_shared_client, new_http_client
 from parley.activities.model_calls import ModelActivities
 from parley.activities.models import build_chat_model
 from parley.activities.notifications import NotifyActivities
@@ -49,13 +50,17 @@ log = logging.getLogger("parley.worker")
 
 
 def load_tools_and_model(
-    settings: Settings, *, warn: Callable[[str], None]
+    settings: Settings,
+    *,
+    warn: Callable[[str], None],
+    http_client: httpx.AsyncClient | None = None,
 ) -> tuple[ToolRegistry, BaseChatModel]:
-    """The worker's tools (``PARLEY_TOOLS``) and model (``PARLEY_MODEL``), loaded before
-    anything starts. Whatever a toolset or a model factory raises becomes one
-    ``ValueError`` naming the setting; a worker with no tools is ``warn``-ed about."""
+    """The worker's tools (``PARLEY_TOOLS``, given ``settings`` and the worker's
+    ``http_client``) and model (``PARLEY_MODEL``), loaded before anything starts.
+    Whatever a toolset or a model factory raises becomes one ``ValueError`` naming the
+    setting; a worker with no tools is ``warn``-ed about."""
     try:
-        registry = load_registry(settings.tools, settings=settings)
+        registry = load_registry(settings.tools, settings=settings, http_client=http_client)
     except ValueError:
         raise
     except Exception as problem:  # a toolset's own code may raise anything
@@ -84,9 +89,14 @@ def build_worker(
     *,
     registry: ToolRegistry | None = None,
     model: BaseChatModel | None = None,
+    http_client: httpx.AsyncClient | None = None,
 ) -> Worker:
+    """The worker, wired: ``http_client`` is the one its toolsets (when it loads them)
+    and its notifications use; whoever opened it closes it when the worker stops."""
     registry = (
-        registry if registry is not None else load_registry(settings.tools, settings=settings)
+        registry
+        if registry is not None
+        else load_registry(settings.tools, settings=settings, http_client=http_client)
     )
     model = model if model is not None else build_chat_model(settings.model, settings)
     # The worker's own environment holds the secrets its activities must keep out of
@@ -107,7 +117,10 @@ def build_worker(
         tool_activities.run_tool,
     ]
     if settings.notify_url:
-        activities.append(NotifyActivities(settings.notify_url, settings.gateway_url).notify)
+        notify = NotifyActivities(
+            settings.notify_url, settings.gateway_url, http_client=http_client
+        )
+        activities.append(notify.notify)
     return Worker(
         client,
         task_queue=settings.task_queue,
@@ -193,18 +206,23 @@ async def run_worker(
     *,
     registry: ToolRegistry | None = None,
     model: BaseChatModel | None = None,
+    http_client: httpx.AsyncClient | None = None,
 ) -> None:
     """Connect, register the search attributes and run until SIGTERM or SIGINT, then
     shut down gracefully (running activities finish or heartbeat out). Callers that
     check the configuration first (``parley worker``) pass the tools and model they
-    loaded; otherwise they are loaded here, before the cluster is contacted."""
+    loaded, with the HTTP client they loaded them with; otherwise they are loaded here,
+    before the cluster is contacted. The HTTP client is closed when the worker stops."""
+    http_client = http_client or new_http_client()
     registry = (
-        registry if registry is not None else load_registry(settings.tools, settings=settings)
+        registry
+        if registry is not None
+        else load_registry(settings.tools, settings=settings, http_client=http_client)
     )
     model = model if model is not None else build_chat_model(settings.model, settings)
     client = await connect(settings, runtime=metrics_runtime(settings))
     await ensure_search_attributes(client, settings.namespace)
-    worker = build_worker(client, settings, registry=registry, model=model)
+    worker = build_worker(client, settings, registry=registry, model=model, http_client=http_client)
     log.info(
         "worker on task queue %r, model %r, %d tools%s",
         settings.task_queue,
@@ -229,7 +247,8 @@ async def run_worker(
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
-        await aclose_shared_client()
+        await http_client.aclose()
+        await aclose_shared_client()  # a third-party toolset's JsonApiClient given none
 
 
 def main() -> None:

@@ -163,12 +163,13 @@ def build_plans_toolset(
     ]
 
 
-def toolset(settings: Settings) -> list[ParleyTool]:
+def toolset(settings: Settings, http_client: httpx.AsyncClient | None = None) -> list[ParleyTool]:
     """The toolset for ``PARLEY_TOOLS=parley.activities.toolsets.plans:toolset``, from the
-    Settings the worker read (``PARLEY_PLANS_URL``, ``PARLEY_PLANS_API_KEY``)."""
+    Settings the worker read (``PARLEY_PLANS_URL``, ``PARLEY_PLANS_API_KEY``) and its
+    HTTP client."""
     if not settings.plans_api_key:
         raise ValueError(
             "PARLEY_PLANS_API_KEY is not set: give the worker the API key of the plans "
             "service at PARLEY_PLANS_URL"
         )
-    return build_plans_toolset(settings.plans_url, settings.plans_api_key)
+    return build_plans_toolset(settings.plans_url, settings.plans_api_key, http_client)

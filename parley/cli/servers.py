@@ -115,18 +115,22 @@ def plans_service(
 
 def worker() -> None:
     """Run a worker against TEMPORAL_ADDRESS with PARLEY_MODEL and PARLEY_TOOLS."""
+    from parley.activities.http import new_http_client
     from parley.logs import configure_logging
     from parley.worker import load_tools_and_model, run_worker
 
     config = settings()
     configure_logging(config.log_format)
+    http_client = new_http_client()  # the worker's one client; run_worker closes it
     # A bad configuration is reported before the cluster is even contacted.
     try:
-        registry, model = load_tools_and_model(config, warn=warn)
+        registry, model = load_tools_and_model(config, warn=warn, http_client=http_client)
     except ValueError as problem:
         raise fail(str(problem)) from None
     try:
-        run_async(lambda: run_worker(config, registry=registry, model=model))
+        run_async(
+            lambda: run_worker(config, registry=registry, model=model, http_client=http_client)
+        )
     except KeyboardInterrupt:
         out.print("stopped")
 
