@@ -206,11 +206,12 @@ async def _run_dev(
     # The worker's settings: the environment's, with the demo's registry, tools and
     # plans service where the environment names none (os.environ is left alone).
     configured = os.environ.keys()
+    environment = Settings.from_env()  # read once, here at the entry point
     settings = replace(
-        Settings.from_env(),
+        environment,
         temporal_address=f"127.0.0.1:{port}",
-        git_projects=Settings.from_env().git_projects or str(projects),
-        tools=Settings.from_env().tools if "PARLEY_TOOLS" in configured else DEV_TOOLS,
+        git_projects=environment.git_projects or str(projects),
+        tools=environment.tools if "PARLEY_TOOLS" in configured else DEV_TOOLS,
         gateway_port=gateway_port,
         temporal_ui_url=f"http://127.0.0.1:{ui_port}",
     )
