@@ -4,7 +4,6 @@ capped by the policy; nothing an activity reports carries a worker secret (F6, F
 from __future__ import annotations
 
 import os
-import os
 from datetime import timedelta
 from typing import Annotated
 
@@ -16,7 +15,6 @@ from temporalio.api.history.v1 import History
 
 from parley.contracts import RUN_TOOL, ToolContext
 from parley.errors import ErrorType, ToolPermissionError, TransientError
-from parley.redaction import remember_secrets
 from parley.redaction import remember_secrets
 from parley.settings import MODEL_ACTIVITY, TOOL_ACTIVITY
 from parley.tools import auto
@@ -76,7 +74,6 @@ def test_a_huge_retry_after_is_capped_by_the_policy() -> None:
 def test_activity_failures_never_carry_worker_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     secret = "plans-secret-9f8e7d6c5b"
     monkeypatch.setenv("PARLEY_PLANS_API_KEY", secret)
-    remember_secrets(os.environ)  # as the worker does when it is built
     remember_secrets(os.environ)  # as the worker does when it is built
     echoed = ToolPermissionError(
         f"refused key {secret}", http_status=401, body={"echo": f"Authorization: Bearer {secret}"}
