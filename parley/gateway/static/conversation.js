@@ -81,7 +81,7 @@ export async function sendMessage() {
   state.pendingText = { text, humans: countHumans(before) };
   input.value = "";
   setBusy(true);
-  renderTranscript();
+  renderTranscript({ toBottom: true });
   // The same text sent again after a failure keeps its id: the gateway applies a
   // message id once, so a resend after a lost answer never duplicates it.
   const retry = state.unsent && state.unsent.text === text ? state.unsent : null;

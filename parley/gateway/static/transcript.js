@@ -43,7 +43,9 @@ export function keepTranscriptInView() {
   }).observe(box);
 }
 
-export function renderTranscript() {
+// toBottom: the reader just sent a message and should see it; otherwise a reader who
+// scrolled up stays where they are, whatever redraws meanwhile.
+export function renderTranscript({ toBottom = false } = {}) {
   const box = $("transcript");
   const atBottom = pinned || nearBottom(box);
   const open = new Set(
@@ -115,7 +117,7 @@ export function renderTranscript() {
     );
   }
   box.replaceChildren(...nodes);
-  if (atBottom || state.busy) box.scrollTop = box.scrollHeight;
+  if (atBottom || toBottom) box.scrollTop = box.scrollHeight;
 }
 
 export const countHumans = (messages) => messages.filter((m) => m && m.type === "human").length;
