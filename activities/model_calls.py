@@ -26,12 +26,12 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage
-from parley.activities.heartbeat import heartbeating
-from parley.activities.models.failures import classify_model_error
-from parley.activities.redaction import redact
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from parley.activities.heartbeat import heartbeating
+from parley.activities.models.failures import classify_model_error
+from parley.activities.redaction import redact
 from parley.contracts import (
     ASSISTANT_MESSAGE_PREFIX,
     CALL_MODEL,

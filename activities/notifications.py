@@ -19,6 +19,9 @@ other answers are not.
 from __future__ import annotations
 
 import httpx
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
 from parley.activities.http import (
     IDEMPOTENCY_HEADER,
     HttpError,
@@ -28,9 +31,6 @@ from parley.activities.http import (
     shared_client,
 )
 from parley.activities.redaction import redact
-from temporalio import activity
-from temporalio.exceptions import ApplicationError
-
 from parley.contracts import NOTIFY, NotifyInput, workflow_id_for
 from parley.errors import ErrorType, is_transient_status
 

@@ -25,11 +25,11 @@ import httpx
 import pydantic
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import ToolException
-from parley.activities.heartbeat import heartbeating
-from parley.activities.redaction import redact
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from parley.activities.heartbeat import heartbeating
+from parley.activities.redaction import redact
 from parley.contracts import (
     CANONICAL_ARGS,
     MODEL_RESULT_MAX_CHARS,

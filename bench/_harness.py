@@ -31,8 +31,6 @@ if str(ROOT) not in sys.path:  # run as a script: make `worker`, `workflows`, `b
     sys.path.insert(0, str(ROOT))
 
 from langchain_core.tools import InjectedToolArg, tool  # noqa: E402
-from parley.activities.heartbeat import heartbeating  # noqa: E402
-from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel  # noqa: E402
 from temporalio import activity  # noqa: E402
 from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle  # noqa: E402
 from temporalio.common import WorkflowIDConflictPolicy  # noqa: E402
@@ -52,6 +50,8 @@ from bench.bare_workflow import (  # noqa: E402
     bare_tool,
     call_id,
 )
+from parley.activities.heartbeat import heartbeating  # noqa: E402
+from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel  # noqa: E402
 from parley.binaries import temporal_cli  # noqa: E402
 from parley.client import Conversations  # noqa: E402
 from parley.contracts import Decision, ToolContext, TurnResult  # noqa: E402

@@ -30,7 +30,6 @@ if str(ROOT) not in sys.path:  # run as a script: make `worker`, `workflows`, `b
     sys.path.insert(0, str(ROOT))
 
 from langchain_core.tools import tool  # noqa: E402
-from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel  # noqa: E402
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
@@ -42,6 +41,7 @@ from bench.history_bytes import (  # noqa: E402
     git_revision,
     payload_sizes,
 )
+from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel  # noqa: E402
 from parley.binaries import temporal_cli  # noqa: E402
 from parley.client import Conversations  # noqa: E402
 from parley.contracts import workflow_id_for  # noqa: E402

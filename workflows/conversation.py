@@ -44,15 +44,6 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from langchain_core.messages import HumanMessage
-    from parley.workflows import gate, metrics
-    from parley.workflows.dedup import Deduplication
-    from parley.workflows.events import EventLog
-    from parley.workflows.followers import Followers
-    from parley.workflows.ledger import Ledger
-    from parley.workflows.publishing import publish_owner, publish_status
-    from parley.workflows.run_loop import RunLoop
-    from parley.workflows.signalled import SignalledDecisions
-    from parley.workflows.turns import TurnEngine
 
     from parley.contracts import (
         ConversationSnapshot,
@@ -74,6 +65,15 @@ with workflow.unsafe.imports_passed_through():
         InvalidDecision,
         InvalidMessage,
     )
+    from parley.workflows import gate, metrics
+    from parley.workflows.dedup import Deduplication
+    from parley.workflows.events import EventLog
+    from parley.workflows.followers import Followers
+    from parley.workflows.ledger import Ledger
+    from parley.workflows.publishing import publish_owner, publish_status
+    from parley.workflows.run_loop import RunLoop
+    from parley.workflows.signalled import SignalledDecisions
+    from parley.workflows.turns import TurnEngine
 
 
 @workflow.defn  # pinned by the versioned worker (``parley.worker.deployment_config``)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from temporalio import workflow
+
+from parley.contracts import ConversationStart, ConversationState, PendingCall
 from parley.workflows import gate
 from parley.workflows.ledger import Ledger
 from parley.workflows.publishing import publish_status
 from parley.workflows.turns import TurnEngine
-from temporalio import workflow
-
-from parley.contracts import ConversationStart, ConversationState, PendingCall
 
 
 class Deadlines:

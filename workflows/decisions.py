@@ -14,11 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from langchain_core.messages import AIMessage
-from parley.workflows import metrics
-from parley.workflows.execution import ToolRunner, TurnFailed
-from parley.workflows.ledger import Ledger
-from parley.workflows.subagents import Subagents
-from parley.workflows.triage import Proposal, Refuse, Run, Verdict, Wait, triage
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
@@ -40,6 +35,11 @@ from parley.contracts import (
 )
 from parley.errors import InvalidDecision
 from parley.settings import CANONICAL_ARGS_ACTIVITY
+from parley.workflows import metrics
+from parley.workflows.execution import ToolRunner, TurnFailed
+from parley.workflows.ledger import Ledger
+from parley.workflows.subagents import Subagents
+from parley.workflows.triage import Proposal, Refuse, Run, Verdict, Wait, triage
 
 #: How many remembered decisions a conversation keeps (the oldest go first).
 REMEMBERED_KEPT = 64

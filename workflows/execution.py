@@ -13,9 +13,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from parley.workflows import metrics
-from parley.workflows.ledger import Ledger, error_result
-from parley.workflows.subagents import Subagents
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
@@ -34,6 +31,9 @@ from parley.contracts import (
 )
 from parley.errors import MODEL_VISIBLE_TOOL_ERRORS, ErrorType
 from parley.settings import TOOL_ACTIVITY
+from parley.workflows import metrics
+from parley.workflows.ledger import Ledger, error_result
+from parley.workflows.subagents import Subagents
 
 
 class TurnFailed(Exception):

@@ -10,10 +10,10 @@ flight, which a decision must never meet. All are let go when the run hands over
 
 from __future__ import annotations
 
-from parley.workflows.events import EventLog
 from temporalio import workflow
 
 from parley.contracts import ConversationState
+from parley.workflows.events import EventLog
 
 #: How many ``wait_for_events`` calls may wait at once.
 EVENT_WAITERS_KEPT = 4

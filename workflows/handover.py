@@ -14,10 +14,10 @@ or a subagent is in flight: those belong to this run.
 
 from __future__ import annotations
 
-from parley.workflows.ledger import Ledger
 from temporalio import workflow
 
 from parley.contracts import ConversationStart, ConversationState
+from parley.workflows.ledger import Ledger
 
 #: Per-run budgets, far below Temporal's limits (2,000 updates, 10,000 signals per run).
 UPDATES_PER_RUN = 1_000

@@ -16,8 +16,6 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 from langchain_core.messages import AIMessage, ToolMessage
-from parley.workflows.events import EventLog
-from parley.workflows.pending import PendingCalls
 from temporalio import workflow
 
 from parley.contracts import (
@@ -43,6 +41,8 @@ from parley.contracts import (
     turn_tool_result,
 )
 from parley.errors import ErrorType, model_visible_text
+from parley.workflows.events import EventLog
+from parley.workflows.pending import PendingCalls
 
 AuditEvent = Literal["ran", "failed", "refused", "decided", "expired"]
 

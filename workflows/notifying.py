@@ -13,7 +13,6 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from parley.workflows.ledger import Ledger
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
@@ -26,6 +25,7 @@ from parley.contracts import (
     ToolCatalogue,
 )
 from parley.settings import NOTIFY_ACTIVITY
+from parley.workflows.ledger import Ledger
 
 
 class Notifier:

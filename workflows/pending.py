@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from parley.workflows import metrics
-
 from parley.contracts import ConversationState, PendingCall
+from parley.workflows import metrics
 
 
 class PendingCalls:

@@ -21,6 +21,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from langchain_core.messages import HumanMessage, SystemMessage
+from temporalio import workflow
+
+from parley.contracts import ConversationStart, ConversationState, SubagentTask
 from parley.workflows.deadlines import Deadlines
 from parley.workflows.followers import Followers
 from parley.workflows.handover import Handover, build_of_this_run
@@ -28,9 +31,6 @@ from parley.workflows.ledger import Ledger
 from parley.workflows.publishing import publish_status
 from parley.workflows.signalled import SignalledDecisions
 from parley.workflows.turns import TurnEngine
-from temporalio import workflow
-
-from parley.contracts import ConversationStart, ConversationState, SubagentTask
 
 #: A step's action returns True when the loop should stop.
 Step = tuple[Callable[[], bool], Callable[[], Awaitable[bool]]]

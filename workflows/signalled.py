@@ -13,15 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from temporalio import workflow
+
+from parley.contracts import ConversationStart, ConversationState, DecideInput
+from parley.errors import InvalidDecision, Refusal
 from parley.workflows import gate
 from parley.workflows.dedup import Deduplication
 from parley.workflows.events import EventLog
 from parley.workflows.ledger import Ledger
 from parley.workflows.turns import TurnEngine
-from temporalio import workflow
-
-from parley.contracts import ConversationStart, ConversationState, DecideInput
-from parley.errors import InvalidDecision, Refusal
 
 #: How many ``decide_signal`` decisions may wait for the turn in flight.
 QUEUED_DECISIONS_KEPT = 16

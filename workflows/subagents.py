@@ -16,8 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 from langchain_core.messages import ToolMessage
-from parley.workflows import metrics
-from parley.workflows.ledger import Ledger, error_result
 from temporalio import workflow
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
@@ -39,6 +37,8 @@ from parley.contracts import (
     workflow_id_for,
 )
 from parley.errors import ErrorType
+from parley.workflows import metrics
+from parley.workflows.ledger import Ledger, error_result
 
 
 class Subagents:

@@ -22,15 +22,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from langchain_core.messages import AIMessage
-from parley.workflows import metrics
-from parley.workflows.decisions import Decisions
-from parley.workflows.events import EventLog
-from parley.workflows.execution import ToolRunner, TurnFailed
-from parley.workflows.ledger import Ledger, error_result
-from parley.workflows.notifying import Notifier
-from parley.workflows.publishing import set_status
-from parley.workflows.subagents import Subagents
-from parley.workflows.triage import Proposal, Refuse, Run, Verdict, triage
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
@@ -50,6 +41,15 @@ from parley.contracts import (
 )
 from parley.errors import ErrorType
 from parley.settings import MODEL_ACTIVITY
+from parley.workflows import metrics
+from parley.workflows.decisions import Decisions
+from parley.workflows.events import EventLog
+from parley.workflows.execution import ToolRunner, TurnFailed
+from parley.workflows.ledger import Ledger, error_result
+from parley.workflows.notifying import Notifier
+from parley.workflows.publishing import set_status
+from parley.workflows.subagents import Subagents
+from parley.workflows.triage import Proposal, Refuse, Run, Verdict, triage
 
 
 def text_of(message: AIMessage) -> str:

@@ -41,7 +41,6 @@ from typing import Any
 
 from parley.activities.http import parse_retry_after
 from parley.activities.redaction import redact
-
 from parley.errors import ModelRequestError, ParleyError, TransientError, is_transient_status
 from parley.settings import DEFAULT_OVERLOAD_CODES
 

@@ -29,8 +29,9 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from parley.activities.toolsets.git import BRANCH_KINDS
 from pydantic import Field
+
+from parley.activities.toolsets.git import BRANCH_KINDS
 
 FIX_MARKER = "Please fix your mistakes"
 FIXED_NOTE = "I fixed the arguments and will try again."

@@ -22,9 +22,9 @@ from typing import Annotated, Any
 
 import httpx
 from langchain_core.tools import InjectedToolArg, tool
+
 from parley.activities.http import JsonApiClient
 from parley.activities.toolsets.titles import normalize_plan_title
-
 from parley.contracts import ToolContext
 from parley.errors import ToolInputError
 from parley.settings import Settings

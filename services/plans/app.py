@@ -45,6 +45,8 @@ from typing import Any
 from fastapi import FastAPI, Header, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
 from parley.services.plans.store import (
     ApiError,
     PlanCreate,
@@ -54,7 +56,6 @@ from parley.services.plans.store import (
     _validation_details,
     error_response,
 )
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 
 @dataclass

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+
 from parley.services.plans.app import create_app
 
 
