@@ -43,7 +43,6 @@ from parley.redaction import remember_secrets
 from parley.settings import Settings
 from parley.storage import TranscriptStore, driver_of
 from parley.tools import ToolRegistry, load_registry
-from parley.workflow_runner import ContextCachingSandboxedWorkflowRunner
 from parley.workflows.conversation import ConversationWorkflow
 
 log = logging.getLogger("parley.worker")
@@ -126,9 +125,6 @@ def build_worker(
         task_queue=settings.task_queue,
         workflows=[ConversationWorkflow],
         activities=activities,
-        # The SDK's sandbox with its default restrictions, minus a sandbox round trip
-        # per payload to ask for a serialization context (parley.workflow_runner).
-        workflow_runner=ContextCachingSandboxedWorkflowRunner(),
         # Let running activities finish (or heartbeat out) on SIGTERM.
         graceful_shutdown_timeout=timedelta(seconds=30),
         max_cached_workflows=settings.max_cached_workflows,
