@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.cli import NOWHERE, assert_one_line_error, parley, parley_all
 from tests.support.ports import free_port
-from tests.support.processes import PARLEY
+from tests.support.processes import PARLEY, ROOT
 
 
 def test_worker_configuration_errors_are_one_plain_line(tmp_path: Path) -> None:
@@ -57,7 +57,7 @@ def test_python_worker_py_reports_a_bad_configuration_as_parley_worker_does() ->
         ({k: v for k, v in base.items() if k != "PARLEY_TOOLS"}, "PARLEY_GIT_PROJECTS is not set"),
         (base, "cannot reach Temporal at 127.0.0.1:1"),  # a good one, with no server
     ]
-    worker_py = [sys.executable, str(Path(__file__).parents[1] / "worker.py")]
+    worker_py = [sys.executable, str(ROOT / "worker.py")]
 
     def run(env: dict[str, str], command: list[str]) -> subprocess.CompletedProcess[str]:
         return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)

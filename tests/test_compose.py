@@ -13,8 +13,8 @@ from pathlib import Path
 import yaml
 
 import parley.settings
+from tests.support.processes import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
 PARLEY_SERVICES = ("worker", "gateway", "plans")
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.support.dev import parley, running_dev_server, without_paths
+from tests.support.processes import ROOT
 
-ROOT = Path(__file__).parents[1]
 EXAMPLE = "docs/examples/policies.toml"
 
 

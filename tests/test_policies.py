@@ -8,14 +8,13 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
-from parley.activities.tool_calls import ToolActivities
 
+from parley.activities.tool_calls import ToolActivities
 from parley.client import ConversationRefused
 from parley.contracts import Decision, PolicyRule, RunToolInput
 from parley.policies import load_policies
@@ -23,6 +22,7 @@ from parley.tools import ToolRegistry, confirm
 from tests.support import call, script
 from tests.support.gateway import ALICE_TOKEN, BOB_TOKEN, auth, serve_gateway
 from tests.support.policy_tools import create_plan, push_branch
+from tests.support.processes import PARLEY, ROOT
 from tests.support.transcripts import new_session, runs_in, tool_messages
 
 TODAY = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")[datetime.now(UTC).weekday()]
@@ -188,10 +188,6 @@ def test_the_policy_file_is_checked_at_load(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="PARLEY_POLICIES") as err:
             load_policies(bad, tool_names=["push_branch"])
         assert expected in str(err.value), str(err.value)
-
-
-ROOT = Path(__file__).resolve().parent.parent
-PARLEY = [str(Path(sys.executable).parent / "parley")]
 
 
 def test_parley_tools_shows_policies_and_rules_in_order(tmp_path: Path) -> None:

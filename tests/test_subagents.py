@@ -12,16 +12,15 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from langchain_core.messages import SystemMessage
-from parley.activities.models.scripted import ScriptedChatModel
-from parley.activities.tool_calls import ToolActivities
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 
+from parley.activities.models.scripted import ScriptedChatModel
+from parley.activities.tool_calls import ToolActivities
 from parley.client import ConversationRefused
 from parley.contracts import Decision, RunToolInput, workflow_id_for
 from parley.errors import ErrorType
@@ -29,6 +28,7 @@ from parley.policies import load_policies
 from tests.support import OFFERED, ByConversation, call, script
 from tests.support.policy_tools import planner_model
 from tests.support.policy_tools import planner_registry as registry
+from tests.support.processes import PARLEY, ROOT
 from tests.support.transcripts import new_session, runs_in, tool_messages
 
 
@@ -292,12 +292,11 @@ decide = "confirm"
     # `parley tools` shows the subagent as a tool, and the tools it may use.
     env = {
         **os.environ,
-        "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+        "PYTHONPATH": str(ROOT),
         "PARLEY_TOOLS": "tests.support.policy_tools:planner_toolset",
         "PARLEY_POLICIES": str(file),
     }
-    parley = str(Path(sys.executable).parent / "parley")
-    shown = subprocess.run([parley, "tools"], env=env, capture_output=True, text=True)
+    shown = subprocess.run([*PARLEY, "tools"], env=env, capture_output=True, text=True)
     assert shown.returncode == 0, shown.stderr
     assert "planner  auto" in shown.stdout
     assert "subagent planner may use only: create_plan, list_plans" in shown.stdout
