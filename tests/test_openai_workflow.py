@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 from langchain_core.language_models import BaseChatModel
-from parley.activities.models.openai_provider import build_openai_model
-from parley.activities.toolsets.plans import build_plans_toolset
-from parley.services.plans import BackgroundServer, create_app
 from temporalio.client import Client
 
+from parley.activities.models.openai_provider import build_openai_model
+from parley.activities.toolsets.plans import build_plans_toolset
 from parley.contracts import CALL_MODEL, RUN_TOOL, Decision
 from parley.errors import ErrorType
+from parley.services.plans import BackgroundServer
 from parley.settings import Settings
 from parley.tools import ToolRegistry
 from tests.support import registry
@@ -32,6 +32,7 @@ from tests.support.plans import (
     approve,
     every_history,
     fetch,
+    plans_service,
     rows,
 )
 from tests.support.transcripts import new_session, runs_in, tool_messages
@@ -51,8 +52,7 @@ async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
 
 @pytest.fixture
 def plans(tmp_path: Path) -> Iterator[BackgroundServer]:
-    app = create_app(tmp_path / "plans.db", PLANS_KEY, enable_test_hooks=True)
-    with BackgroundServer(app) as running:
+    with plans_service(tmp_path) as running:
         yield running
 
 

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from parley.services.plans import BackgroundServer, create_app
+from tests.support.plans import plans_service
 
 API_KEY = "plans-test-key-123"
 ERROR_KEYS = {"code", "message", "details", "hint"}
@@ -15,8 +17,8 @@ ERROR_KEYS = {"code", "message", "details", "hint"}
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[BackgroundServer]:
-    with BackgroundServer(create_app(tmp_path / "plans.db", API_KEY, enable_test_hooks=True)) as s:
-        yield s
+    with plans_service(tmp_path, API_KEY) as running:
+        yield running
 
 
 @pytest.fixture

@@ -14,14 +14,13 @@ from pathlib import Path
 
 import pytest
 from langchain_core.messages import ToolMessage
-from parley.activities.models.scripted import FIXED_NOTE, ScriptedChatModel
-from parley.services.plans import BackgroundServer, create_app
 from temporalio.client import Client
 
+from parley.activities.models.scripted import FIXED_NOTE, ScriptedChatModel
 from parley.contracts import RUN_TOOL
 from parley.errors import ErrorType
+from parley.services.plans import BackgroundServer
 from tests.support.plans import (
-    PLANS_KEY,
     SECRET_MARKER,
     SENTENCE,
     USER,
@@ -34,6 +33,7 @@ from tests.support.plans import (
     history_text,
     inject_faults,
     plans_registry,
+    plans_service,
     rows,
     seen_requests,
 )
@@ -42,8 +42,7 @@ from tests.support.transcripts import new_session, tool_messages
 
 @pytest.fixture
 def plans(tmp_path: Path) -> Iterator[BackgroundServer]:
-    app = create_app(tmp_path / "plans.db", PLANS_KEY, enable_test_hooks=True)
-    with BackgroundServer(app) as running:
+    with plans_service(tmp_path) as running:
         yield running
 
 

@@ -1,22 +1,25 @@
-"""Helpers for the plans tests: the reference service in a thread, its request log and
-fault hooks, and reading workflow histories (attempts, payloads decoded for secrets)."""
+"""Helpers for the plans tests: the reference service in a thread (``plans_service``),
+its request log and fault hooks, and reading workflow histories (attempts, payloads
+decoded for secrets). Client side."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
-from parley.activities.toolsets.plans import build_plans_toolset
-from parley.services.plans import BackgroundServer
 from temporalio.api.history.v1 import History
 from temporalio.client import Client, WorkflowHandle
 
+from parley.activities.toolsets.plans import build_plans_toolset
 from parley.client import Conversations
 from parley.contracts import Decision, TurnResult
+from parley.services.plans import BackgroundServer, create_app
 from parley.tools import ToolRegistry
 
 #: Every secret these tests hand to a worker contains this marker, so one search of a
@@ -26,6 +29,16 @@ PLANS_KEY = f"plans-key-{SECRET_MARKER}-5b1d0e"
 WRONG_PLANS_KEY = f"wrong-plans-key-{SECRET_MARKER}-77c2a9"
 USER = "maria.k-42"
 SENTENCE = "please create a plan called Q3 review for next week"
+
+
+@contextmanager
+def plans_service(data_dir: Path, api_key: str = PLANS_KEY) -> Iterator[BackgroundServer]:
+    """The reference plans service on 127.0.0.1 (in a thread), its database in
+    ``data_dir``, its test hooks (faults, request log) on."""
+    with BackgroundServer(
+        create_app(data_dir / "plans.db", api_key, enable_test_hooks=True)
+    ) as running:
+        yield running
 
 
 def plans_registry(
