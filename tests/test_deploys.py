@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from parley.workflows.conversation import ConversationWorkflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Replayer
@@ -36,6 +35,7 @@ from parley.contracts.names import workflow_id_for
 from parley.deploys import current_build, describe
 from parley.settings import Settings
 from parley.storage import LocalFileStorageDriver
+from parley.workflows.conversation import ConversationWorkflow
 from tests.support.processes import (
     LIVENESS_TOOLS,
     ROOT,

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import ToolMessage
-from parley.workflows.conversation import ConversationWorkflow
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
@@ -26,6 +25,7 @@ from parley.contracts import Decision
 from parley.errors import ErrorType
 from parley.settings import Settings
 from parley.worker import build_worker
+from parley.workflows.conversation import ConversationWorkflow
 from tests.support import call, registry
 from tests.support.time_skipping import recording_script
 from tests.support.transcripts import envelope_status, new_session, runs_in, tool_messages

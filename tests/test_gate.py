@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from parley.workflows import gate
 from temporalio.exceptions import ApplicationError
 
 from parley.contracts import (
@@ -18,6 +17,7 @@ from parley.contracts import (
     ToolSpec,
 )
 from parley.errors import ErrorType
+from parley.workflows import gate
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 SCHEMA = {

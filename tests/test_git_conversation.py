@@ -9,7 +9,6 @@ from pathlib import Path
 
 from parley.activities.models.scripted import ScriptedChatModel
 from parley.activities.toolsets.git import build_git_toolset, create_demo_projects
-
 from parley.contracts import Decision
 from parley.tools import ToolRegistry
 from tests.support.transcripts import envelope_status, new_session, tool_messages

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from parley.activities.toolsets.git import (
     build_git_toolset,
     create_demo_projects,
     load_registry,
     toolset,
 )
-
 from parley.contracts import ToolContext
 from parley.errors import ToolInputError, ToolPermissionError
 from parley.settings import Settings

@@ -11,6 +11,7 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+
 from parley.activities.http import (
     HttpStatusError,
     HttpTransportError,
@@ -20,9 +21,8 @@ from parley.activities.http import (
     shared_client,
     to_tool_error,
 )
-from parley.services.plans import BackgroundServer
-
 from parley.errors import ParleyError, ToolInputError, ToolPermissionError, TransientError
+from parley.services.plans import BackgroundServer
 
 API_KEY = "sk-test-very-secret-key"
 

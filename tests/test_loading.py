@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
 from parley.activities.models import build_chat_model
 from parley.activities.models.script_file import ScriptFileChatModel
 from parley.activities.models.scripted import ScriptedChatModel
-
 from parley.errors import ModelRequestError
 from parley.tools import ParleyTool, ToolRegistry, load_registry
 from tests.support import drop_tables, read_records, write_record
@@ -193,7 +193,6 @@ def test_a_toolset_factory_takes_the_workers_settings_not_the_environment(
 ) -> None:
     """``parley dev`` hands the worker a Settings; nothing rewrites os.environ."""
     from parley.activities.toolsets.git import create_demo_projects
-
     from parley.settings import Settings
 
     monkeypatch.delenv("PARLEY_PLANS_API_KEY", raising=False)

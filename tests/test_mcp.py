@@ -20,10 +20,10 @@ import httpx
 import pytest
 from mcp.shared.exceptions import McpError
 from mcp.types import CONNECTION_CLOSED, INVALID_PARAMS, ErrorData
+
 from parley.activities.tool_calls import tool_failure
 from parley.activities.toolsets.mcp import mcp_failure
 from parley.activities.toolsets.mcp import toolset as mcp_toolset
-
 from parley.contracts import Decision, PolicyRule
 from parley.errors import ErrorType, TransientError
 from parley.settings import Settings

@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.outputs import ChatResult
-from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel
-from parley.activities.tool_calls import tool_failure
-from parley.activities.toolsets.mcp import toolset as mcp_toolset
 from pydantic import Field
 from temporalio.api.enums.v1 import EventType
 
+from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel
+from parley.activities.tool_calls import tool_failure
+from parley.activities.toolsets.mcp import toolset as mcp_toolset
 from parley.contracts import Decision, PolicyRule
 from parley.errors import ErrorType, TransientError
 from parley.settings import Settings

@@ -16,11 +16,11 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
+
 from parley.activities.models.failures import (
     classify_model_error,
 )
 from parley.activities.models.openai_provider import build_openai_model
-
 from parley.errors import ModelRequestError, TransientError
 from parley.settings import DEFAULT_OVERLOAD_CODES, Settings
 from tests.support.openai_fake import OVERLOAD_2064, FakeOpenAI, error_body

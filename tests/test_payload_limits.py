@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
-from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel
-from parley.workflows.conversation import ConversationWorkflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowUpdateFailedError
 
+from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel
 from parley.client import ConversationRefused, Conversations
 from parley.contracts import Decision, SendMessageInput, workflow_id_for
 from parley.errors import ErrorType
 from parley.tools import auto, confirm
+from parley.workflows.conversation import ConversationWorkflow
 from tests.support import call, registry, script
 from tests.support.transcripts import new_session, runs_in, tool_messages
 

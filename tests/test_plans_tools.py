@@ -9,12 +9,12 @@ from typing import Any
 import httpx
 import pytest
 from langchain_core.tools import BaseTool
+
 from parley.activities.toolsets import plans as plans_toolset
 from parley.activities.toolsets.plans import build_plans_toolset, toolset
-from parley.services.plans import BackgroundServer, create_app
-
 from parley.contracts import ToolContext
 from parley.errors import ToolInputError, ToolPermissionError, TransientError
+from parley.services.plans import BackgroundServer, create_app
 from parley.settings import DEFAULT_PLANS_URL, Settings
 from parley.tools import ParleyTool, ToolRegistry
 

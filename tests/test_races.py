@@ -7,12 +7,12 @@ import asyncio
 import uuid
 
 import pytest
-from parley.activities.tool_calls import ToolActivities
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from parley.activities.tool_calls import ToolActivities
 from parley.client import ConversationRefused, Conversations
 from parley.contracts import Decision, RunToolInput
 from parley.errors import ErrorType

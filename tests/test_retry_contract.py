@@ -9,10 +9,10 @@ from typing import Annotated
 
 import pytest
 from langchain_core.tools import InjectedToolArg, tool
-from parley.activities.model_calls import _model_failure
-from parley.activities.tool_calls import tool_failure
 from temporalio.api.history.v1 import History
 
+from parley.activities.model_calls import _model_failure
+from parley.activities.tool_calls import tool_failure
 from parley.contracts import RUN_TOOL, ToolContext
 from parley.errors import ErrorType, ToolPermissionError, TransientError
 from parley.redaction import remember_secrets

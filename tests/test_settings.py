@@ -75,7 +75,6 @@ async def test_worker_capacity_comes_from_settings(monkeypatch: pytest.MonkeyPat
     """PARLEY_MAX_CACHED_WORKFLOWS / _CONCURRENT_ACTIVITIES / _CONCURRENT_WORKFLOW_TASKS
     reach the Temporal worker."""
     from parley.activities.models.script_file import ScriptFileChatModel
-
     from parley.tools import ToolRegistry
     from parley.worker import build_worker
 

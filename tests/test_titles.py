@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from parley.activities.toolsets.titles import ELLIPSIS, normalize_plan_title
 
 # (what the model passed as the title, the title the plan gets)

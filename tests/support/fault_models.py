@@ -17,6 +17,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
+
 from parley.activities.models.script_file import ScriptFileChatModel
 
 

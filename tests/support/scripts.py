@@ -10,8 +10,9 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.outputs import ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel
 from pydantic import Field
+
+from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel
 
 
 def script(*entries: dict[str, Any]) -> ScriptFileChatModel:

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
-from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel
 from pydantic import Field
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.testing import WorkflowEnvironment
 
+from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel
 from parley.binaries import temporal_test_server
 from parley.contracts import SEARCH_ATTRIBUTES
 from parley.storage import LocalFileStorageDriver, data_converter
