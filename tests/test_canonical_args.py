@@ -23,19 +23,19 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, ToolMessage
-from parley.activities.toolsets.git import build_git_toolset, create_demo_projects
-from parley.services.plans import BackgroundServer, create_app
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from parley.activities.toolsets.git import build_git_toolset, create_demo_projects
 from parley.client import Conversations
 from parley.contracts import PolicyRule, ToolContext, args_hash
+from parley.services.plans import BackgroundServer, create_app
 from parley.settings import Settings
 from parley.tools import ToolRegistry
 from parley.worker import build_worker
-from tests.checks import new_session
-from tests.plans_support import PLANS_KEY, plans_registry
 from tests.support import call, script
+from tests.support.plans import PLANS_KEY, plans_registry
+from tests.support.transcripts import new_session
 
 EXAMPLES = int(os.environ.get("PARLEY_CANONICAL_EXAMPLES", "30"))
 USER = "alice"

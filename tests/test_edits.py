@@ -19,9 +19,9 @@ from langchain_core.tools import InjectedToolArg, tool
 from parley.client import Conversations
 from parley.contracts import PolicyRule, ToolContext, args_hash
 from parley.tools import ParleyTool, ToolRegistry
-from tests.checks import new_session, runs_in
-from tests.gateway_support import ALICE_TOKEN, BOB_TOKEN, auth, serve_gateway
 from tests.support import RUNS, call, script
+from tests.support.gateway import ALICE_TOKEN, BOB_TOKEN, auth, serve_gateway
+from tests.support.transcripts import new_session, runs_in
 
 PARLEY = [str(Path(sys.executable).parent / "parley")]
 

@@ -19,15 +19,15 @@ import json
 import os
 from pathlib import Path
 
-from parley.workflows.conversation import ConversationWorkflow
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from parley.client import Conversations
 from parley.contracts import ConversationSnapshot, Decision
 from parley.storage import LocalFileStorageDriver, data_converter
-from tests.checks import new_session, tool_messages
+from parley.workflows.conversation import ConversationWorkflow
 from tests.support import call, registry, script
+from tests.support.transcripts import new_session, tool_messages
 
 FIXTURE = Path(__file__).parent / "histories" / "conversation.json"
 FIXTURE_WORKFLOW_ID = "conversation-replay-fixture"

@@ -15,13 +15,13 @@ import asyncio
 import json
 import subprocess
 
-from parley.workflows.handover import UPDATES_PER_RUN
 from temporalio.api.enums.v1 import EventType
 
 from parley.binaries import temporal_cli
 from parley.contracts import Decision
-from tests.checks import new_session, runs_in
+from parley.workflows.handover import UPDATES_PER_RUN
 from tests.support import call, registry, script
+from tests.support.transcripts import new_session, runs_in
 
 WRITE = {"content": "", "tool_calls": [call("write_record", "c1", title="Q1")]}
 

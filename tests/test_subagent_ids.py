@@ -26,11 +26,11 @@ from parley.client import ConversationRefused
 from parley.contracts import ASSISTANT_MESSAGE_PREFIX, SubagentSpec
 from parley.errors import ErrorType
 from parley.tools import ToolRegistry, confirm
-from tests.checks import runs_in
-from tests.gateway_support import ALICE_TOKEN, TOKENS, auth, serve_gateway, sse_events
 from tests.support import ByConversation, call, script
-from tests.test_policies import create_plan, push_branch
-from tests.test_web_page import browser, page, sign_in_and_start  # noqa: F401 (fixtures)
+from tests.support.browser import sign_in_and_start
+from tests.support.gateway import ALICE_TOKEN, TOKENS, auth, serve_gateway, sse_events
+from tests.support.policy_tools import create_plan, push_branch
+from tests.support.transcripts import runs_in
 
 PARLEY = [str(Path(sys.executable).parent / "parley")]
 PLANNER = SubagentSpec(name="planner", description="Records plans.", tools=["create_plan"])
@@ -82,7 +82,7 @@ async def cli(conversations, client, *args: str) -> subprocess.CompletedProcess:
 async def test_a_subagents_call_is_approved_from_the_parent_on_every_surface(
     parley_worker,
     client,
-    page: Page,  # noqa: F811
+    page: Page,
 ) -> None:
     sid = f"web-{uuid.uuid4().hex[:10]}"
     async with (

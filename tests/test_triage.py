@@ -9,11 +9,9 @@ from typing import Annotated
 
 import pytest
 from langchain_core.tools import InjectedToolArg, tool
+
 from parley.activities.toolsets.git import canonical_push_args
 from parley.activities.toolsets.plans import prepare_create_plan_args
-from parley.workflows import gate
-from parley.workflows.triage import Proposal, Refuse, Run, Wait, triage
-
 from parley.contracts import (
     DecideInput,
     PolicyRule,
@@ -27,6 +25,8 @@ from parley.contracts import (
 )
 from parley.errors import ErrorType, InvalidDecision, ToolInputError
 from parley.tools import ParleyTool, ToolRegistry, UnstableCanonicalForm
+from parley.workflows import gate
+from parley.workflows.triage import Proposal, Refuse, Run, Wait, triage
 
 NOW = datetime(2026, 12, 4, 12, tzinfo=UTC)
 

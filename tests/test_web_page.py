@@ -13,7 +13,6 @@ from pathlib import Path
 
 from playwright.async_api import Page, expect
 
-import tests.support.browser as page_kit
 from parley.contracts import Decision
 from tests.support import RUNS, call, registry, runs_of, script
 from tests.support.browser import (
@@ -24,11 +23,6 @@ from tests.support.browser import (
     sign_in_and_start,
 )
 from tests.support.gateway import ALICE_TOKEN
-
-# Kept importable from here while tests/test_subagent_ids.py imports them from this
-# module; the fixtures themselves come from the tests.support.browser plugin.
-browser = page_kit.browser
-page = page_kit.page
 
 
 async def test_approve_a_proposed_write(parley_worker, page: Page, tmp_path: Path) -> None:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
-from parley.services.plans import BackgroundServer, create_app
 
 from parley.contracts import ToolContext
+from parley.services.plans import BackgroundServer, create_app
 from parley.settings import Settings
 from parley.tools import load_registry
 
