@@ -143,6 +143,15 @@ class ParleyTool:
         return model.model_dump(mode="json", exclude_unset=True)
 
     def spec(self) -> ToolSpec:
+        """What the workflow knows of this tool; built once (every proposal and every
+        run checks arguments against it)."""
+        cached = self.__dict__.get("_spec")
+        if cached is None:
+            cached = self._build_spec()
+            object.__setattr__(self, "_spec", cached)  # a frozen dataclass, built lazily
+        return cached
+
+    def _build_spec(self) -> ToolSpec:
         call_schema = self.tool.tool_call_schema
         schema = _without_labels(
             call_schema if isinstance(call_schema, dict) else call_schema.model_json_schema()

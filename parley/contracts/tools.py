@@ -11,6 +11,7 @@ import jsonschema
 from pydantic import (
     BaseModel,
     Field,
+    PrivateAttr,
 )
 
 from parley.contracts.names import ResultStatus, ToolPolicy
@@ -28,17 +29,17 @@ class ToolSpec(Contract):
     #: Whether arguments the schema does not name are accepted. Off unless the tool's
     #: schema says ``additionalProperties``: an edit cannot smuggle in ``"force": true``.
     extra_args_allowed: bool = False
+    _validator: Any = PrivateAttr(default=None)
 
     def args_error(self, args: dict[str, Any]) -> str | None:
         """Why ``args`` do not fit this tool's schema, or None when they do. Arguments
         the schema does not name are refused unless the tool opts in."""
-        schema = self.args_schema
-        if not self.extra_args_allowed:
-            schema = {**schema, "additionalProperties": False}
-        errors = sorted(
-            jsonschema.Draft202012Validator(schema).iter_errors(args),
-            key=lambda e: list(e.path),
-        )
+        if self._validator is None:  # compiled once per spec: every proposal asks
+            schema = self.args_schema
+            if not self.extra_args_allowed:
+                schema = {**schema, "additionalProperties": False}
+            self._validator = jsonschema.Draft202012Validator(schema)
+        errors = sorted(self._validator.iter_errors(args), key=lambda e: list(e.path))
         if not errors:
             return None
         return "; ".join(
