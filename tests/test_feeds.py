@@ -14,7 +14,6 @@ second.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -22,7 +21,7 @@ from contextlib import AsyncExitStack
 
 import httpx
 import pytest
-from playwright.async_api import Browser, async_playwright, expect
+from playwright.async_api import Browser, expect
 from temporalio.testing import WorkflowEnvironment
 
 from parley.contracts import workflow_id_for
@@ -45,8 +44,6 @@ from tests.support.ports import free_port
 
 ALICE = auth(ALICE_TOKEN)
 BOB = auth(BOB_TOKEN)
-CHROMIUM = os.environ.get("PARLEY_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
 #: Far below Temporal's 2,000 updates per run: each follower costs at most a wait or two.
 MOST_UPDATES = 100
 #: Seconds over which the query rate is measured.
@@ -76,18 +73,6 @@ def gateway(
     with gateway_processes(metered_env.client, payload_store, home, TOKENS) as running:
         yield running
     assert "Traceback" not in running.log(), running.log()[-3000:]
-
-
-@pytest.fixture(scope="module")
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as p:
-        launched = await p.chromium.launch(
-            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            yield launched
-        finally:
-            await launched.close()
 
 
 async def waiting_conversation(http: httpx.AsyncClient) -> str:

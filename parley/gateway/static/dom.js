@@ -19,8 +19,6 @@ export function el(tag, attrs, ...children) {
   return node;
 }
 
-export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
 export function randomId() {
   const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789";
   const bytes = new Uint8Array(8);
