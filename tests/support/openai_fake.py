@@ -27,7 +27,15 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-OVERLOAD_2064 = {"error": {"code": "2064", "message": "当前服务集群负载较高"}}
+from tests.support.openai_wire import (
+    OVERLOAD_2064,
+    chunks,
+    completion,
+    error_body,
+    wire_tool_calls,
+)
+
+__all__ = ["OVERLOAD_2064", "FakeOpenAI", "error_body"]
 
 
 @dataclass
@@ -58,13 +66,6 @@ class ScriptedError:
     body: Any
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
-
-
-def error_body(
-    message: str, *, type: str = "invalid_request_error", code: str | None = None
-) -> dict[str, Any]:
-    """An OpenAI-style error body."""
-    return {"error": {"message": message, "type": type, "param": None, "code": code}}
 
 
 class FakeOpenAI:
@@ -285,51 +286,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _completion(self, reply: ScriptedReply, model: str) -> dict[str, Any]:
         n = self.owner._next_id()
-        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
-        calls = _wire_tool_calls(reply.tool_calls, n)
-        if calls:
-            message["tool_calls"] = calls
-        return {
-            "id": f"chatcmpl-fake-{n}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "logprobs": None,
-                    "finish_reason": reply.finish_reason or ("tool_calls" if calls else "stop"),
-                }
-            ],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-        }
+        calls = wire_tool_calls(reply.tool_calls, n)
+        return completion(n, model, reply.content, calls, reply.finish_reason)
 
     def _chunks(
         self, reply: ScriptedReply, model: str, include_usage: bool
     ) -> list[dict[str, Any]]:
         n = self.owner._next_id()
-        calls = _wire_tool_calls(reply.tool_calls, n)
-        base = {
-            "id": f"chatcmpl-fake-{n}",
-            "object": "chat.completion.chunk",
-            "created": int(time.time()),
-            "model": model,
-        }
-
-        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            return {**base, "choices": [choice]}
-
-        chunks = [chunk({"role": "assistant", "content": reply.content or ""})]
-        for index, call in enumerate(calls):
-            chunks.append(chunk({"tool_calls": [{"index": index, **call}]}))
-        finish = reply.finish_reason or ("tool_calls" if calls else "stop")
-        chunks.append(chunk({}, finish))
-        if include_usage:
-            usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
-            chunks.append({**base, "choices": [], "usage": usage})
-        return chunks
+        calls = wire_tool_calls(reply.tool_calls, n)
+        return chunks(n, model, reply.content, calls, reply.finish_reason, include_usage)
 
     def _send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -349,23 +314,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
-
-
-def _wire_tool_calls(calls: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
-    wire = []
-    for i, call in enumerate(calls):
-        args = call.get("args", {})
-        wire.append(
-            {
-                "id": call.get("id") or f"call_fake_{n}_{i}",
-                "type": "function",
-                "function": {
-                    "name": call["name"],
-                    "arguments": args if isinstance(args, str) else json.dumps(args),
-                },
-            }
-        )
-    return wire
 
 
 def _number(value: float) -> str:
