@@ -39,6 +39,9 @@ def build_openai_model(model_name: str, settings: Settings) -> BaseChatModel:
         max_retries=0,
         timeout=settings.model_timeout_seconds,
         streaming=False,
+        # Usage (input, output, total tokens) in usage_metadata also when a reply is
+        # streamed: the final chunk carries it (stream_options.include_usage).
+        stream_usage=True,
         # Chat completions is what DeepSeek, vLLM and Ollama speak; never switch to
         # OpenAI's Responses API by model name.
         use_responses_api=False,
