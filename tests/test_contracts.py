@@ -111,7 +111,7 @@ def test_conversation_state_and_snapshot_keep_the_transcript() -> None:
         event_count=7,
     )
 
-    for back in (round_trip(state).transcript, round_trip(snapshot).transcript):
+    for back in (round_trip(state).transcript.messages, round_trip(snapshot).transcript):
         assert [type(m) for m in back] == [HumanMessage, AIMessage, ToolMessage]
         assert_tool_calls_intact(back[1])
         assert back[2].artifact == answer().artifact

@@ -137,7 +137,9 @@ class ConversationWorkflow:
         if replayed := self._results.earlier():
             return replayed
         self._check_message(message)  # again: two updates may pass validation together
-        self._state.transcript.append(HumanMessage(content=message.text, id=message.message_id))
+        self._state.transcript.messages.append(
+            HumanMessage(content=message.text, id=message.message_id)
+        )
         self._ledger.audit("message", message.user_id, detail={"message_id": message.message_id})
         self._state.counters.turns += 1
         metrics.turn_started()
@@ -238,8 +240,8 @@ class ConversationWorkflow:
         that waits for it, or between turns. One from a subagent no longer at work is
         dropped (its end has been applied)."""
         self._handover.signals += 1
-        if any(d.tool_call_id == report.tool_call_id for d in self._state.delegations):
-            self._state.subagent_reports.append(report)
+        if any(d.tool_call_id == report.tool_call_id for d in self._state.delegations.active):
+            self._state.delegations.reports.append(report)
 
     # --- queries ----------------------------------------------------------------------
 

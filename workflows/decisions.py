@@ -203,7 +203,7 @@ class Decisions:
             self._ledger.answer(call, result, "decided")
 
     def _ai_message_of(self, tool_call_id: str) -> AIMessage | None:
-        for message in reversed(self._state.transcript):
+        for message in reversed(self._state.transcript.messages):
             if isinstance(message, AIMessage) and any(
                 c["id"] == tool_call_id for c in message.tool_calls
             ):

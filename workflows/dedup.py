@@ -32,15 +32,15 @@ class Deduplication:
     def earlier(self) -> TurnResult | None:
         """The result this update id already had."""
         update_id = self._update_id()
-        return self._state.recent_results.get(update_id) if update_id else None
+        return self._state.dedup.recent_results.get(update_id) if update_id else None
 
     def remember(self, result: TurnResult, request_id: str | None = None) -> TurnResult:
         """Keep ``result`` under the current update's id (or ``request_id``)."""
         key = request_id or self._update_id()
         if key:
-            self._state.recent_results[key] = result
-            while len(self._state.recent_results) > RECENT_RESULTS_KEPT:
-                del self._state.recent_results[next(iter(self._state.recent_results))]
+            self._state.dedup.recent_results[key] = result
+            while len(self._state.dedup.recent_results) > RECENT_RESULTS_KEPT:
+                del self._state.dedup.recent_results[next(iter(self._state.dedup.recent_results))]
         return result
 
     def refused(self, request_id: str | None, refusal: Refusal) -> None:
@@ -55,7 +55,7 @@ class Deduplication:
         update_id = self._update_id()
         if not update_id:
             return False
-        queued = {q.request_id for q in self._state.queued_decisions}
+        queued = {q.request_id for q in self._state.dedup.queued_decisions}
         return update_id == self.applying or update_id in queued
 
     async def result_of_signal(self) -> TurnResult:
@@ -64,8 +64,8 @@ class Deduplication:
         update_id = self._update_id()
         assert update_id
         await workflow.wait_condition(
-            lambda: update_id in self._state.recent_results or update_id in self._refused
+            lambda: update_id in self._state.dedup.recent_results or update_id in self._refused
         )
         if update_id in self._refused:
             raise self._refused[update_id]
-        return self._state.recent_results[update_id]
+        return self._state.dedup.recent_results[update_id]

@@ -81,7 +81,9 @@ class EventLog:
 
     def _emit(self, event: BaseEvent) -> None:
         event.timestamp = int(workflow.now().timestamp() * 1000)
-        self._state.events.append(event.model_dump(mode="json", by_alias=True, exclude_none=True))
+        self._state.events.entries.append(
+            event.model_dump(mode="json", by_alias=True, exclude_none=True)
+        )
 
     def run_started(self, run_id: str) -> None:
         self._emit(RunStartedEvent(thread_id=self._thread_id, run_id=run_id))
@@ -156,13 +158,13 @@ class EventLog:
     @property
     def last_offset(self) -> int:
         """The offset of the latest event (-1 before the first)."""
-        return self._state.events_offset + len(self._state.events) - 1
+        return self._state.events.total - 1
 
     def page(self, after: int, limit: int) -> EventPage:
         """Events with offset > ``after``, at most ``limit``, from what is kept."""
-        first_kept = self._state.events_offset
+        first_kept = self._state.events.offset
         start = max(after + 1, first_kept)
-        kept = self._state.events[start - first_kept : start - first_kept + limit]
+        kept = self._state.events.entries[start - first_kept : start - first_kept + limit]
         page = [OffsetEvent(offset=start + i, event=event) for i, event in enumerate(kept)]
         return EventPage(
             events=page,

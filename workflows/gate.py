@@ -134,7 +134,9 @@ def check_decisions(state: ConversationState, decision: DecideInput, now: dateti
     # decision and the timer may arrive in the same workflow task): never run it. One
     # the timer already answered says so too, even while that answer's turn runs.
     expired = {call.tool_call_id for call in expired_calls(state.pending, now)}
-    expired |= {a.tool_call_id for a in state.audit if a.event == "expired" and a.tool_call_id}
+    expired |= {
+        a.tool_call_id for a in state.audit.entries if a.event == "expired" and a.tool_call_id
+    }
     given_ids = {d.tool_call_id for d in decision.decisions}
     if state.turn_running and not state.ended and given_ids and given_ids <= expired:
         raise InvalidDecision(

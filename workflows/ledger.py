@@ -73,7 +73,7 @@ class Ledger:
         name: str | None = None,
         detail: dict[str, Any] | None = None,
     ) -> None:
-        self._state.audit.append(
+        self._state.audit.entries.append(
             AuditEntry(
                 at=workflow.now(),
                 event=event,  # type: ignore[arg-type]
@@ -119,7 +119,7 @@ class Ledger:
             artifact=artifact,  # the content is the text; the artifact keeps the rest once
             id=f"result-{call.tool_call_id}",
         )
-        self._state.transcript.append(message)
+        self._state.transcript.messages.append(message)
         self._events.tool_result(message.id or "", call.tool_call_id, envelope)
         self.audit(
             audit_event,
@@ -161,7 +161,9 @@ class Ledger:
     def abandon_unanswered(self, ai: AIMessage) -> None:
         """After a fail-closed error, answer the calls of ``ai`` that will not run now,
         so the transcript stays valid for the next provider call."""
-        answered = {m.tool_call_id for m in self._state.transcript if isinstance(m, ToolMessage)}
+        answered = {
+            m.tool_call_id for m in self._state.transcript.messages if isinstance(m, ToolMessage)
+        }
         self.pending.abandon()
         for proposed in ai.tool_calls:
             if proposed["id"] not in answered:
@@ -188,43 +190,36 @@ class Ledger:
     def trim(self) -> None:
         """Keep the state bounded: drop the oldest messages (only those already in the
         stored transcript, never the latest model message), audit entries and events."""
-        state = self._state
-        stored = state.model_context.length if state.model_context else 0
+        transcript = self._state.transcript
+        stored = transcript.model_context.length if transcript.model_context else 0
         last_ai = max(
-            (i for i, m in enumerate(state.transcript) if isinstance(m, AIMessage)), default=0
+            (i for i, m in enumerate(transcript.messages) if isinstance(m, AIMessage)), default=0
         )
-        droppable = min(stored - state.transcript_offset, last_ai)
-        chars = sum(message_chars(m) for m in state.transcript)
+        droppable = min(stored - transcript.offset, last_ai)
+        chars = sum(message_chars(m) for m in transcript.messages)
         drop = 0
         while drop < droppable and (
-            len(state.transcript) - drop > KEPT_TRANSCRIPT_MESSAGES or chars > KEPT_TRANSCRIPT_CHARS
+            len(transcript.messages) - drop > KEPT_TRANSCRIPT_MESSAGES
+            or chars > KEPT_TRANSCRIPT_CHARS
         ):
-            chars -= message_chars(state.transcript[drop])
+            chars -= message_chars(transcript.messages[drop])
             drop += 1
-        if drop:
-            del state.transcript[:drop]
-            state.transcript_offset += drop
-        if len(state.audit) > KEPT_AUDIT_ENTRIES:
-            extra = len(state.audit) - KEPT_AUDIT_ENTRIES
-            del state.audit[:extra]
-            state.audit_offset += extra
-        if len(state.events) > KEPT_EVENTS:
-            extra = len(state.events) - KEPT_EVENTS
-            del state.events[:extra]
-            state.events_offset += extra
+        transcript.drop_oldest(drop)
+        self._state.audit.keep_latest(KEPT_AUDIT_ENTRIES)
+        self._state.events.keep_latest(KEPT_EVENTS)
 
     def snapshot(self, query: StateQuery) -> ConversationSnapshot:
         s = self._state
         transcript, transcript_offset = page(
-            s.transcript,
-            s.transcript_offset,
+            s.transcript.messages,
+            s.transcript.offset,
             query.transcript_offset,
             query.transcript_limit,
             message_chars,
         )
         audit, audit_offset = page(
-            s.audit,
-            s.audit_offset,
+            s.audit.entries,
+            s.audit.offset,
             query.audit_offset,
             query.audit_limit,
             lambda entry: len(json.dumps(entry.detail, default=str)),
@@ -236,13 +231,13 @@ class Ledger:
             pending=s.pending,
             transcript=transcript,
             transcript_offset=transcript_offset,
-            transcript_total=s.transcript_length,
-            model_context=s.model_context,
+            transcript_total=s.transcript.length,
+            model_context=s.transcript.model_context,
             audit=audit,
             audit_offset=audit_offset,
-            audit_total=s.audit_offset + len(s.audit),
+            audit_total=s.audit.total,
             counters=s.counters,
-            event_count=s.events_offset + len(s.events),
+            event_count=s.events.total,
             last_turn=s.last_turn,
         )
 

@@ -61,7 +61,7 @@ class RunLoop:
             (lambda: state.ended, self._stop),
             (self._task_done, self._finish_task),
             (lambda: idle() and self.deadlines.expired() != [], self._expire),
-            (lambda: idle() and state.queued_decisions != [], self._apply_signalled),
+            (lambda: idle() and state.dedup.queued_decisions != [], self._apply_signalled),
             (lambda: idle() and self._turns.subagents.has_news(), self._subagent_news),
             (self._should_continue_as_new, self._hand_over),
         ]
@@ -101,7 +101,7 @@ class RunLoop:
             self._start.subagent is not None
             and not state.turn_running
             and not state.pending
-            and not state.queued_decisions
+            and not state.dedup.queued_decisions
             and state.last_turn is not None
             and state.last_turn.status != "awaiting_approval"
         )
@@ -127,9 +127,9 @@ class RunLoop:
         state = self._state
         busy = bool(
             state.turn_running
-            or state.queued_decisions
+            or state.dedup.queued_decisions
             or self._turns.notifier.in_flight  # a notification finishes in this run
-            or state.delegations  # its child workflows belong to this run
+            or state.delegations.active  # its child workflows belong to this run
         )
         return self.handover.due(busy=busy)
 
@@ -159,8 +159,8 @@ class RunLoop:
         """A subagent's conversation begins: its parent's task is its one message."""
         if task.instructions:
             instructions = SystemMessage(content=task.instructions, id="instructions")
-            self._state.transcript.append(instructions)
-        self._state.transcript.append(HumanMessage(content=task.task, id="task"))
+            self._state.transcript.messages.append(instructions)
+        self._state.transcript.messages.append(HumanMessage(content=task.task, id="task"))
         self._ledger.audit(
             "message",
             self._state.user_id,

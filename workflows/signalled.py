@@ -51,7 +51,7 @@ class SignalledDecisions:
             decided_by = raw.get("decided_by") if isinstance(raw, dict) else None
             self.record_refused(str(decided_by or "unknown"), refusal)
             return
-        if len(self._state.queued_decisions) >= QUEUED_DECISIONS_KEPT:
+        if len(self._state.dedup.queued_decisions) >= QUEUED_DECISIONS_KEPT:
             self.record_refused(
                 request.decided_by,
                 InvalidDecision(
@@ -61,10 +61,10 @@ class SignalledDecisions:
                 request,
             )
             return
-        self._state.queued_decisions.append(request)
+        self._state.dedup.queued_decisions.append(request)
 
     async def apply_next(self) -> None:
-        request = self._state.queued_decisions.pop(0)
+        request = self._state.dedup.queued_decisions.pop(0)
         self._results.applying = request.request_id
         try:
             gate.check_decisions(self._state, request, workflow.now())

@@ -42,7 +42,7 @@ from parley.workflows.ledger import Ledger, error_result
 
 
 class Subagents:
-    """The subagents at work for one conversation (``state.delegations``) and, in a
+    """The subagents at work for one conversation (``state.delegations.active``) and, in a
     subagent's own conversation, its reports to the parent."""
 
     def __init__(
@@ -56,7 +56,7 @@ class Subagents:
         self._start = start
         self._ledger = ledger
         self._catalogue = catalogue
-        #: The child workflows of ``state.delegations``, by the call that started each.
+        #: The child workflows of ``state.delegations.active``, by the call that started each.
         self._children: dict[str, workflow.ChildWorkflowHandle[Any, ConversationSnapshot]] = {}
 
     async def delegate(self, call: ToolCall, args: dict[str, Any]) -> None:
@@ -101,7 +101,7 @@ class Subagents:
             self._ledger.answer(call, error_result(ErrorType.SUBAGENT_FAILED, text), "failed")
             return
         self._children[call.tool_call_id] = handle
-        state.delegations.append(
+        state.delegations.active.append(
             Delegation(name=spec.name, session_id=session, tool_call_id=call.tool_call_id)
         )
         self._ledger.audit(
@@ -134,7 +134,7 @@ class Subagents:
 
     def has_news(self) -> bool:
         """Whether a subagent at work has reported, or ended, since its news was applied."""
-        return any(self._news_from(d.tool_call_id) for d in self._state.delegations)
+        return any(self._news_from(d.tool_call_id) for d in self._state.delegations.active)
 
     def _news_from(self, tool_call_id: str) -> bool:
         delegation = self._delegation(tool_call_id)
@@ -143,17 +143,19 @@ class Subagents:
             return True
         return any(
             r.tool_call_id == tool_call_id and r.sequence > delegation.reports_seen
-            for r in self._state.subagent_reports
+            for r in self._state.delegations.reports
         )
 
     def _delegation(self, tool_call_id: str) -> Delegation | None:
-        return next((d for d in self._state.delegations if d.tool_call_id == tool_call_id), None)
+        return next(
+            (d for d in self._state.delegations.active if d.tool_call_id == tool_call_id), None
+        )
 
     def apply_news(self) -> None:
         """Apply the subagents' reports, in order (their waiting calls replace the ones
         they reported before), then the end of those that ended."""
         state = self._state
-        reports, state.subagent_reports = state.subagent_reports, []
+        reports, state.delegations.reports = state.delegations.reports, []
         for report in reports:
             delegation = self._delegation(report.tool_call_id)
             if delegation is None or report.sequence <= delegation.reports_seen:
@@ -169,7 +171,7 @@ class Subagents:
                 [c.model_copy(update={"subagent": ref}) for c in report.pending],
             )
             state.turn_results += report.results
-        for delegation in list(state.delegations):
+        for delegation in list(state.delegations.active):
             handle = self._children.get(delegation.tool_call_id)
             if handle is None or handle.done():
                 self._end_delegation(delegation, handle)
@@ -182,7 +184,7 @@ class Subagents:
         """A subagent's conversation ended: its reply (or why it has none) answers the
         call that started it."""
         state = self._state
-        state.delegations.remove(delegation)
+        state.delegations.active.remove(delegation)
         self._children.pop(delegation.tool_call_id, None)
         self._ledger.pending.remove(self._ledger.pending.of_subagent(delegation.tool_call_id))
         why = "its conversation is gone"
@@ -217,16 +219,16 @@ class Subagents:
         calls that started them, unless already answered: the turn failed closed, or
         the conversation ended."""
         state = self._state
-        answered = {m.tool_call_id for m in state.transcript if isinstance(m, ToolMessage)}
-        for delegation in state.delegations:
+        answered = {m.tool_call_id for m in state.transcript.messages if isinstance(m, ToolMessage)}
+        for delegation in state.delegations.active:
             handle = self._children.pop(delegation.tool_call_id, None)
             if handle is not None and not handle.done():
                 handle.cancel()
             if delegation.tool_call_id not in answered:
                 call = ToolCall(tool_call_id=delegation.tool_call_id, name=delegation.name)
                 self._ledger.answer_unrun(call, f"subagent {delegation.name} was stopped: {why}")
-        state.delegations = []
-        state.subagent_reports = []
+        state.delegations.active = []
+        state.delegations.reports = []
         self._ledger.pending.remove_subagents()
 
     async def report_to_parent(self, results: list[TurnToolResult] | None = None) -> None:
@@ -235,12 +237,12 @@ class Subagents:
         state = self._state
         task = self._start.subagent
         assert task is not None
-        state.reports_sent += 1
+        state.delegations.reports_sent += 1
         from parley.workflows.conversation import ConversationWorkflow  # a cycle otherwise
 
         report = SubagentReport(
             tool_call_id=task.tool_call_id,
-            sequence=state.reports_sent,
+            sequence=state.delegations.reports_sent,
             pending=list(state.pending),
             results=results or [],
         )

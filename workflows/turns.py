@@ -38,6 +38,7 @@ from parley.contracts import (
     ToolCatalogue,
     TurnResult,
     args_hash,
+    text_of,
 )
 from parley.errors import ErrorType
 from parley.settings import MODEL_ACTIVITY
@@ -50,14 +51,6 @@ from parley.workflows.notifying import Notifier
 from parley.workflows.publishing import set_status
 from parley.workflows.subagents import Subagents
 from parley.workflows.triage import Proposal, Refuse, Run, Verdict, triage
-
-
-def text_of(message: AIMessage) -> str:
-    if isinstance(message.content, str):
-        return message.content
-    return "".join(
-        part.get("text", "") if isinstance(part, dict) else str(part) for part in message.content
-    )
 
 
 class TurnEngine:
@@ -197,14 +190,14 @@ class TurnEngine:
         the same (or there is none yet)."""
         state = self._state
         state.counters.model_calls += 1
-        stored = state.model_context.length if state.model_context else 0
-        new_messages = state.transcript[stored - state.transcript_offset :]
+        stored = state.transcript.model_context.length if state.transcript.model_context else 0
+        new_messages = state.transcript.messages[stored - state.transcript.offset :]
         known = (state.tools.version if state.tools else "") if check_catalogue else None
         try:
             output: CallModelOutput = await workflow.execute_activity(
                 CALL_MODEL,
                 CallModelInput(
-                    context=state.model_context,
+                    context=state.transcript.model_context,
                     new_messages=new_messages,
                     catalogue_version=known,
                     subagent=self._start.subagent.name if self._start.subagent else None,
@@ -222,11 +215,11 @@ class TurnEngine:
         ai = output.message
         if output.catalogue is not None:
             state.tools = output.catalogue
-        state.transcript.append(ai)
-        state.model_context = output.context
+        state.transcript.messages.append(ai)
+        state.transcript.model_context = output.context
         text = text_of(ai)
         if text:
-            self._events.text_message(ai.id or f"msg-{state.transcript_length}", text)
+            self._events.text_message(ai.id or f"msg-{state.transcript.length}", text)
         return ai
 
     def _proposal(self, catalogue: ToolCatalogue | None = None) -> Proposal:

@@ -8,7 +8,7 @@ LangChain messages travel inside models typed :data:`Messages` so that
 ``AIMessage.tool_calls`` survive the round trip.
 
 One module per part of the vocabulary (``names``, ``payloads``, ``tools``, ``model``,
-``limits``, ``conversation``); import from this package, which re-exports them all.
+``limits``, ``conversation``, ``state``); import from this package, which re-exports them all.
 
 History bytes are paid on every turn, so payloads are compact: :class:`PayloadConverter`
 leaves out a contract's empty fields (:class:`Contract`), and :data:`Messages` a
@@ -20,8 +20,6 @@ from __future__ import annotations
 from parley.contracts.conversation import (
     AuditEntry,
     ConversationSnapshot,
-    ConversationStart,
-    ConversationState,
     Counters,
     DecideInput,
     Decision,
@@ -62,6 +60,7 @@ from parley.contracts.model import (
     CallModelInput,
     CallModelOutput,
     ContextRef,
+    StreamDelta,
 )
 from parley.contracts.names import (
     ASSISTANT_MESSAGE_PREFIX,
@@ -75,6 +74,7 @@ from parley.contracts.names import (
     RUN_TOOL,
     SEARCH_ATTRIBUTES,
     SESSION_ID_PATTERN,
+    STREAM_DELTA_SIGNAL,
     SUBAGENT_CALL_PREFIX,
     SUBAGENT_SEPARATOR,
     SUBAGENT_SESSION_PATTERN,
@@ -98,8 +98,18 @@ from parley.contracts.payloads import (
     Contract,
     Messages,
     PayloadConverter,
+    text_of,
 )
 from parley.contracts.policies import PolicyOutcome, PolicyRule, call_shape, evaluate
+from parley.contracts.state import (
+    AuditWindow,
+    ConversationStart,
+    ConversationState,
+    DeduplicationState,
+    DelegationState,
+    EventWindow,
+    TranscriptWindow,
+)
 from parley.contracts.tools import (
     SUBAGENT_ARGS_SCHEMA,
     CanonicalArgsInput,
@@ -138,6 +148,7 @@ __all__ = [
     "RUN_TOOL",
     "SEARCH_ATTRIBUTES",
     "SESSION_ID_PATTERN",
+    "STREAM_DELTA_SIGNAL",
     "SUBAGENT_ARGS_SCHEMA",
     "SUBAGENT_CALL_PREFIX",
     "SUBAGENT_SEPARATOR",
@@ -145,6 +156,7 @@ __all__ = [
     "USER_ID_PATTERN",
     "WORKFLOW_ID_PREFIX",
     "AuditEntry",
+    "AuditWindow",
     "CallModelInput",
     "CallModelOutput",
     "CanonicalArgsInput",
@@ -160,9 +172,12 @@ __all__ = [
     "DecideInput",
     "Decision",
     "DecisionAction",
+    "DeduplicationState",
     "Delegation",
+    "DelegationState",
     "EndInput",
     "EventPage",
+    "EventWindow",
     "EventsQuery",
     "EventsWait",
     "Messages",
@@ -179,6 +194,7 @@ __all__ = [
     "RunToolOutput",
     "SendMessageInput",
     "StateQuery",
+    "StreamDelta",
     "SubagentRef",
     "SubagentReport",
     "SubagentSpec",
@@ -190,6 +206,7 @@ __all__ = [
     "ToolPolicy",
     "ToolResult",
     "ToolSpec",
+    "TranscriptWindow",
     "TurnResult",
     "TurnStatus",
     "TurnToolResult",
@@ -202,6 +219,7 @@ __all__ = [
     "model_view",
     "subagent_session_id",
     "subagent_tag",
+    "text_of",
     "turn_tool_result",
     "workflow_id_for",
 ]

@@ -1,5 +1,6 @@
-"""The conversation's contracts: its start, the updates' inputs and results, its
-state (what continue-as-new carries) and the pages its queries return."""
+"""The conversation's contracts: the updates' inputs and results, the parts of its
+state, and the pages its queries return. (Its start and the state continue-as-new carries
+are in ``parley.contracts.state``.)"""
 
 from __future__ import annotations
 
@@ -9,64 +10,17 @@ from typing import Any, Literal
 from pydantic import (
     ConfigDict,
     Field,
-    field_validator,
     model_validator,
 )
 
-from parley.contracts.limits import (
-    CONTINUE_AS_NEW_AFTER_EVENTS_DEFAULT,
-    MESSAGE_MAX_BYTES_DEFAULT,
-    MODEL_CALLS_PER_TURN_DEFAULT,
-    PENDING_EXPIRY_SECONDS_DEFAULT,
-    PENDING_EXPIRY_SECONDS_MAX,
-)
 from parley.contracts.model import ContextRef
 from parley.contracts.names import (
     ConversationStatus,
     DecisionAction,
     TurnStatus,
-    check_user_id,
-    workflow_id_for,
 )
 from parley.contracts.payloads import Contract, Messages
-from parley.contracts.tools import ToolCatalogue, TurnToolResult
-
-
-class ConversationStart(Contract):
-    session_id: str
-    user_id: str
-    pending_expiry_seconds: float = Field(
-        default=PENDING_EXPIRY_SECONDS_DEFAULT, gt=0, le=PENDING_EXPIRY_SECONDS_MAX
-    )
-    max_model_calls_per_turn: int = Field(default=MODEL_CALLS_PER_TURN_DEFAULT, ge=1)
-    #: Continue-as-new (between turns, after at least one turn in the run) once this
-    #: run's history is this long.
-    continue_as_new_after_events: int = Field(default=CONTINUE_AS_NEW_AFTER_EVENTS_DEFAULT, ge=1)
-    #: A message longer than this (UTF-8 bytes) is refused before it enters history.
-    max_message_bytes: int = Field(default=MESSAGE_MAX_BYTES_DEFAULT, ge=1, le=64 * 1024 * 1024)
-    #: Users besides the owner who may read the conversation and decide on its calls
-    #: (a policy rule may require one of them: ``PolicyRule.requires_reviewer``).
-    reviewers: list[str] = Field(default_factory=list, max_length=32)
-    #: Set when a parent conversation starts this one as a subagent (a child workflow).
-    subagent: SubagentTask | None = None
-    #: Set only by continue-as-new: everything the previous run held.
-    carried_state: ConversationState | None = None
-
-    @field_validator("user_id")
-    @classmethod
-    def _user(cls, value: str) -> str:
-        return check_user_id(value)
-
-    @field_validator("reviewers")
-    @classmethod
-    def _reviewers(cls, value: list[str]) -> list[str]:
-        return sorted({check_user_id(user) for user in value})
-
-    @field_validator("session_id")
-    @classmethod
-    def _session(cls, value: str) -> str:
-        workflow_id_for(value, subagent=True)  # a user's id was checked by the client
-        return value
+from parley.contracts.tools import TurnToolResult
 
 
 class SubagentTask(Contract):
@@ -275,63 +229,6 @@ class Counters(Contract):
     subagents: int = 0
 
 
-class ConversationState(Contract):
-    """The workflow's whole state: what continue-as-new carries and ``state()`` pages.
-
-    Bounded whatever the conversation's length: the transcript, the audit log and the
-    event log keep their latest entries (``KEPT_*``), each with the absolute offset of
-    its first kept entry. Older messages are in the transcript chain (``model_context``).
-    """
-
-    session_id: str
-    user_id: str
-    reviewers: list[str] = Field(default_factory=list)
-    status: ConversationStatus = "idle"
-    ended: bool = False
-    #: The latest messages; ``transcript[0]`` is message number ``transcript_offset``.
-    transcript: Messages = Field(default_factory=list)
-    transcript_offset: int = 0
-    #: The stored transcript as of the latest model call: messages before
-    #: ``model_context.length`` are in the store, the rest go with the next call.
-    model_context: ContextRef | None = None
-    pending: list[PendingCall] = Field(default_factory=list)
-    audit: list[AuditEntry] = Field(default_factory=list)
-    audit_offset: int = 0
-    events: list[dict[str, Any]] = Field(default_factory=list)
-    events_offset: int = 0
-    runs: int = 0
-    #: Whether a turn is in flight (never true when continue-as-new carries the state).
-    turn_running: bool = False
-    #: The results the turn in flight has given so far (its ``TurnResult.results``).
-    turn_results: list[TurnToolResult] = Field(default_factory=list)
-    counters: Counters = Field(default_factory=Counters)
-    last_turn: TurnResult | None = None
-    #: The worker's tools as of this conversation's latest model call (policies, schemas).
-    tools: ToolCatalogue | None = None
-    #: Results of the latest updates by update id, so a client's retry of a ``send`` or
-    #: ``decide`` gets the first result even after continue-as-new (bounded).
-    recent_results: dict[str, TurnResult] = Field(default_factory=dict)
-    #: Decisions received by the ``decide_signal`` signal, applied in order between
-    #: turns (bounded: past ``QUEUED_DECISIONS_KEPT`` a new one is refused and recorded).
-    queued_decisions: list[DecideInput] = Field(default_factory=list)
-    #: Decisions the user asked to remember, by call shape (bounded: the oldest go).
-    remembered: list[RememberedDecision] = Field(default_factory=list)
-    #: The worker build (``<deployment>:<build id>``) of the run that last moved this
-    #: conversation to a newer build: a run on that same build never moves again, so a
-    #: target that does not change cannot start a loop of continue-as-new.
-    upgraded_from: str | None = None
-    #: In a subagent's conversation: how many reports it has sent its parent.
-    reports_sent: int = 0
-    #: The subagents at work for this conversation, and their reports not yet applied
-    #: (bounded: one per call of a model message; no continue-as-new while any works).
-    delegations: list[Delegation] = Field(default_factory=list)
-    subagent_reports: list[SubagentReport] = Field(default_factory=list)
-
-    @property
-    def transcript_length(self) -> int:
-        return self.transcript_offset + len(self.transcript)
-
-
 class NotifyInput(Contract):
     """``notify``: tell the worker's webhook that calls wait for a decision."""
 
@@ -397,6 +294,3 @@ class EventPage(Contract):
     first_kept: int = 0
     #: The offset of the conversation's latest event (-1: none yet).
     latest: int = -1
-
-
-ConversationStart.model_rebuild()

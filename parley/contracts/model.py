@@ -39,3 +39,14 @@ class CallModelOutput(Contract):
     #: The transcript including ``message``.
     context: ContextRef
     catalogue: ToolCatalogue | None = None
+
+
+class StreamDelta(Contract):
+    """``stream_delta``: the text a model call in flight produced since its previous
+    batch. Each attempt of ``call_model`` streams under its own message id (the id its
+    reply will have), numbering its batches from 1, so the workflow can tell a retried
+    attempt's text from the first's and a repeated batch from a new one."""
+
+    message_id: str
+    sequence: int = Field(ge=1)
+    text: str

@@ -17,6 +17,8 @@ RUN_TOOL = "parley.run_tool"
 NOTIFY = "parley.notify"
 #: Validates a call's arguments and puts them in the tool's canonical form (an edit).
 CANONICAL_ARGS = "parley.canonical_args"
+#: The signal by which ``call_model`` streams its reply's text to its own workflow.
+STREAM_DELTA_SIGNAL = "stream_delta"
 
 #: Matched against the whole string (``\A``/``\Z``): ``$`` would accept "abc\n".
 SESSION_ID_PATTERN = re.compile(r"\A[A-Za-z0-9._-]{1,128}\Z")

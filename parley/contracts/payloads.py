@@ -122,3 +122,12 @@ Messages = Annotated[
     PlainSerializer(lambda messages: [_compact_message(m) for m in messages], when_used="json"),
 ]
 CompactAIMessage = Annotated[AIMessage, PlainSerializer(_compact_message, when_used="json")]
+
+
+def text_of(message: BaseMessage) -> str:
+    """A message's text: its content, or the text parts of a content list."""
+    if isinstance(message.content, str):
+        return message.content
+    return "".join(
+        part.get("text", "") if isinstance(part, dict) else str(part) for part in message.content
+    )
