@@ -2,13 +2,26 @@
 
 ``FakeOpenAI`` listens on 127.0.0.1 (a free port) in a background thread and answers
 ``POST /v1/chat/completions`` from a queue of scripted responses: assistant replies
-(content and/or tool calls, in OpenAI wire format; streamed as SSE when the client asks
-for ``stream: true``) or errors (any status, JSON body, headers such as ``Retry-After``).
-It records every request (headers, JSON body) and checks the Bearer API key, answering
-a wrong one with an OpenAI-style 401 that echoes the presented key (as a careless
-provider might) so tests can check that Parley never repeats it.
+(content and/or tool calls, in OpenAI wire format) or errors (any status, JSON body,
+headers such as ``Retry-After``). When the script is empty a ``responder`` may answer.
+It records every request (headers, JSON body, input tokens) and checks the Bearer API
+key, answering a wrong one with an OpenAI-style 401 that echoes the presented key (as a
+careless provider might) so tests can check that Parley never repeats it.
 
-    with FakeOpenAI(api_key="sk-test") as fake:
+As a provider does, and so the real ``langchain-openai`` client code runs:
+
+- ``stream: true`` is answered with SSE ``chat.completion.chunk`` events, sent as they
+  are made (chunked transfer): a text delta per word and tool-call arguments in pieces,
+  ``chunk_delay`` seconds before each (per server, or per reply). ``streams`` records
+  what each stream wrote and when.
+- usage (input tokens counted from the request, output from the reply; see
+  ``tests.support.openai_wire``) is in every whole reply, and in a final chunk of a
+  stream when the request sets ``stream_options.include_usage``; ``usage_reported``
+  lists each usage the fake sent.
+- with ``context_window`` set, a request whose input (plus its ``max_tokens``) passes it
+  is answered ``400 context_length_exceeded`` without using up the script.
+
+    with FakeOpenAI(api_key="sk-test", chunk_delay=0.1, context_window=32_000) as fake:
         fake.reply(tool_calls=[{"name": "add", "args": {"a": 1}, "id": "call_1"}])
         fake.error(429, retry_after=3)
         fake.reply("done")
@@ -23,19 +36,25 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from tests.support.openai_wire import (
     OVERLOAD_2064,
+    TokenCounter,
+    approximate_tokens,
     chunks,
     completion,
+    context_length_exceeded,
     error_body,
+    reply_tokens,
+    usage,
     wire_tool_calls,
 )
 
-__all__ = ["OVERLOAD_2064", "FakeOpenAI", "error_body"]
+__all__ = ["OVERLOAD_2064", "FakeOpenAI", "StreamRecord", "error_body"]
 
 
 @dataclass
@@ -46,6 +65,8 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: Any
+    #: The request's input as the fake counts it (chat completions only).
+    input_tokens: int | None = None
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -58,6 +79,8 @@ class ScriptedReply:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     finish_reason: str | None = None
     delay: float = 0.0
+    #: Seconds before each streamed delta; None: the server's ``chunk_delay``.
+    chunk_delay: float | None = None
 
 
 @dataclass
@@ -68,12 +91,50 @@ class ScriptedError:
     delay: float = 0.0
 
 
+@dataclass
+class StreamRecord:
+    """What one streamed answer wrote: its text deltas, when each delta (text or
+    tool-call piece) left, and whether the stream ended (``done``) whole
+    (``completed``; False when the client went away mid-stream)."""
+
+    text_deltas: list[str] = field(default_factory=list)
+    delta_times: list[float] = field(default_factory=list)  # time.monotonic()
+    done: threading.Event = field(default_factory=threading.Event)
+    completed: bool = False
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_deltas)
+
+
+#: Answers a request when the script is empty: a reply, an error, or None for the
+#: "no scripted response left" error.
+Responder = Callable[[RecordedRequest], "ScriptedReply | ScriptedError | None"]
+
+
 class FakeOpenAI:
     """A scripted OpenAI-compatible server; use as a context manager or start()/stop()."""
 
-    def __init__(self, *, api_key: str | None = "sk-fake-key") -> None:
+    def __init__(
+        self,
+        *,
+        api_key: str | None = "sk-fake-key",
+        chunk_delay: float = 0.0,
+        context_window: int | None = None,
+        token_counter: TokenCounter = approximate_tokens,
+        responder: Responder | None = None,
+    ) -> None:
         self.api_key = api_key
+        self.chunk_delay = chunk_delay
+        self.context_window = context_window
+        self.token_counter = token_counter
+        self.responder = responder
         self.requests: list[RecordedRequest] = []
+        self.streams: list[StreamRecord] = []
+        self.usage_reported: list[dict[str, int]] = []
+        #: Requests answered ``context_length_exceeded`` because of ``context_window``.
+        self.context_refusals = 0
+        self._stopping = threading.Event()
         self._script: deque[ScriptedReply | ScriptedError] = deque()
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -89,14 +150,16 @@ class FakeOpenAI:
         tool_calls: list[dict[str, Any]] | None = None,
         finish_reason: str | None = None,
         delay: float = 0.0,
+        chunk_delay: float | None = None,
     ) -> FakeOpenAI:
         """Queue an assistant message; tool calls are ``{"name", "args", "id"?}`` dicts.
 
-        ``delay`` (seconds) holds the answer back, to provoke client timeouts.
+        ``delay`` (seconds) holds the answer back, to provoke client timeouts;
+        ``chunk_delay`` paces this reply's streamed deltas (the server's otherwise).
         """
         with self._lock:
             self._script.append(
-                ScriptedReply(content, list(tool_calls or []), finish_reason, delay)
+                ScriptedReply(content, list(tool_calls or []), finish_reason, delay, chunk_delay)
             )
         return self
 
@@ -138,6 +201,11 @@ class FakeOpenAI:
     def last_request(self) -> RecordedRequest:
         return self.chat_requests[-1]
 
+    def reported_total(self) -> dict[str, int]:
+        """The sum of every usage the fake reported, by field."""
+        keys = ("prompt_tokens", "completion_tokens", "total_tokens")
+        return {key: sum(u[key] for u in self.usage_reported) for key in keys}
+
     # --- lifecycle -----------------------------------------------------------------
 
     @property
@@ -155,6 +223,7 @@ class FakeOpenAI:
         class Handler(_Handler):
             owner = fake
 
+        self._stopping.clear()
         server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         server.daemon_threads = True
         self._server = server
@@ -171,6 +240,7 @@ class FakeOpenAI:
         server, self._server = self._server, None
         if server is None:
             return
+        self._stopping.set()  # a stream being paced stops waiting
         server.shutdown()
         server.server_close()
         if self._thread is not None:
@@ -191,10 +261,13 @@ class FakeOpenAI:
 
     # --- serving -------------------------------------------------------------------
 
-    def _next(self) -> ScriptedReply | ScriptedError:
+    def _next(self, request: RecordedRequest) -> ScriptedReply | ScriptedError:
         with self._lock:
             if self._script:
                 return self._script.popleft()
+        answer = self.responder(request) if self.responder is not None else None
+        if answer is not None:
+            return answer
         return ScriptedError(
             400,
             error_body(
@@ -207,6 +280,11 @@ class FakeOpenAI:
         with self._lock:
             self._counter += 1
             return self._counter
+
+    def _reported(self, billed: dict[str, int]) -> dict[str, int]:
+        with self._lock:
+            self.usage_reported.append(billed)
+        return billed
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -238,7 +316,7 @@ class _Handler(BaseHTTPRequestHandler):
             body: Any = json.loads(raw) if raw else None
         except ValueError:
             body = raw.decode("utf-8", "replace")
-        self._record(body)
+        request = self._record(body)
         if not self._authorised():
             return
         if not self.path.rstrip("/").endswith("/chat/completions"):
@@ -247,24 +325,57 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             self._send_json(400, error_body("'messages' is a required property"))
             return
-        scripted = self.owner._next()
+        request.input_tokens = self.owner.token_counter(body["messages"], body.get("tools"))
+        if self._past_window(request.input_tokens, body):
+            return
+        scripted = self.owner._next(request)
         if scripted.delay:
             time.sleep(scripted.delay)
         if isinstance(scripted, ScriptedError):
             self._send_json(scripted.status, scripted.body, scripted.headers)
             return
         model = str(body.get("model", "fake-model"))
+        n = self.owner._next_id()
+        calls = wire_tool_calls(scripted.tool_calls, n)
+        billed = usage(request.input_tokens, reply_tokens(scripted.content, calls))
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            self._send_stream(self._chunks(scripted, model, include_usage))
+            events = chunks(
+                n,
+                model,
+                scripted.content,
+                calls,
+                scripted.finish_reason,
+                self.owner._reported(billed) if include_usage else None,
+            )
+            pace = self.owner.chunk_delay if scripted.chunk_delay is None else scripted.chunk_delay
+            self._send_stream(events, pace)
         else:
-            self._send_json(200, self._completion(scripted, model))
+            whole = completion(n, model, scripted.content, calls, scripted.finish_reason, billed)
+            self._send_json(200, whole)
+            self.owner._reported(billed)
+
+    def _past_window(self, input_tokens: int, body: dict[str, Any]) -> bool:
+        """Answer ``400 context_length_exceeded`` if the request would not fit (its input
+        and the room it asks for the reply, as OpenAI counts it)."""
+        window = self.owner.context_window
+        if window is None:
+            return False
+        room = body.get("max_completion_tokens") or body.get("max_tokens") or 0
+        if input_tokens + int(room) <= window:
+            return False
+        with self.owner._lock:
+            self.owner.context_refusals += 1
+        self._send_json(400, context_length_exceeded(window, input_tokens + int(room)))
+        return True
 
     # --- protocol ------------------------------------------------------------------
 
-    def _record(self, body: Any) -> None:
+    def _record(self, body: Any) -> RecordedRequest:
         headers = {k.lower(): v for k, v in self.headers.items()}
-        self.owner.requests.append(RecordedRequest(self.command, self.path, headers, body))
+        request = RecordedRequest(self.command, self.path, headers, body)
+        self.owner.requests.append(request)
+        return request
 
     def _authorised(self) -> bool:
         expected = self.owner.api_key
@@ -284,18 +395,6 @@ class _Handler(BaseHTTPRequestHandler):
         )
         return False
 
-    def _completion(self, reply: ScriptedReply, model: str) -> dict[str, Any]:
-        n = self.owner._next_id()
-        calls = wire_tool_calls(reply.tool_calls, n)
-        return completion(n, model, reply.content, calls, reply.finish_reason)
-
-    def _chunks(
-        self, reply: ScriptedReply, model: str, include_usage: bool
-    ) -> list[dict[str, Any]]:
-        n = self.owner._next_id()
-        calls = wire_tool_calls(reply.tool_calls, n)
-        return chunks(n, model, reply.content, calls, reply.finish_reason, include_usage)
-
     def _send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(status)
@@ -306,14 +405,37 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _send_stream(self, chunks: list[dict[str, Any]]) -> None:
-        events = [f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"]
-        data = "".join(events).encode()
+    def _send_stream(self, events: Any, pace: float) -> None:
+        """Write each event as soon as it is made (chunked transfer), waiting ``pace``
+        seconds before each delta, as a provider writes tokens while it generates."""
+        record = StreamRecord()
+        with self.owner._lock:
+            self.owner.streams.append(record)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        self.wfile.write(data)
+        try:
+            for is_delta, event in events:
+                if is_delta and pace and self.owner._stopping.wait(pace):
+                    return  # the server is stopping
+                self._write_chunk(f"data: {json.dumps(event)}\n\n".encode())
+                if is_delta:
+                    record.delta_times.append(time.monotonic())
+                    for choice in event["choices"]:
+                        text = choice["delta"].get("content")
+                        if text:
+                            record.text_deltas.append(text)
+            self._write_chunk(b"data: [DONE]\n\n")
+            self.wfile.write(b"0\r\n\r\n")
+            record.completed = True
+        finally:
+            record.done.set()
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
 
 
 def _number(value: float) -> str:
