@@ -14,7 +14,10 @@ Exceptions a tool (or the HTTP/git layer under it) raises::
      ├── TransientError          worth retrying (HTTP 408/429/5xx, timeouts, connection errors);
      │                           ``retry_after`` is honoured. Temporal retries, bounded.
      └── ModelRequestError       the model provider refused the request itself (400/401/403/404,
-                                 context overflow): the turn fails with a clear message.
+          │                      context overflow): the turn fails with a clear message.
+          └── ContextLengthExceeded  the request was past the model's context window
+                                 (OpenAI's ``400 context_length_exceeded``); ``window``
+                                 is the provider's figure when it gave one.
 
 Anything else a tool raises (ValueError, TypeError, RuntimeError, ...) is a programming
 error: the activity fails without retry and the turn fails closed.
@@ -53,6 +56,9 @@ class ErrorType:
     MODEL_TRANSIENT = "ModelTransientError"
     MODEL_REQUEST = "ModelRequestError"
     MODEL_FAILED = "ModelFailed"
+    #: A ModelRequestError of its own: past the model's context window (never retried
+    #: as is; the caller may retry with a shorter context).
+    CONTEXT_LENGTH_EXCEEDED = "ContextLengthExceeded"
     # Refusals of a workflow update or query (validators and handlers).
     NOT_OWNER = "NotConversationOwner"
     TURN_IN_PROGRESS = "TurnInProgress"
@@ -200,6 +206,31 @@ class TransientError(ParleyError):
 
 class ModelRequestError(ParleyError):
     """The model provider rejected the request; retrying the same request cannot help."""
+
+
+class ContextLengthExceeded(ModelRequestError):
+    """The request did not fit the model's context window; ``window`` (tokens) is the
+    provider's own figure when its answer named one."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        http_status: int | None = None,
+        body: Any = None,
+        window: int | None = None,
+    ) -> None:
+        super().__init__(message, http_status=http_status, body=body)
+        self.window = window
+
+
+def model_error_type(error: ParleyError) -> str:
+    """The ``ApplicationError`` type of a classified model failure that is no transient
+    one: its own for a context overflow (which a caller may answer by compacting),
+    ``ModelRequestError`` otherwise."""
+    if isinstance(error, ContextLengthExceeded):
+        return ErrorType.CONTEXT_LENGTH_EXCEEDED
+    return ErrorType.MODEL_REQUEST
 
 
 def model_visible_text(error_type: str, message: str) -> str:

@@ -10,7 +10,8 @@ an overload code in the error body (any HTTP status,   TransientError
 including 200 and 400; ``PARLEY_MODEL_OVERLOAD_CODES``)
 HTTP 408, 425, 429, 5xx (``parley.errors``)            TransientError
 timeout, connection refused/reset, protocol error      TransientError
-context window exceeded                                ModelRequestError
+context window exceeded                                ContextLengthExceeded (a
+                                                       ModelRequestError naming the window)
 HTTP 429 ``insufficient_quota`` (billing, not a        ModelRequestError
 rate limit: waiting cannot help)
 HTTP 400, 401, 403, 404, 409, 413, 422, any other 4xx  ModelRequestError
@@ -41,7 +42,13 @@ from typing import Any
 
 from parley.activities.http import parse_retry_after
 from parley.activities.redaction import redact
-from parley.errors import ModelRequestError, ParleyError, TransientError, is_transient_status
+from parley.errors import (
+    ContextLengthExceeded,
+    ModelRequestError,
+    ParleyError,
+    TransientError,
+    is_transient_status,
+)
 from parley.settings import DEFAULT_OVERLOAD_CODES
 
 _MAX_TEXT = 500
@@ -53,6 +60,15 @@ _CONTEXT_OVERFLOW_MARKERS = (
     "context_window",
     "input tokens exceed",
     "prompt is too long",
+)
+
+# Where providers name the window: OpenAI "maximum context length is 8192 tokens",
+# Anthropic "prompt is too long: 210000 tokens > 200000 maximum", others "a context
+# window of 32768 tokens".
+_WINDOW_FIGURES = (
+    re.compile(r"maximum context length is (\d[\d,]*)", re.IGNORECASE),
+    re.compile(r"> ?(\d[\d,]*) maximum", re.IGNORECASE),
+    re.compile(r"context (?:window|length) (?:of|is) (\d[\d,]*)", re.IGNORECASE),
 )
 
 
@@ -92,14 +108,17 @@ def classify_model_error(
     if status in (None, 400, 413, 422) and _is_context_overflow(
         exc, provider_code, provider_message
     ):
-        return ModelRequestError(
+        window = _window(provider_message)
+        where = f"its window of {window} tokens" if window else "its context window"
+        return ContextLengthExceeded(
             _with_detail(
-                "context window exceeded: the conversation is too long for the model",
+                f"context window exceeded: the conversation is too long for the model ({where})",
                 status,
                 provider_message,
             ),
             http_status=status,
             body=safe_body,
+            window=window,
         )
 
     if status is not None:
@@ -280,6 +299,15 @@ def _is_context_overflow(exc: BaseException, code: str | None, message: str | No
         return True
     lowered = (message or "").lower()
     return any(marker in lowered for marker in _CONTEXT_OVERFLOW_MARKERS)
+
+
+def _window(message: str | None) -> int | None:
+    """The context window (tokens) the provider's message names, if it names one."""
+    for pattern in _WINDOW_FIGURES:
+        match = pattern.search(message or "")
+        if match:
+            return int(match.group(1).replace(",", ""))
+    return None
 
 
 def _retry_after(headers: Any) -> float | None:
