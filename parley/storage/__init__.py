@@ -1,0 +1,58 @@
+"""Where large values live: Temporal's claim-check storage and the model's transcript chain.
+
+Outside the workflow sandbox (worker, activities, clients); the workflow only ever sees
+the small references this module hands out.
+
+Two things keep every payload in history small, whatever the conversation's length:
+
+- **Claim check** (``temporalio.converter.ExternalStorage``). Every component (worker,
+  CLI, gateway, tests, Replayer) builds its data converter with :func:`data_converter`:
+  ``pydantic_data_converter`` plus external storage. A payload of
+  ``OFFLOAD_THRESHOLD_BYTES`` or more (an activity's input or result, an update's
+  argument or result, the continue-as-new input) is written to the store once and
+  history keeps a reference of about 200 bytes. Smaller payloads stay inline, so the
+  Temporal UI shows ordinary arguments and results as readable JSON.
+- **Transcript chain** (:class:`TranscriptStore`). The model needs the whole transcript
+  on every call; sending it as the activity's input would copy it into history (or into
+  the store) once per model call. Instead ``call_model`` appends the messages that are
+  new since its previous call as one immutable segment pointing at the previous one, and
+  returns the segment's :class:`~parley.contracts.ContextRef`. Every message is stored
+  once; a worker rebuilds the transcript from the chain (cached in memory) and clients
+  read older pages of a long conversation from it.
+
+The store is chosen by ``PARLEY_PAYLOAD_STORE``: a directory (the local-file driver
+below, for ``parley dev``, tests and single-host deployments) or ``module:factory`` for
+any ``StorageDriver``, e.g. ``temporalio.contrib.aws.s3driver.S3StorageDriver`` in
+production (see the README). Every worker and client of a namespace must use the same
+store.
+"""
+
+from parley.storage.local import LocalFileStorageDriver
+from parley.storage.stores import (
+    OFFLOAD_THRESHOLD_BYTES,
+    build_driver,
+    data_converter,
+    default_store_dir,
+    describe_store,
+    driver_of,
+)
+from parley.storage.transcripts import (
+    CHECKPOINT_EVERY_MESSAGES,
+    TRANSCRIPT_CACHE_CHARS,
+    TranscriptSegment,
+    TranscriptStore,
+)
+
+__all__ = [
+    "CHECKPOINT_EVERY_MESSAGES",
+    "OFFLOAD_THRESHOLD_BYTES",
+    "TRANSCRIPT_CACHE_CHARS",
+    "LocalFileStorageDriver",
+    "TranscriptSegment",
+    "TranscriptStore",
+    "build_driver",
+    "data_converter",
+    "default_store_dir",
+    "describe_store",
+    "driver_of",
+]

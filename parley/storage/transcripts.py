@@ -1,0 +1,154 @@
+"""The model's transcript chain: immutable segments in the payload store, each pointing
+at the previous one, and a worker's in-memory cache of whole transcripts.
+
+Outside the workflow sandbox (worker, activities, clients); the workflow only ever sees
+the small ``ContextRef`` this module hands out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+
+from langchain_core.messages import AnyMessage
+from pydantic import BaseModel, Field
+from temporalio.converter import (
+    StorageDriver,
+    StorageDriverClaim,
+    StorageDriverRetrieveContext,
+    StorageDriverStoreContext,
+    StorageDriverWorkflowInfo,
+)
+
+from parley.contracts import ContextRef, Messages, PayloadConverter, message_chars
+
+#: Each time the transcript passes a multiple of this many messages, ``call_model``
+#: writes a checkpoint (the whole transcript in one segment, no parent): a segment holds
+#: at least one message, so a cold worker reads at most this many objects.
+CHECKPOINT_EVERY_MESSAGES = 256
+
+
+class TranscriptSegment(BaseModel):
+    """One stored piece of a transcript: messages appended after ``parent``."""
+
+    parent: ContextRef | None = None
+    messages: Messages = Field(default_factory=list)
+
+
+#: How much transcript text (``message_chars``) a worker keeps in memory: the chains'
+#: heads of the conversations it serves, the least recently used going first.
+TRANSCRIPT_CACHE_CHARS = 64 * 1024 * 1024
+
+
+class TranscriptStore:
+    """Reads and extends transcript chains through a ``StorageDriver``, with an
+    in-memory cache of whole transcripts (segments are immutable, so it never goes
+    stale), bounded by their size (``cache_chars``), not their number: one entry per
+    conversation, its chain's head, so the conversations a worker serves at once read
+    from memory as long as their transcripts fit."""
+
+    def __init__(self, driver: StorageDriver, *, cache_chars: int = TRANSCRIPT_CACHE_CHARS) -> None:
+        self._driver = driver
+        #: key → (the whole transcript, its size in ``message_chars``)
+        self._cache: OrderedDict[str, tuple[list[AnyMessage], int]] = OrderedDict()
+        self._cache_chars = cache_chars
+        self._cached_chars = 0
+        self._converter = PayloadConverter()
+
+    @staticmethod
+    def _key(ref: ContextRef) -> str:
+        return json.dumps(dict(sorted(ref.claim.items())))
+
+    def _remember(self, ref: ContextRef, messages: list[AnyMessage], chars: int) -> None:
+        self._forget(ref)
+        self._cache[self._key(ref)] = (messages, chars)
+        self._cached_chars += chars
+        while self._cached_chars > self._cache_chars and len(self._cache) > 1:
+            _, (_, dropped) = self._cache.popitem(last=False)
+            self._cached_chars -= dropped
+
+    def _forget(self, ref: ContextRef) -> None:
+        if (entry := self._cache.pop(self._key(ref), None)) is not None:
+            self._cached_chars -= entry[1]
+
+    async def load(self, ref: ContextRef | None) -> list[AnyMessage]:
+        """The whole transcript up to ``ref`` (a new list; callers may append)."""
+        messages, _ = await self._load(ref)
+        return list(messages)
+
+    async def _load(self, ref: ContextRef | None) -> tuple[list[AnyMessage], int]:
+        """The cached (shared: do not change it) transcript up to ``ref``, and its size."""
+        if ref is None:
+            return [], 0
+        if (cached := self._cache.get(self._key(ref))) is not None:
+            self._cache.move_to_end(self._key(ref))
+            return cached
+        segments: list[TranscriptSegment] = []
+        base: list[AnyMessage] = []
+        chars = 0
+        cursor: ContextRef | None = ref
+        while cursor is not None:
+            if (cached := self._cache.get(self._key(cursor))) is not None:
+                base, chars = list(cached[0]), cached[1]
+                break
+            segment = await self._read(cursor)
+            segments.append(segment)
+            cursor = segment.parent
+        messages = base
+        for segment in reversed(segments):
+            messages.extend(segment.messages)
+            chars += sum(message_chars(m) for m in segment.messages)
+        if len(messages) != ref.length:
+            raise ValueError(
+                f"the stored transcript has {len(messages)} messages where its reference "
+                f"says {ref.length}"
+            )
+        self._remember(ref, messages, chars)
+        return messages, chars
+
+    async def append(
+        self,
+        parent: ContextRef | None,
+        messages: list[AnyMessage],
+        *,
+        workflow_id: str,
+        namespace: str,
+    ) -> ContextRef:
+        """Store ``messages`` after ``parent`` and return the new chain head. When the
+        transcript passes a multiple of ``CHECKPOINT_EVERY_MESSAGES``, the whole of it is
+        written as one segment instead, so that a cold reader walks a bounded chain."""
+        before, chars = await self._load(parent)
+        whole = [*before, *messages]
+        chars += sum(message_chars(m) for m in messages)
+        if parent is not None and (
+            parent.length // CHECKPOINT_EVERY_MESSAGES != len(whole) // CHECKPOINT_EVERY_MESSAGES
+        ):
+            segment = TranscriptSegment(parent=None, messages=whole)
+        else:
+            segment = TranscriptSegment(parent=parent, messages=list(messages))
+        payload = self._converter.to_payloads([segment])[0]
+        context = StorageDriverStoreContext(
+            target=StorageDriverWorkflowInfo(namespace=namespace, id=workflow_id)
+        )
+        [claim] = await self._driver.store(context, [payload])
+        ref = ContextRef(claim=dict(claim.claim_data), length=len(whole))
+        # The chain moved on: its old head is read again only if this model call is
+        # retried, so it leaves the cache to the conversations' current heads.
+        if parent is not None:
+            self._forget(parent)
+        self._remember(ref, whole, chars)
+        return ref
+
+    async def _read(self, ref: ContextRef) -> TranscriptSegment:
+        try:
+            [payload] = await self._driver.retrieve(
+                StorageDriverRetrieveContext(), [StorageDriverClaim(claim_data=ref.claim)]
+            )
+        except Exception as err:
+            raise ValueError(
+                f"transcript segment {ref.claim} could not be read from store "
+                f"{self._driver.name()!r} ({type(err).__name__}: {err}): every worker and "
+                "client must use the same PARLEY_PAYLOAD_STORE"
+            ) from err
+        [segment] = self._converter.from_payloads([payload], [TranscriptSegment])
+        return segment
