@@ -30,7 +30,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from parley.activities.heartbeat import heartbeating
-from parley.activities.models.failures import classify_model_error
+from parley.activities.models.failures import classify_model_error, model_error_type
 from parley.activities.redaction import redact
 from parley.contracts import (
     ASSISTANT_MESSAGE_PREFIX,
@@ -197,7 +197,7 @@ def _model_failure(
         )
     if classified is not None:
         return ApplicationError(
-            redact(classified.message), type=ErrorType.MODEL_REQUEST, non_retryable=True
+            redact(classified.message), type=model_error_type(classified), non_retryable=True
         )
     return ApplicationError(
         redact(f"the model call failed: {type(exc).__name__}: {exc}"),

@@ -224,15 +224,6 @@ class ContextLengthExceeded(ModelRequestError):
         self.window = window
 
 
-def model_error_type(error: ParleyError) -> str:
-    """The ``ApplicationError`` type of a classified model failure that is no transient
-    one: its own for a context overflow (which a caller may answer by compacting),
-    ``ModelRequestError`` otherwise."""
-    if isinstance(error, ContextLengthExceeded):
-        return ErrorType.CONTEXT_LENGTH_EXCEEDED
-    return ErrorType.MODEL_REQUEST
-
-
 def model_visible_text(error_type: str, message: str) -> str:
     """What the model reads for a tool error of ``error_type`` (design.md's error table)."""
     if error_type == ErrorType.TOOL_INPUT:

@@ -41,6 +41,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from parley.activities.http import parse_retry_after
+from parley.activities.models.context_overflow import (
+    is_context_overflow,
+    model_error_type,
+    window_named,
+)
 from parley.activities.redaction import redact
 from parley.errors import (
     ContextLengthExceeded,
@@ -51,25 +56,9 @@ from parley.errors import (
 )
 from parley.settings import DEFAULT_OVERLOAD_CODES
 
+__all__ = ["classify_model_error", "model_error_type"]
+
 _MAX_TEXT = 500
-
-_CONTEXT_OVERFLOW_MARKERS = (
-    "context_length_exceeded",
-    "maximum context length",
-    "context window",
-    "context_window",
-    "input tokens exceed",
-    "prompt is too long",
-)
-
-# Where providers name the window: OpenAI "maximum context length is 8192 tokens",
-# Anthropic "prompt is too long: 210000 tokens > 200000 maximum", others "a context
-# window of 32768 tokens".
-_WINDOW_FIGURES = (
-    re.compile(r"maximum context length is (\d[\d,]*)", re.IGNORECASE),
-    re.compile(r"> ?(\d[\d,]*) maximum", re.IGNORECASE),
-    re.compile(r"context (?:window|length) (?:of|is) (\d[\d,]*)", re.IGNORECASE),
-)
 
 
 def classify_model_error(
@@ -105,10 +94,10 @@ def classify_model_error(
             retry_after=retry_after,
         )
 
-    if status in (None, 400, 413, 422) and _is_context_overflow(
+    if status in (None, 400, 413, 422) and is_context_overflow(
         exc, provider_code, provider_message
     ):
-        window = _window(provider_message)
+        window = window_named(provider_message)
         where = f"its window of {window} tokens" if window else "its context window"
         return ContextLengthExceeded(
             _with_detail(
@@ -289,24 +278,6 @@ def _overload_match(body: Any, message: str | None, codes: frozenset[str]) -> st
         for code in codes:
             if re.search(rf"(?<![a-z0-9_]){re.escape(code)}(?![a-z0-9_])", lowered):
                 return _clip(redact(text))
-    return None
-
-
-def _is_context_overflow(exc: BaseException, code: str | None, message: str | None) -> bool:
-    if any(cls.__name__ == "ContextOverflowError" for cls in type(exc).__mro__):
-        return True
-    if code and code.lower() in ("context_length_exceeded", "string_above_max_length"):
-        return True
-    lowered = (message or "").lower()
-    return any(marker in lowered for marker in _CONTEXT_OVERFLOW_MARKERS)
-
-
-def _window(message: str | None) -> int | None:
-    """The context window (tokens) the provider's message names, if it names one."""
-    for pattern in _WINDOW_FIGURES:
-        match = pattern.search(message or "")
-        if match:
-            return int(match.group(1).replace(",", ""))
     return None
 
 

@@ -1,0 +1,207 @@
+"""A real provider path (issue 21, point 5): the real ``langchain-openai`` client against
+``FakeOpenAI``, a chat-completions server on 127.0.0.1 that streams SSE chunks with
+delays, reports usage (in the final chunk when asked) and answers ``400
+context_length_exceeded`` past its window.
+
+The model is the one Parley builds (``build_openai_model``); where a test needs it to
+stream it asks for that on a copy, as the model activity's streaming does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage
+from langchain_core.messages.utils import count_tokens_approximately
+from langchain_openai import ChatOpenAI
+from temporalio.exceptions import ApplicationError
+
+from parley.activities.model_calls import _model_failure
+from parley.activities.models.failures import classify_model_error
+from parley.activities.models.openai_provider import build_openai_model
+from parley.errors import ContextLengthExceeded, ErrorType, ModelRequestError
+from parley.settings import Settings
+from tests.support.openai_fake import FakeOpenAI, error_body
+
+API_KEY = "sk-test-streaming-0123456789"
+THIRTY_WORDS = " ".join(f"word{i}" for i in range(30))
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(api_key=API_KEY, chunk_delay=0.02) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+        monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+        yield server
+
+
+def parley_model() -> Any:
+    return build_openai_model("fake-model", Settings.from_env())
+
+
+def streaming_model() -> Any:
+    return parley_model().model_copy(update={"streaming": True})
+
+
+def merged(chunks: list[AIMessageChunk]) -> AIMessageChunk:
+    whole = chunks[0]
+    for chunk in chunks[1:]:
+        whole += chunk
+    return whole
+
+
+def as_usage_metadata(reported: dict[str, int]) -> dict[str, int]:
+    return {
+        "input_tokens": reported["prompt_tokens"],
+        "output_tokens": reported["completion_tokens"],
+        "total_tokens": reported["total_tokens"],
+    }
+
+
+def usage_of(message: AIMessage) -> dict[str, int]:
+    assert message.usage_metadata is not None, "no usage_metadata on the reply"
+    return {
+        key: message.usage_metadata[key]
+        for key in ("input_tokens", "output_tokens", "total_tokens")
+    }
+
+
+def test_parley_asks_for_usage_when_streaming(fake: FakeOpenAI) -> None:
+    assert parley_model().stream_usage is True
+
+
+async def test_astream_delivers_words_as_the_provider_writes_them(fake: FakeOpenAI) -> None:
+    fake.reply(THIRTY_WORDS)
+    chunks: list[AIMessageChunk] = []
+    provider_done_at_first_text = None
+    async for chunk in streaming_model().astream([HumanMessage("say thirty words")]):
+        if chunk.content and provider_done_at_first_text is None:
+            provider_done_at_first_text = fake.streams[0].done.is_set()
+        chunks.append(chunk)
+
+    request = fake.last_request.body
+    assert request["stream"] is True
+    assert request["stream_options"] == {"include_usage": True}
+    (stream,) = fake.streams
+    assert stream.completed
+    assert provider_done_at_first_text is False  # the first word came before the last left
+    texts = [c.content for c in chunks if c.content]
+    assert len(texts) == 30
+    assert texts == stream.text_deltas
+    whole = merged(chunks)
+    assert whole.content == THIRTY_WORDS
+    assert usage_of(whole) == as_usage_metadata(fake.usage_reported[-1])
+    assert fake.usage_reported[-1]["prompt_tokens"] == fake.last_request.input_tokens
+
+
+async def test_astream_delivers_tool_call_arguments_in_pieces(fake: FakeOpenAI) -> None:
+    args = {"title": "The quarterly plan for the offsite", "attendees": 12}
+    fake.reply("Writing it.", tool_calls=[{"name": "write_record", "args": args, "id": "w1"}])
+    chunks = [c async for c in streaming_model().astream("write the plan")]
+
+    pieces = [piece["args"] for c in chunks for piece in c.tool_call_chunks if piece.get("args")]
+    assert len(pieces) > 3  # the arguments arrived as several deltas
+    whole = merged(chunks)
+    assert whole.content == "Writing it."
+    assert [(c["name"], c["args"], c["id"]) for c in whole.tool_calls] == [
+        ("write_record", args, "w1")
+    ]
+    assert whole.response_metadata["finish_reason"] == "tool_calls"
+    assert usage_of(whole) == as_usage_metadata(fake.usage_reported[-1])
+
+
+async def test_usage_is_in_a_reply_that_is_not_streamed(fake: FakeOpenAI) -> None:
+    fake.reply("a whole answer in one piece")
+    reply = await parley_model().ainvoke([HumanMessage("hello there")])
+
+    assert not fake.last_request.body.get("stream")
+    assert fake.streams == []
+    (reported,) = fake.usage_reported
+    assert usage_of(reply) == as_usage_metadata(reported)
+    assert reported["prompt_tokens"] == count_tokens_approximately(
+        [{"role": "user", "content": "hello there"}]
+    )
+    assert reported["completion_tokens"] > 0
+
+
+def test_a_stream_without_include_usage_reports_none(fake: FakeOpenAI) -> None:
+    fake.reply("no usage please")
+    model = ChatOpenAI(model="fake-model", base_url=fake.base_url, api_key=API_KEY, streaming=True)
+    whole = merged(list(model.stream("hi")))
+
+    assert "stream_options" not in fake.last_request.body
+    assert whole.content == "no usage please"
+    assert whole.usage_metadata is None
+    assert fake.usage_reported == []
+
+
+def test_past_the_window_is_a_clear_non_retryable_failure(fake: FakeOpenAI) -> None:
+    fake.context_window = 40
+    fake.reply("fits")
+    long_message = HumanMessage("lorem ipsum " * 40)
+    with pytest.raises(Exception) as info:
+        parley_model().invoke([long_message])
+
+    error = classify_model_error(info.value)
+    assert isinstance(error, ContextLengthExceeded)
+    assert isinstance(error, ModelRequestError)
+    assert error.window == 40
+    assert error.http_status == 400
+    assert error.message.startswith(
+        "context window exceeded: the conversation is too long for the model "
+        "(its window of 40 tokens) (HTTP 400)"
+    )
+    failure = _model_failure(info.value)
+    assert isinstance(failure, ApplicationError)
+    assert failure.type == ErrorType.CONTEXT_LENGTH_EXCEEDED
+    assert failure.non_retryable
+    assert "window of 40 tokens" in failure.message
+    assert fake.context_refusals == 1
+    assert fake.pending == 1  # the refused request used up no scripted reply
+    assert fake.usage_reported == []
+
+    assert parley_model().invoke([HumanMessage("short")]).content == "fits"
+
+
+def test_the_room_asked_for_the_reply_counts_against_the_window(fake: FakeOpenAI) -> None:
+    fake.context_window = 100
+    fake.reply("fits without room")
+    model = parley_model()
+    with pytest.raises(Exception) as info:
+        model.bind(max_tokens=99).invoke([HumanMessage("hi")])
+    assert isinstance(classify_model_error(info.value), ContextLengthExceeded)
+    assert model.invoke([HumanMessage("hi")]).content == "fits without room"
+
+
+def test_a_stream_past_the_window_fails_before_any_chunk(fake: FakeOpenAI) -> None:
+    fake.context_window = 10
+    with pytest.raises(Exception) as info:
+        list(streaming_model().stream([HumanMessage("far too long for ten tokens " * 5)]))
+    assert isinstance(classify_model_error(info.value), ContextLengthExceeded)
+    assert fake.streams == []
+
+
+@pytest.mark.parametrize(
+    ("message", "window"),
+    [
+        ("This model's maximum context length is 128,000 tokens. However...", 128000),
+        ("prompt is too long: 210000 tokens > 200000 maximum", 200000),
+        ("Input exceeds the context window of 32768 tokens", 32768),
+        ("context_length_exceeded", None),
+    ],
+)
+def test_the_window_is_read_from_the_providers_words(
+    fake: FakeOpenAI, message: str, window: int | None
+) -> None:
+    fake.error(400, error_body(message, code="context_length_exceeded"))
+    with pytest.raises(Exception) as info:
+        parley_model().invoke("hi")
+    error = classify_model_error(info.value)
+    assert isinstance(error, ContextLengthExceeded)
+    assert error.window == window
+    where = f"its window of {window} tokens" if window else "its context window"
+    assert where in error.message
