@@ -8,7 +8,8 @@ LangChain messages travel inside models typed :data:`Messages` so that
 ``AIMessage.tool_calls`` survive the round trip.
 
 One module per part of the vocabulary (``names``, ``payloads``, ``tools``, ``model``,
-``limits``, ``conversation``, ``state``); import from this package, which re-exports them all.
+``limits``, ``conversation``, ``state``, ``usage``); import from this package, which
+re-exports them all.
 
 History bytes are paid on every turn, so payloads are compact: :class:`PayloadConverter`
 leaves out a contract's empty fields (:class:`Contract`), and :data:`Messages` a
@@ -124,6 +125,7 @@ from parley.contracts.tools import (
     ToolSpec,
     TurnToolResult,
 )
+from parley.contracts.usage import Usage
 
 __all__ = [
     "ASSISTANT_MESSAGE_PREFIX",
@@ -210,6 +212,7 @@ __all__ = [
     "TurnResult",
     "TurnStatus",
     "TurnToolResult",
+    "Usage",
     "args_hash",
     "call_shape",
     "call_summary",

@@ -21,6 +21,7 @@ from parley.contracts.names import (
 )
 from parley.contracts.payloads import Contract, Messages
 from parley.contracts.tools import TurnToolResult
+from parley.contracts.usage import Usage
 
 
 class SubagentTask(Contract):
@@ -192,6 +193,8 @@ class TurnResult(Contract):
     pending: list[PendingCall] = Field(default_factory=list)
     results: list[TurnToolResult] = Field(default_factory=list)
     error: str | None = None
+    #: The tokens of this turn's model calls (None: it called no model).
+    usage: Usage | None = None
 
 
 class AuditEntry(Contract):
@@ -261,6 +264,8 @@ class ConversationSnapshot(Contract):
     counters: Counters
     event_count: int
     last_turn: TurnResult | None = None
+    #: The tokens of every model call of the conversation, summed.
+    usage: Usage = Field(default_factory=Usage)
 
 
 class StateQuery(StrictInput):

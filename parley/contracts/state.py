@@ -54,6 +54,7 @@ from parley.contracts.model import ContextRef
 from parley.contracts.names import ConversationStatus, check_user_id, workflow_id_for
 from parley.contracts.payloads import Contract, Messages
 from parley.contracts.tools import ToolCatalogue, TurnToolResult
+from parley.contracts.usage import Usage
 
 
 class TranscriptWindow(Contract):
@@ -184,6 +185,8 @@ class ConversationState(Contract):
     #: target that does not change cannot start a loop of continue-as-new.
     upgraded_from: str | None = None
     delegations: DelegationState = Field(default_factory=DelegationState)
+    #: The tokens of every model call so far (``parley.workflows.usage``); None: none yet.
+    usage: Usage | None = None
 
     @model_validator(mode="before")
     @classmethod
