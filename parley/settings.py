@@ -131,8 +131,22 @@ class Settings:
     max_model_calls_per_turn: int = MODEL_CALLS_PER_TURN_DEFAULT
     continue_as_new_after_events: int = CONTINUE_AS_NEW_AFTER_EVENTS_DEFAULT
     #: Where large payloads and transcript segments go (``parley.storage``): a
-    #: directory, or ``module:factory`` returning a Temporal ``StorageDriver``.
+    #: directory, ``s3://bucket[/prefix]``, or ``module:factory`` returning a Temporal
+    #: ``StorageDriver``.
     payload_store: str | None = None
+    # --- the S3 store: the standard AWS variables (None: the SDK's chain decides) ---
+    aws_endpoint_url: str | None = None
+    aws_region: str | None = None
+    aws_access_key_id: str | None = field(default=None, repr=False)
+    aws_secret_access_key: str | None = field(default=None, repr=False)
+    aws_session_token: str | None = field(default=None, repr=False)
+    # --- retention of the payload store (``parley store gc``) ---
+    #: How long after a conversation closes its stored payloads are kept; None: the
+    #: namespace's retention (nothing outlives the history that refers to it).
+    store_retention_seconds: float | None = None
+    #: When set, the worker keeps a Temporal Schedule that collects the store's garbage
+    #: this often (any worker of the task queue runs it).
+    store_gc_every_seconds: float | None = None
     max_message_bytes: int = MESSAGE_MAX_BYTES_DEFAULT
     #: A tool result whose encoded envelope is larger is cut (the tool is not run again).
     max_tool_result_bytes: int = DEFAULT_MAX_TOOL_RESULT_BYTES
@@ -213,6 +227,20 @@ class Settings:
                 env, "PARLEY_CONTINUE_AS_NEW_AFTER_EVENTS", CONTINUE_AS_NEW_AFTER_EVENTS_DEFAULT
             ),
             payload_store=env.get("PARLEY_PAYLOAD_STORE") or None,
+            aws_endpoint_url=env.get("AWS_ENDPOINT_URL", "").strip() or None,
+            aws_region=(
+                env.get("AWS_REGION", "").strip() or env.get("AWS_DEFAULT_REGION", "").strip()
+            )
+            or None,
+            aws_access_key_id=env.get("AWS_ACCESS_KEY_ID", "").strip() or None,
+            aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY", "").strip() or None,
+            aws_session_token=env.get("AWS_SESSION_TOKEN", "").strip() or None,
+            store_retention_seconds=_optional_number(
+                env, "PARLEY_STORE_RETENTION_SECONDS", example="2592000", most=10 * 365 * 86400
+            ),
+            store_gc_every_seconds=_optional_number(
+                env, "PARLEY_STORE_GC_EVERY_SECONDS", example="3600", most=30 * 86400
+            ),
             max_message_bytes=_positive_int(
                 env, "PARLEY_MAX_MESSAGE_BYTES", MESSAGE_MAX_BYTES_DEFAULT
             ),
@@ -281,6 +309,13 @@ def _positive_number(env: Env, name: str, default: float, *, example: str, most:
             f"set e.g. {name}={example}"
         )
     return value
+
+
+def _optional_number(env: Env, name: str, *, example: str, most: float) -> float | None:
+    """:func:`_positive_number`, or None when the variable is unset or empty."""
+    if not env.get(name, "").strip():
+        return None
+    return _positive_number(env, name, 1.0, example=example, most=most)
 
 
 def _codes(env: Env, name: str, default: frozenset[str]) -> frozenset[str]:

@@ -16,10 +16,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, ExternalStorage, StorageDriver
 
 from parley.contracts import PayloadConverter
+from parley.storage.base import PayloadStore
 from parley.storage.local import LocalFileStorageDriver
 
 if TYPE_CHECKING:
     from parley.settings import Settings
+    from parley.storage.s3 import S3Config
 
 OFFLOAD_THRESHOLD_BYTES = 128 * 1024
 """Payloads this large or larger go to the store. 128 KiB keeps what people read in the
@@ -32,11 +34,16 @@ def default_store_dir() -> Path:
     return Path(base) / "parley" / "payloads"
 
 
-def build_driver(spec: str | None) -> StorageDriver:
-    """The driver ``PARLEY_PAYLOAD_STORE`` names: a directory, or ``module:factory``
-    returning a ``StorageDriver`` (an S3 driver in production)."""
+def build_driver(spec: str | None, settings: Settings | None = None) -> StorageDriver:
+    """The driver ``PARLEY_PAYLOAD_STORE`` names: a directory, ``s3://bucket[/prefix]``
+    (with the AWS settings of ``settings``), or ``module:factory`` returning any
+    ``StorageDriver``."""
     if not spec:
         return LocalFileStorageDriver(default_store_dir())
+    if spec.startswith("s3://"):
+        from parley.storage.s3 import S3PayloadStore  # boto3 loads only when S3 is used
+
+        return S3PayloadStore(spec, s3_config(settings))
     module_name, sep, attr = spec.partition(":")
     if sep and module_name and attr and "/" not in spec and "\\" not in spec:
         try:
@@ -56,6 +63,33 @@ def build_driver(spec: str | None) -> StorageDriver:
     return LocalFileStorageDriver(Path(spec).expanduser())
 
 
+def s3_config(settings: Settings | None) -> S3Config:
+    """The AWS settings ``Settings`` read (none: the SDK's own chain decides)."""
+    from parley.storage.s3 import S3Config
+
+    if settings is None:
+        return S3Config()
+    return S3Config(
+        endpoint_url=settings.aws_endpoint_url,
+        region=settings.aws_region,
+        access_key_id=settings.aws_access_key_id,
+        secret_access_key=settings.aws_secret_access_key,
+        session_token=settings.aws_session_token,
+    )
+
+
+#: The stores this process has checked (a converter is built by every connect).
+_checked: set[str] = set()
+
+
+def check_store(driver: StorageDriver) -> None:
+    """Check ``driver``'s store once per process: a missing bucket or refused
+    credentials is one ``ValueError`` line before anything starts."""
+    if isinstance(driver, PayloadStore) and driver.location() not in _checked:
+        driver.check_access()
+        _checked.add(driver.location())
+
+
 def describe_store(spec: str | None) -> str:
     """One line naming the store ``PARLEY_PAYLOAD_STORE`` selects."""
     if not spec:
@@ -69,7 +103,9 @@ def data_converter(
     """``pydantic_data_converter`` with Parley's external storage: the one converter that
     every worker, client and Replayer uses."""
     if driver is None:
-        driver = build_driver(settings.payload_store if settings is not None else None)
+        driver = build_driver(settings.payload_store if settings is not None else None, settings)
+        if not isinstance(driver, LocalFileStorageDriver):
+            check_store(driver)  # a directory is created by its first write
     return dataclasses.replace(
         pydantic_data_converter,
         payload_converter_class=PayloadConverter,
@@ -84,3 +120,16 @@ def driver_of(converter: DataConverter) -> StorageDriver:
     if converter.external_storage is None or not converter.external_storage.drivers:
         raise ValueError("this data converter has no external storage; use data_converter()")
     return converter.external_storage.drivers[0]
+
+
+def store_of(converter: DataConverter) -> PayloadStore:
+    """The store (directory or S3) a converter from :func:`data_converter` writes to,
+    for retention and statistics."""
+    driver = driver_of(converter)
+    if not isinstance(driver, PayloadStore):
+        raise ValueError(
+            f"the payload store {driver.name()!r} ({type(driver).__name__}) cannot be listed: "
+            "retention and statistics need PARLEY_PAYLOAD_STORE to be a directory or "
+            "s3://bucket[/prefix]"
+        )
+    return driver

@@ -1,0 +1,85 @@
+"""The one interface both payload stores implement (the local directory and S3): a
+Temporal ``StorageDriver`` for the claim checks, plus what retention needs to see and
+remove: every stored object with the conversations that refer to it.
+
+Outside the workflow sandbox (worker, activities, clients).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from temporalio.converter import (
+    StorageDriver,
+    StorageDriverStoreContext,
+    StorageDriverWorkflowInfo,
+)
+
+
+@dataclass(frozen=True, order=True)
+class Referrer:
+    """A conversation (a workflow id in a namespace) that stored, so may read, an object.
+    Every run of the id (continue-as-new) and every worker share it."""
+
+    namespace: str
+    workflow_id: str
+
+    def digest(self) -> str:
+        """A file-name-safe name for this referrer (ids may hold any character)."""
+        return hashlib.sha256(f"{self.namespace}\n{self.workflow_id}".encode()).hexdigest()[:32]
+
+
+def referrer_of(context: StorageDriverStoreContext) -> Referrer | None:
+    """The conversation a payload is stored for. Temporal names the workflow for every
+    payload a workflow, its activities or a client of it stores; a payload stored with
+    no workflow (a standalone activity, no context) has none and is never collected."""
+    target = context.target
+    if isinstance(target, StorageDriverWorkflowInfo) and target.id:
+        return Referrer(target.namespace or "", target.id)
+    return None
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """One object of a store: its key, size, when it was written, and the conversations
+    that refer to it with when each last stored it."""
+
+    key: str
+    size: int
+    modified: datetime
+    referrers: dict[Referrer, datetime] = field(default_factory=dict, hash=False)
+
+
+class PayloadStore(StorageDriver):
+    """A claim-check driver that retention can inventory and prune. Both stores keep
+    the same promise: an object is readable until :meth:`remove` is called for it, and
+    ``remove`` refuses (returns False) when a referrer appeared since the inventory."""
+
+    @abstractmethod
+    def location(self) -> str:
+        """Where the objects are, in one line (a directory, ``s3://bucket/prefix``)."""
+
+    @abstractmethod
+    def check_access(self) -> None:
+        """Raise ``ValueError`` with one line when the store cannot be used (a missing
+        bucket, refused credentials, a directory that cannot be created)."""
+
+    @abstractmethod
+    async def inventory(self) -> list[StoredObject]:
+        """Every stored object with its referrers."""
+
+    @abstractmethod
+    async def remove(self, stored: StoredObject) -> bool:
+        """Delete ``stored`` unless a referrer it did not have at inventory time has
+        appeared; True when it is gone."""
+
+    @abstractmethod
+    async def release(self, stored: StoredObject, referrers: list[Referrer]) -> None:
+        """Forget that ``referrers`` (conversations past retention) refer to ``stored``,
+        which other conversations still need."""
+
+    async def aclose(self) -> None:
+        """Close connections the store holds open."""
