@@ -17,7 +17,7 @@ from langchain_core.messages import AnyMessage
 from rich.console import Console
 from rich.text import Text
 
-from parley.contracts import ConversationSnapshot, PendingCall, ToolCatalogue, TurnResult
+from parley.contracts import ConversationSnapshot, PendingCall, ToolCatalogue, TurnResult, Usage
 
 if TYPE_CHECKING:
     from parley.client import ConversationSummary
@@ -107,6 +107,7 @@ def print_snapshot(
             (snapshot.session_id, "bold"), f" ({snapshot.user_id}): status {snapshot.status}"
         )
     )
+    console.print(Text(usage_line(snapshot.usage), style="dim"))
     first, total = snapshot.transcript_offset, snapshot.transcript_total
     if first > 0 or first + len(snapshot.transcript) < total:
         console.print(
@@ -124,6 +125,17 @@ def print_snapshot(
         console,
         session=snapshot.session_id if hint else None,
         user=snapshot.user_id if hint else None,
+    )
+
+
+def usage_line(usage: Usage) -> str:
+    """The conversation's token usage on one line."""
+    if not usage.model_calls:
+        return "usage: no model calls yet"
+    calls = f"{usage.model_calls} model call{'' if usage.model_calls == 1 else 's'}"
+    return (
+        f"usage: {usage.total_tokens:,} tokens ({usage.input_tokens:,} in, "
+        f"{usage.output_tokens:,} out) over {calls}"
     )
 
 

@@ -147,6 +147,10 @@ class EventLog:
     def run_error(self, message: str, code: str) -> None:
         self._emit(RunErrorEvent(message=message, code=code))
 
+    def custom(self, name: str, value: Any) -> None:
+        """A ``CUSTOM`` event of Parley's own (``name`` starts with ``parley.``)."""
+        self._emit(CustomEvent(name=name, value=value))
+
     def decision_refused(self, decided_by: str, error_type: str, message: str) -> None:
         self._emit(
             CustomEvent(

@@ -36,6 +36,7 @@ from parley.contracts import (
     ToolResult,
     TurnResult,
     TurnStatus,
+    Usage,
     message_chars,
     model_view,
     turn_tool_result,
@@ -239,6 +240,7 @@ class Ledger:
             counters=s.counters,
             event_count=s.events.total,
             last_turn=s.last_turn,
+            usage=s.usage or Usage(),
         )
 
 

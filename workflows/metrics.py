@@ -9,7 +9,9 @@ They reach whatever the worker's runtime exports (Prometheus with
 - ``parley_tool_runs{tool, status}`` — tool runs by outcome (success, error...);
 - ``parley_approvals_requested`` / ``parley_approvals_answered`` — calls that started
   waiting for a decision / stopped waiting (decided, expired, ended): the approvals
-  waiting now are ``requested - answered``.
+  waiting now are ``requested - answered``;
+- ``parley_model_tokens{kind}`` — tokens of model calls as the provider reported them,
+  ``kind`` ``input`` or ``output`` (their sum is the total; ``parley.workflows.usage``).
 
 Decisions and approvals count in top-level conversations only: a subagent's calls wait
 on its parent's pending list and are decided there, so they count there, once.
@@ -58,3 +60,9 @@ def approvals_answered(count: int) -> None:
         count,
         top_level=True,
     )
+
+
+def model_tokens(input_tokens: int, output_tokens: int) -> None:
+    description = "Tokens of model calls as the provider reported them, by kind"
+    _count("parley_model_tokens", description, input_tokens, kind="input")
+    _count("parley_model_tokens", description, output_tokens, kind="output")

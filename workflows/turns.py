@@ -51,6 +51,7 @@ from parley.workflows.notifying import Notifier
 from parley.workflows.publishing import set_status
 from parley.workflows.subagents import Subagents
 from parley.workflows.triage import Proposal, Refuse, Run, Verdict, triage
+from parley.workflows.usage import UsageMeter
 
 
 class TurnEngine:
@@ -68,6 +69,7 @@ class TurnEngine:
         self.notifier = Notifier(state, start, ledger, self._catalogue)
         self.subagents = Subagents(state, start, ledger, self._catalogue)
         self._tools = ToolRunner(state, start, ledger, self.subagents, self._catalogue)
+        self._usage = UsageMeter(state, events)
         self._decisions = Decisions(
             state, start, ledger, self.subagents, self._catalogue, self._proposal, self._tools
         )
@@ -88,12 +90,16 @@ class TurnEngine:
             state.runs += 1
             run_id = f"run-{state.runs}"
             state.turn_results = []
+            self._usage.begin_turn()
             pending_before = {call.tool_call_id for call in state.pending}
             if decisions is not None or expired:
                 self.notifier.cancel_all()  # the calls it announced are being answered
             self._events.run_started(run_id)
             set_status(state, "running")
             result = await self._rest(decisions, edits, expired or [], subagent_news)
+        result.usage = self._usage.turn
+        if result.status != "failed":  # a failed run announced it before its RUN_ERROR
+            self._usage.announce()
         if result.status == "awaiting_approval":
             self._events.run_finished(run_id, state.pending, self._catalogue())
             set_status(state, "awaiting_approval")
@@ -152,6 +158,7 @@ class TurnEngine:
             )
 
     def _fail(self, failure: TurnFailed) -> TurnResult:
+        self._usage.announce()
         self._events.run_error(failure.message, failure.code)
         self._ledger.audit("turn_failed", "parley", detail={"error": failure.message})
         return self._ledger.turn_result("failed", error=failure.message)
@@ -213,6 +220,7 @@ class TurnEngine:
             code = (cause.type if isinstance(cause, ApplicationError) else None) or "model"
             raise TurnFailed(f"the model call failed: {message}", code) from err
         ai = output.message
+        self._usage.add(ai)
         if output.catalogue is not None:
             state.tools = output.catalogue
         state.transcript.messages.append(ai)
