@@ -2,12 +2,15 @@
 
 Input → output, bounded whatever the conversation's length: the workflow sends the
 messages added since its previous model call and a reference to the stored transcript
-(``parley.storage.TranscriptStore``); the activity rebuilds the whole transcript from the
-chain (cached in memory), calls the model, stores the new messages and the reply as one
-more segment and returns the reply with the new reference. The tool catalogue comes
-back only when the workflow's copy is out of date. Provider SDK retries are off; failures
-are classified once (``parley.activities.models.failures``) into the retry contract: transient ones
-are retried by Temporal (``Retry-After`` honoured), refusals fail the turn. A subagent's
+(``parley.storage.TranscriptStore``); the activity rebuilds the whole transcript from
+the chain (cached in memory), calls the model, stores the new messages and the reply as
+one more segment and returns the reply with the new reference. The reply is read as a
+stream (``astream``) and its text sent to the workflow as it grows (``streaming``),
+under the message id this attempt gives the reply: a retried attempt streams under a new
+id. The tool catalogue comes back only when the workflow's copy is out of date. Provider
+SDK retries are off; failures are classified once
+(``parley.activities.models.failures``) into the retry contract: transient ones are
+retried by Temporal (``Retry-After`` honoured), refusals fail the turn. A subagent's
 conversation is offered only the tools that subagent may use, as this worker defines it.
 
 Each proposed call leaves here canonical (``ParleyTool.canonical_args``): the workflow's
@@ -25,22 +28,30 @@ import uuid
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    BaseMessageChunk,
+    message_chunk_to_message,
+)
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from parley.activities.heartbeat import heartbeating
 from parley.activities.models.failures import classify_model_error, model_error_type
 from parley.activities.redaction import redact
+from parley.activities.streaming import ReplyStreamer, Send
 from parley.contracts import (
     ASSISTANT_MESSAGE_PREFIX,
     CALL_MODEL,
+    STREAM_DELTA_SIGNAL,
     SUBAGENT_CALL_PREFIX,
     CallModelInput,
     CallModelOutput,
     subagent_tag,
+    text_of,
 )
-from parley.errors import ErrorType, ToolInputError, TransientError
+from parley.errors import ErrorType, ModelRequestError, ToolInputError, TransientError
 from parley.settings import DEFAULT_OVERLOAD_CODES, MODEL_ACTIVITY, retry_delay
 from parley.storage import TranscriptStore
 from parley.tools import ToolRegistry, UnstableCanonicalForm
@@ -71,8 +82,9 @@ class ModelActivities:
             model = self._model_for(request.subagent)
             history = await self._transcripts.load(request.context)
             messages = history + list(request.new_messages)
+            message_id = f"{ASSISTANT_MESSAGE_PREFIX}{uuid.uuid4().hex[:12]}"
             try:
-                reply = await model.ainvoke(messages)
+                reply = await _streamed_reply(model, messages, _signaller(), message_id)
             except Exception as exc:
                 # Not chained: the SDK exception text may echo the request and its key,
                 # and a chained cause would be stored in workflow history.
@@ -90,7 +102,7 @@ class ModelActivities:
                 for call in message.tool_calls
             }
             tag = subagent_tag(activity.info().workflow_id)
-            reply = self._canonical(_with_unique_ids(reply, len(messages), used, tag))
+            reply = self._canonical(_with_unique_ids(reply, message_id, len(messages), used, tag))
             context = await self._transcripts.append(
                 request.context,
                 [*request.new_messages, reply],
@@ -143,12 +155,44 @@ class ModelActivities:
         return reply.model_copy(update={"tool_calls": calls, "invalid_tool_calls": invalid})
 
 
+async def _streamed_reply(
+    model: Any, messages: list[Any], send: Send | None, message_id: str
+) -> BaseMessage:
+    """The model's reply, read from its stream (``astream``; a model that cannot stream
+    gives its whole reply as one piece). Its text goes to the workflow as it grows."""
+    reply: BaseMessage | None = None
+    if send is None:
+        return await model.ainvoke(messages)
+    async with ReplyStreamer(send, message_id) as streamer:
+        async for chunk in model.astream(messages):
+            reply = chunk if reply is None else reply + chunk
+            streamer.update(text_of(reply))
+    if reply is None:
+        raise ModelRequestError("the model's stream ended without a reply")
+    return message_chunk_to_message(reply) if isinstance(reply, BaseMessageChunk) else reply
+
+
+def _signaller() -> Send | None:
+    """Sends a stream batch to the calling workflow's run (None outside a worker)."""
+    try:
+        client = activity.client()
+    except RuntimeError:
+        return None
+    info = activity.info()
+    handle = client.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
+    return lambda delta: handle.signal(STREAM_DELTA_SIGNAL, delta)
+
+
 def _bound(model: BaseChatModel, tools: list[Any]) -> Any:
     return model.bind_tools(tools) if tools else model
 
 
 def _with_unique_ids(
-    reply: AIMessage, transcript_length: int, used: set[str], subagent: str | None = None
+    reply: AIMessage,
+    message_id: str,
+    transcript_length: int,
+    used: set[str],
+    subagent: str | None = None,
 ) -> AIMessage:
     """Give the message an id of Parley's and every tool call (valid or not) an id
     unique in the conversation and its subagents. Some providers omit ids, some
@@ -157,9 +201,6 @@ def _with_unique_ids(
     ``<workflow_id>:<tool_call_id>`` address calls by id, so a shared id would answer
     one call with another's decision. ``subagent``: the conversation's ``<name>-<n>``."""
     base = f"m{transcript_length}"
-    # Random, and in a namespace clients may not use: a client's message id (``m1``)
-    # never names the assistant's message, whatever the provider or client chose.
-    message_id = f"{ASSISTANT_MESSAGE_PREFIX}{uuid.uuid4().hex[:12]}"
     prefix = f"{SUBAGENT_CALL_PREFIX}{subagent}-" if subagent else ""
     counter = iter(range(len(reply.tool_calls) + len(reply.invalid_tool_calls)))
 

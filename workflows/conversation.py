@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from langchain_core.messages import HumanMessage
 
     from parley.contracts import (
+        STREAM_DELTA_SIGNAL,
         ConversationSnapshot,
         ConversationStart,
         ConversationState,
@@ -56,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         EventsWait,
         SendMessageInput,
         StateQuery,
+        StreamDelta,
         SubagentReport,
         TurnResult,
     )
@@ -73,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
     from parley.workflows.publishing import publish_owner, publish_status
     from parley.workflows.run_loop import RunLoop
     from parley.workflows.signalled import SignalledDecisions
+    from parley.workflows.streaming import ReplyStream
     from parley.workflows.turns import TurnEngine
 
 
@@ -88,7 +91,8 @@ class ConversationWorkflow:
         )
         self._events = EventLog(self._state, thread_id=start.session_id)
         self._ledger = Ledger(self._state, self._events)
-        self._turns = TurnEngine(self._state, start, self._ledger, self._events)
+        self._stream = ReplyStream(self._events)
+        self._turns = TurnEngine(self._state, start, self._ledger, self._events, self._stream)
         self._results = Deduplication(self._state)
         self._followers = Followers(self._state, self._events)
         self._signalled = SignalledDecisions(
@@ -233,6 +237,11 @@ class ConversationWorkflow:
         between turns; refused ones are recorded, never dropped."""
         self._handover.signals += 1
         self._signalled.receive(decision)
+
+    @workflow.signal(name=STREAM_DELTA_SIGNAL)
+    def stream_delta(self, delta: StreamDelta) -> None:
+        """A batch of the reply in flight, from ``call_model`` (``streaming``)."""
+        self._stream.add(delta)
 
     @workflow.signal
     def subagent_report(self, report: SubagentReport) -> None:

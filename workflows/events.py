@@ -42,6 +42,8 @@ with workflow.unsafe.imports_passed_through():
 #: The AG-UI ``CUSTOM`` event that records a decision refused after it was received
 #: (a ``decide_signal`` that no longer fits): ``value`` has the error type and message.
 DECISION_REFUSED = "parley.decision_refused"
+#: A streamed message that will not be completed (its model call was retried or failed).
+STREAM_DISCARDED = "parley.stream_discarded"
 
 
 def decision_schema(call: PendingCall, catalogue: ToolCatalogue) -> dict[str, Any]:
@@ -89,9 +91,23 @@ class EventLog:
         self._emit(RunStartedEvent(thread_id=self._thread_id, run_id=run_id))
 
     def text_message(self, message_id: str, text: str) -> None:
+        self.text_start(message_id)
+        self.text_content(message_id, text)
+        self.text_end(message_id)
+
+    def text_start(self, message_id: str) -> None:
         self._emit(TextMessageStartEvent(message_id=message_id, role="assistant"))
-        self._emit(TextMessageContentEvent(message_id=message_id, delta=text))
+
+    def text_content(self, message_id: str, delta: str) -> None:
+        self._emit(TextMessageContentEvent(message_id=message_id, delta=delta))
+
+    def text_end(self, message_id: str) -> None:
         self._emit(TextMessageEndEvent(message_id=message_id))
+
+    def stream_discarded(self, message_id: str, reason: str) -> None:
+        self._emit(
+            CustomEvent(name=STREAM_DISCARDED, value={"messageId": message_id, "reason": reason})
+        )
 
     def tool_call(
         self, tool_call_id: str, name: str, args: dict[str, Any], parent_message_id: str | None

@@ -16,8 +16,10 @@ that will run. The answer is one of:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from parley.contracts import (
     OnTimeout,
@@ -144,3 +146,16 @@ def on_timeout_of(outcome: PolicyOutcome, default_seconds: float) -> OnTimeout |
         reason=outcome.timeout_reason,
         escalate_to=outcome.escalate_to,
     )
+
+
+def invalid_call_refusal(broken: Any) -> str:
+    """What the model reads of an invalid call: the tool's own words when the worker
+    refused arguments it parsed (``call_model``'s canonical form), else why they could
+    not be parsed."""
+    try:
+        parsed = json.loads(broken["args"] or "")
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        return str(broken["error"])
+    return f"the arguments of {broken['name']} could not be parsed: {broken['error']}"

@@ -16,10 +16,8 @@ it refuses the decision; one that needs a reviewer leaves the call waiting.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from langchain_core.messages import AIMessage
 from temporalio import workflow
@@ -49,8 +47,16 @@ from parley.workflows.execution import ToolRunner, TurnFailed
 from parley.workflows.ledger import Ledger, error_result
 from parley.workflows.notifying import Notifier
 from parley.workflows.publishing import set_status
+from parley.workflows.streaming import ReplyStream
 from parley.workflows.subagents import Subagents
-from parley.workflows.triage import Proposal, Refuse, Run, Verdict, triage
+from parley.workflows.triage import (
+    Proposal,
+    Refuse,
+    Run,
+    Verdict,
+    invalid_call_refusal,
+    triage,
+)
 from parley.workflows.usage import UsageMeter
 
 
@@ -61,11 +67,13 @@ class TurnEngine:
         start: ConversationStart,
         ledger: Ledger,
         events: EventLog,
+        stream: ReplyStream,
     ) -> None:
         self._state = state
         self._start = start
         self._ledger = ledger
         self._events = events
+        self._stream = stream
         self.notifier = Notifier(state, start, ledger, self._catalogue)
         self.subagents = Subagents(state, start, ledger, self._catalogue)
         self._tools = ToolRunner(state, start, ledger, self.subagents, self._catalogue)
@@ -200,6 +208,7 @@ class TurnEngine:
         stored = state.transcript.model_context.length if state.transcript.model_context else 0
         new_messages = state.transcript.messages[stored - state.transcript.offset :]
         known = (state.tools.version if state.tools else "") if check_catalogue else None
+        self._stream.begin()
         try:
             output: CallModelOutput = await workflow.execute_activity(
                 CALL_MODEL,
@@ -215,6 +224,7 @@ class TurnEngine:
                 result_type=CallModelOutput,
             )
         except ActivityError as err:
+            self._stream.fail()
             cause = err.cause
             message = cause.message if isinstance(cause, ApplicationError) else str(cause)
             code = (cause.type if isinstance(cause, ApplicationError) else None) or "model"
@@ -225,9 +235,7 @@ class TurnEngine:
             state.tools = output.catalogue
         state.transcript.messages.append(ai)
         state.transcript.model_context = output.context
-        text = text_of(ai)
-        if text:
-            self._events.text_message(ai.id or f"msg-{state.transcript.length}", text)
+        self._stream.finish(ai, ai.id or f"msg-{state.transcript.length}")
         return ai
 
     def _proposal(self, catalogue: ToolCatalogue | None = None) -> Proposal:
@@ -249,7 +257,7 @@ class TurnEngine:
             raw = (broken["args"] or "")[:PREVIEW_ARGS_CHARS]
             self._ledger.audit("proposed", "model", call.tool_call_id, call.name, {"raw": raw})
             self._ledger.answer(
-                call, error_result(ErrorType.TOOL_INPUT, _refusal(broken)), "refused"
+                call, error_result(ErrorType.TOOL_INPUT, invalid_call_refusal(broken)), "refused"
             )
         proposal = self._proposal()
         for proposed in ai.tool_calls:
@@ -286,16 +294,3 @@ class TurnEngine:
         except TurnFailed:
             self._ledger.abandon_unanswered(ai)
             raise
-
-
-def _refusal(broken: Any) -> str:
-    """What the model reads of an invalid call: the tool's own words when the worker
-    refused arguments it parsed (``call_model``'s canonical form), else why they could
-    not be parsed."""
-    try:
-        parsed = json.loads(broken["args"] or "")
-    except ValueError:
-        parsed = None
-    if isinstance(parsed, dict):
-        return str(broken["error"])
-    return f"the arguments of {broken['name']} could not be parsed: {broken['error']}"

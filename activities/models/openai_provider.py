@@ -38,7 +38,8 @@ def build_openai_model(model_name: str, settings: Settings) -> BaseChatModel:
         api_key=settings.openai_api_key,
         max_retries=0,
         timeout=settings.model_timeout_seconds,
-        streaming=False,
+        # Not ``streaming=False``: that would make ``astream`` (how ``call_model`` reads
+        # every reply, to stream its text) send one whole request instead.
         # Usage (input, output, total tokens) in usage_metadata also when a reply is
         # streamed: the final chunk carries it (stream_options.include_usage).
         stream_usage=True,

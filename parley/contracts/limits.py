@@ -85,3 +85,14 @@ def turn_tool_result(tool_call_id: str, name: str, result: ToolResult) -> TurnTo
         if size > PAYLOAD_PREVIEW_BYTES:
             preview.error = result.error.model_copy(update={"body": f"[{size:,} bytes left out]"})
     return preview
+
+#: Streaming a reply (``call_model`` → its workflow, by signal): the first batch goes
+#: this soon after the first text (a reply that arrives whole in one piece is never
+#: streamed: it ends first), later ones at most every ``STREAM_BATCH_SECONDS``. Each
+#: batch is one signal, so one model call sends at most ``STREAM_BATCHES_PER_CALL``:
+#: with ``MODEL_CALLS_PER_TURN_DEFAULT`` calls a turn spends at most 1,600 of the run's
+#: signals, inside the 10,000 Temporal allows (``handover`` moves between turns at
+#: 5,000). The text past the last batch arrives with the reply.
+STREAM_FIRST_BATCH_SECONDS = 0.02
+STREAM_BATCH_SECONDS = 0.1
+STREAM_BATCHES_PER_CALL = 200
