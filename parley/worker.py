@@ -34,6 +34,7 @@ from parley.activities.http import aclose_shared_client, new_http_client
 from parley.activities.model_calls import ModelActivities
 from parley.activities.models import build_chat_model
 from parley.activities.notifications import NotifyActivities
+from parley.activities.store_gc import StoreGcActivities
 from parley.activities.tool_calls import ToolActivities
 from parley.client import connect
 from parley.contracts import SEARCH_ATTRIBUTES
@@ -41,9 +42,11 @@ from parley.deploys import make_current_if_none
 from parley.logs import configure_logging
 from parley.redaction import remember_secrets
 from parley.settings import Settings
-from parley.storage import TranscriptStore, driver_of
+from parley.storage import PayloadStore, TranscriptStore, driver_of, store_of
+from parley.storage.schedule import ensure_gc_schedule
 from parley.tools import ToolRegistry, load_registry
 from parley.workflows.conversation import ConversationWorkflow
+from parley.workflows.store_gc import StoreGcWorkflow
 
 log = logging.getLogger("parley.worker")
 
@@ -120,10 +123,16 @@ def build_worker(
             settings.notify_url, settings.gateway_url, http_client=http_client
         )
         activities.append(notify.notify)
+    # The payload store's retention (the Schedule of PARLEY_STORE_GC_EVERY_SECONDS),
+    # on every worker whose store can be listed: any of them may take a scheduled sweep.
+    store = driver_of(client.data_converter)
+    if isinstance(store, PayloadStore):
+        gc = StoreGcActivities(store, settings.store_retention_seconds)
+        activities.append(gc.collect_store_garbage)
     return Worker(
         client,
         task_queue=settings.task_queue,
-        workflows=[ConversationWorkflow],
+        workflows=[ConversationWorkflow, StoreGcWorkflow],
         activities=activities,
         # Let running activities finish (or heartbeat out) on SIGTERM.
         graceful_shutdown_timeout=timedelta(seconds=30),
@@ -218,6 +227,11 @@ async def run_worker(
     model = model if model is not None else build_chat_model(settings.model, settings)
     client = await connect(settings, runtime=metrics_runtime(settings))
     await ensure_search_attributes(client, settings.namespace)
+    if settings.store_gc_every_seconds:
+        store_of(client.data_converter)  # a store that cannot be listed: one clear line
+        await ensure_gc_schedule(
+            client, settings.task_queue, timedelta(seconds=settings.store_gc_every_seconds)
+        )
     worker = build_worker(client, settings, registry=registry, model=model, http_client=http_client)
     log.info(
         "worker on task queue %r, model %r, %d tools%s",

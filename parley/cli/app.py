@@ -118,3 +118,14 @@ def print_turn(
     if result.status == "failed":
         err.print(Text.assemble(("turn failed: ", "bold red"), result.error or ""))
         raise typer.Exit(1)
+
+
+def _add_store_commands() -> None:
+    """``parley store gc|stats`` (``parley.cli.store``): imported here, once the helpers
+    it uses from this module exist, so the two modules form no import-time circle."""
+    from parley.cli.store import store_app
+
+    app.add_typer(store_app, name="store")
+
+
+_add_store_commands()

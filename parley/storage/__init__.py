@@ -20,21 +20,31 @@ Two things keep every payload in history small, whatever the conversation's leng
   once; a worker rebuilds the transcript from the chain (cached in memory) and clients
   read older pages of a long conversation from it.
 
-The store is chosen by ``PARLEY_PAYLOAD_STORE``: a directory (the local-file driver
-below, for ``parley dev``, tests and single-host deployments) or ``module:factory`` for
-any ``StorageDriver``, e.g. ``temporalio.contrib.aws.s3driver.S3StorageDriver`` in
-production (see the README). Every worker and client of a namespace must use the same
-store.
+The store is chosen by ``PARLEY_PAYLOAD_STORE``: a directory (``local``: ``parley dev``,
+tests and single-host deployments), ``s3://bucket[/prefix]`` (``s3``: Temporal's S3
+driver, for several hosts; the standard AWS settings apply), or ``module:factory`` for
+any other ``StorageDriver``. Every worker and client of a namespace must use the same
+store. The directory and S3 stores implement one interface (``base.PayloadStore``) that
+also lists each object with the conversations referring to it; ``retention`` deletes
+what no open or recently closed conversation can read (``parley store gc``, or the
+worker's Schedule, ``schedule``).
+
+Modules: ``base`` (the interface), ``local``, ``s3``, ``stores`` (choosing the store,
+the data converter), ``transcripts`` (the chain), ``retention``, ``schedule``.
 """
 
+from parley.storage.base import PayloadStore, Referrer, StoredObject
 from parley.storage.local import LocalFileStorageDriver
 from parley.storage.stores import (
     OFFLOAD_THRESHOLD_BYTES,
     build_driver,
+    check_store,
     data_converter,
     default_store_dir,
     describe_store,
     driver_of,
+    open_store,
+    store_of,
 )
 from parley.storage.transcripts import (
     CHECKPOINT_EVERY_MESSAGES,
@@ -48,11 +58,17 @@ __all__ = [
     "OFFLOAD_THRESHOLD_BYTES",
     "TRANSCRIPT_CACHE_CHARS",
     "LocalFileStorageDriver",
+    "PayloadStore",
+    "Referrer",
+    "StoredObject",
     "TranscriptSegment",
     "TranscriptStore",
     "build_driver",
+    "check_store",
     "data_converter",
     "default_store_dir",
     "describe_store",
     "driver_of",
+    "open_store",
+    "store_of",
 ]

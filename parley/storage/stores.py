@@ -125,7 +125,17 @@ def driver_of(converter: DataConverter) -> StorageDriver:
 def store_of(converter: DataConverter) -> PayloadStore:
     """The store (directory or S3) a converter from :func:`data_converter` writes to,
     for retention and statistics."""
-    driver = driver_of(converter)
+    return _listable(driver_of(converter))
+
+
+def open_store(settings: Settings) -> PayloadStore:
+    """The store ``settings`` name, checked, for retention and statistics (no client)."""
+    store = _listable(build_driver(settings.payload_store, settings))
+    check_store(store)
+    return store
+
+
+def _listable(driver: StorageDriver) -> PayloadStore:
     if not isinstance(driver, PayloadStore):
         raise ValueError(
             f"the payload store {driver.name()!r} ({type(driver).__name__}) cannot be listed: "
