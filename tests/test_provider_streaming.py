@@ -21,9 +21,13 @@ from temporalio.exceptions import ApplicationError
 from parley.activities.model_calls import _model_failure
 from parley.activities.models.failures import classify_model_error
 from parley.activities.models.openai_provider import build_openai_model
+from parley.contracts import CALL_MODEL
 from parley.errors import ContextLengthExceeded, ErrorType, ModelRequestError
 from parley.settings import Settings
+from tests.support import registry
 from tests.support.openai_fake import FakeOpenAI, error_body
+from tests.support.plans import activity_attempts, fetch
+from tests.support.transcripts import new_session
 
 API_KEY = "sk-test-streaming-0123456789"
 THIRTY_WORDS = " ".join(f"word{i}" for i in range(30))
@@ -205,3 +209,32 @@ def test_the_window_is_read_from_the_providers_words(
     assert error.window == window
     where = f"its window of {window} tokens" if window else "its context window"
     assert where in error.message
+
+
+# --- through a worker ---------------------------------------------------------------------
+
+
+async def test_a_turn_past_the_window_fails_once_naming_it(parley_worker, fake: FakeOpenAI) -> None:
+    """Through a real worker: one attempt (never retried as is), a RUN_ERROR whose code
+    says what happened, the turn's line naming the window; the conversation goes on."""
+    fake.context_window = 200
+    fake.reply("fits")
+    sid = new_session()
+    async with parley_worker(registry(), parley_model()) as conversations:
+        turn = await conversations.send(sid, "alice", "lorem ipsum dolor " * 100)
+
+        assert turn.status == "failed"
+        assert turn.error is not None and "\n" not in turn.error
+        assert turn.error.startswith("the model call failed: context window exceeded")
+        assert "its window of 200 tokens" in turn.error
+        assert fake.context_refusals == 1 and fake.pending == 1
+        history = await fetch(conversations, sid)
+        assert activity_attempts(history, CALL_MODEL) == [1]
+        events = [e.event for e in (await conversations.events(sid, "alice")).events]
+        assert events[-1]["type"] == "RUN_ERROR"
+        assert events[-1]["code"] == ErrorType.CONTEXT_LENGTH_EXCEEDED
+        assert events[-2]["type"] == "CUSTOM"  # the run's usage, before its end
+
+        fake.context_window = None  # as if the provider's window grew: the conversation goes on
+        again = await conversations.send(sid, "alice", "short")
+        assert (again.status, again.reply) == ("completed", "fits")

@@ -20,6 +20,8 @@ As a provider does, and so the real ``langchain-openai`` client code runs:
   lists each usage the fake sent.
 - with ``context_window`` set, a request whose input (plus its ``max_tokens``) passes it
   is answered ``400 context_length_exceeded`` without using up the script.
+- a scripted error in a ``200`` to a stream is sent as an SSE event, as providers send
+  an error mid-stream.
 
     with FakeOpenAI(api_key="sk-test", chunk_delay=0.1, context_window=32_000) as fake:
         fake.reply(tool_calls=[{"name": "add", "args": {"a": 1}, "id": "call_1"}])
@@ -36,11 +38,16 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.support.openai_script import (
+    RecordedRequest,
+    Responder,
+    ScriptedError,
+    ScriptedReply,
+    StreamRecord,
+)
 from tests.support.openai_wire import (
     OVERLOAD_2064,
     TokenCounter,
@@ -54,62 +61,15 @@ from tests.support.openai_wire import (
     wire_tool_calls,
 )
 
-__all__ = ["OVERLOAD_2064", "FakeOpenAI", "StreamRecord", "error_body"]
-
-
-@dataclass
-class RecordedRequest:
-    """One HTTP request the fake received; ``headers`` keys are lower-case."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
-    #: The request's input as the fake counts it (chat completions only).
-    input_tokens: int | None = None
-
-    @property
-    def messages(self) -> list[dict[str, Any]]:
-        return list(self.body.get("messages", [])) if isinstance(self.body, dict) else []
-
-
-@dataclass
-class ScriptedReply:
-    content: str | None = None
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    finish_reason: str | None = None
-    delay: float = 0.0
-    #: Seconds before each streamed delta; None: the server's ``chunk_delay``.
-    chunk_delay: float | None = None
-
-
-@dataclass
-class ScriptedError:
-    status: int
-    body: Any
-    headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0
-
-
-@dataclass
-class StreamRecord:
-    """What one streamed answer wrote: its text deltas, when each delta (text or
-    tool-call piece) left, and whether the stream ended (``done``) whole
-    (``completed``; False when the client went away mid-stream)."""
-
-    text_deltas: list[str] = field(default_factory=list)
-    delta_times: list[float] = field(default_factory=list)  # time.monotonic()
-    done: threading.Event = field(default_factory=threading.Event)
-    completed: bool = False
-
-    @property
-    def text(self) -> str:
-        return "".join(self.text_deltas)
-
-
-#: Answers a request when the script is empty: a reply, an error, or None for the
-#: "no scripted response left" error.
-Responder = Callable[[RecordedRequest], "ScriptedReply | ScriptedError | None"]
+__all__ = [
+    "OVERLOAD_2064",
+    "FakeOpenAI",
+    "RecordedRequest",
+    "ScriptedError",
+    "ScriptedReply",
+    "StreamRecord",
+    "error_body",
+]
 
 
 class FakeOpenAI:
@@ -332,6 +292,11 @@ class _Handler(BaseHTTPRequestHandler):
         if scripted.delay:
             time.sleep(scripted.delay)
         if isinstance(scripted, ScriptedError):
+            if scripted.status == 200 and body.get("stream") and isinstance(scripted.body, dict):
+                # An error inside a 200 to a stream: one SSE event carrying it, as
+                # providers send errors mid-stream (the openai SDK raises APIError).
+                self._send_stream(iter([(False, scripted.body)]), 0.0)
+                return
             self._send_json(scripted.status, scripted.body, scripted.headers)
             return
         model = str(body.get("model", "fake-model"))
