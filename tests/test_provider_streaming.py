@@ -13,7 +13,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.messages.utils import count_tokens_approximately
 from langchain_openai import ChatOpenAI
 from temporalio.exceptions import ApplicationError
@@ -187,6 +193,23 @@ def test_a_stream_past_the_window_fails_before_any_chunk(fake: FakeOpenAI) -> No
         list(streaming_model().stream([HumanMessage("far too long for ten tokens " * 5)]))
     assert isinstance(classify_model_error(info.value), ContextLengthExceeded)
     assert fake.streams == []
+
+
+def test_the_fake_counts_input_as_the_client_side_does(fake: FakeOpenAI) -> None:
+    """The window is enforced on ``count_tokens_approximately`` of the wire messages; a
+    client that budgets with the same function on its LangChain messages agrees to
+    within a token or two a message (the wire form drops a tool message's name)."""
+    fake.reply("ok")
+    sent = [
+        SystemMessage("be brief"),
+        HumanMessage("add 2 and 3 please " * 20),
+        AIMessage("", tool_calls=[{"name": "add", "args": {"a": 2, "b": 3}, "id": "c1"}]),
+        ToolMessage("5" * 300, tool_call_id="c1", name="add"),
+    ]
+    parley_model().invoke(sent)
+    client_side = count_tokens_approximately(sent)
+    assert fake.last_request.input_tokens is not None
+    assert abs(fake.last_request.input_tokens - client_side) <= 2 * len(sent)
 
 
 @pytest.mark.parametrize(
