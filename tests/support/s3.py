@@ -53,7 +53,7 @@ class S3Server:
             **extra,  # type: ignore[arg-type]
         )
 
-    def client(self):  # noqa: ANN201 - boto3's client type is generated
+    def client(self):
         return boto3.client(
             "s3",
             endpoint_url=self.endpoint,
@@ -130,7 +130,7 @@ class FaultyProxy:
             def _any(self) -> None:
                 proxy._handle(self)
 
-            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _any  # noqa: N815
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _any
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
