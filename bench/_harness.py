@@ -118,7 +118,8 @@ def data_converter(settings: Settings) -> tuple[DataConverter, str]:
     """``parley.storage.data_converter(settings)`` where this checkout has it (pydantic
     + external storage), else ``pydantic_data_converter``: the converter Parley runs
     with. (Run in an older checkout, this measures that code as it was.)"""
-    if not (ROOT / "parley" / "storage.py").exists():
+    storage_code = (ROOT / "parley" / "storage.py", ROOT / "parley" / "storage" / "__init__.py")
+    if not any(path.exists() for path in storage_code):  # a module, or a package since issue 22
         return pydantic_data_converter, "temporalio.contrib.pydantic.pydantic_data_converter"
     storage = importlib.import_module("parley.storage")
     return storage.data_converter(settings), "parley.storage.data_converter(settings)"

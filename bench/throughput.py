@@ -7,7 +7,9 @@ instant). A phase is one side doing all of them; its throughput is turns over th
 phase's wall time. Phases alternate (Parley, bare, Parley, bare, ...: ``--rounds`` (3)
 of each per worker count) so that the noise of the 2-core machine hits both sides.
 Each phase also reports the CPU time (``/proc/<pid>/stat``) per turn of the dev server
-and of that side's worker processes: where a turn's cost goes, whatever the noise.
+and of that side's worker processes: where a turn's cost goes, whatever the noise. The
+end gives each as a ratio to bare (Parley's p50 over bare's), so that the cost is seen
+apart from the CPU the machine shares with whatever else runs.
 
 Workers are separate processes (``bench/_worker.py``), not Worker objects sharing this
 process: two workers in one process would share one event loop and one GIL, which is
@@ -20,8 +22,10 @@ Run from the repository root:
     .venv/bin/python bench/throughput.py [--conversations 50] [--turns 4] [--rounds 3]
         [--workers 1 2] [--json PATH]
 
-Ends with one line per worker count:
+Ends with two lines per worker count:
     throughput 1 worker: parley p50=NN.N turns/s bare p50=NN.N turns/s ratio=X.XX (target >= 0.9)
+    cpu per confirmed turn 1 worker: server X.XX x bare (NN vs NN ms), worker(s) X.XX x bare
+        (NN vs NN ms)
 """
 
 from __future__ import annotations
@@ -53,6 +57,19 @@ async def phase(conversation: Callable[[], Awaitable[None]], count: int) -> floa
     began = time.perf_counter()
     await asyncio.gather(*(conversation() for _ in range(count)))
     return time.perf_counter() - began
+
+
+def ratios(sides: dict[str, Any]) -> dict[str, float]:
+    """Parley over bare: throughput, and the dev server's and the workers' CPU per
+    confirmed turn (each a ratio of the two sides' p50s)."""
+    parley, bare = sides["parley"], sides["bare"]
+    return {
+        "throughput": parley["p50"] / bare["p50"],
+        "server_cpu_per_turn": parley["server_cpu_ms_per_turn_p50"]
+        / bare["server_cpu_ms_per_turn_p50"],
+        "workers_cpu_per_turn": parley["workers_cpu_ms_per_turn_p50"]
+        / bare["workers_cpu_ms_per_turn_p50"],
+    }
 
 
 def cpu_text(cpu: dict[str, list[float]]) -> str:
@@ -123,9 +140,12 @@ async def measure(args: argparse.Namespace, store_dir: str) -> dict[str, Any]:
                     "rounds": r,
                     "server_cpu_ms_per_turn_p50": statistics.median(cpu[side]["server"]),
                     "workers_cpu_ms_per_turn_p50": statistics.median(cpu[side]["workers"]),
+                    "server_cpu_ms_per_turn": cpu[side]["server"],
+                    "workers_cpu_ms_per_turn": cpu[side]["workers"],
                 }
                 for side, r in rates.items()
             }
+            results[str(workers)]["ratios"] = ratios(results[str(workers)])
     finally:
         await env.shutdown()
     return results
@@ -175,6 +195,16 @@ def main() -> None:
         print(
             f"throughput {label}: parley p50={p:.1f} turns/s bare p50={b:.1f} turns/s"
             f" ratio={p / b:.2f} (target >= {TARGET_RATIO})"
+        )
+        cpu_ratio = sides["ratios"]
+        parley, bare = sides["parley"], sides["bare"]
+        print(
+            f"cpu per confirmed turn {label}: server {cpu_ratio['server_cpu_per_turn']:.2f} x"
+            f" bare ({parley['server_cpu_ms_per_turn_p50']:.0f} vs"
+            f" {bare['server_cpu_ms_per_turn_p50']:.0f} ms), worker(s)"
+            f" {cpu_ratio['workers_cpu_per_turn']:.2f} x bare"
+            f" ({parley['workers_cpu_ms_per_turn_p50']:.0f} vs"
+            f" {bare['workers_cpu_ms_per_turn_p50']:.0f} ms)"
         )
 
 
