@@ -30,23 +30,49 @@ def compose(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+#: The secrets compose has no default for.
+SECRETS = {"PARLEY_PLANS_API_KEY": "k" * 20, "MINIO_ROOT_PASSWORD": "m" * 20}
+
+
 def test_docker_compose_config_validates_it() -> None:
-    checked = compose("config", "-q", PARLEY_PLANS_API_KEY="k" * 20)
+    checked = compose("config", "-q", **SECRETS)
     assert checked.returncode == 0, checked.stderr
-    services = compose("config", "--services", PARLEY_PLANS_API_KEY="k" * 20).stdout.split()
+    services = compose("config", "--services", **SECRETS).stdout.split()
     assert set(services) == {
         "postgresql",
         "temporal",
         "temporal-setup",
         "temporal-ui",
+        "minio",
+        "minio-setup",
         "worker",
         "gateway",
         "plans",
     }
-    # the plans key has no default: compose says which variable is missing
-    missing = compose("config", "-q")
-    assert missing.returncode != 0
-    assert "PARLEY_PLANS_API_KEY" in missing.stderr
+    # the secrets have no default: compose says which variable is missing
+    for name in SECRETS:
+        missing = compose("config", "-q", **{k: v for k, v in SECRETS.items() if k != name})
+        assert missing.returncode != 0
+        assert name in missing.stderr
+
+
+def test_every_worker_and_gateway_uses_the_bucket_the_setup_job_creates() -> None:
+    """Several worker hosts share no volume: the payload store is MinIO's bucket."""
+    spec = yaml.safe_load(compose("config", **SECRETS).stdout)
+    setup = " ".join(spec["services"]["minio-setup"]["command"])
+    assert "mc mb --ignore-existing" in setup
+    bucket = spec["services"]["minio-setup"]["environment"]["PARLEY_S3_BUCKET"]
+    for name in ("worker", "gateway"):
+        service = spec["services"][name]
+        environment = service["environment"]
+        assert environment["PARLEY_PAYLOAD_STORE"] == f"s3://{bucket}"
+        assert environment["AWS_ENDPOINT_URL"] == "http://minio:9000"
+        assert environment["AWS_SECRET_ACCESS_KEY"] == SECRETS["MINIO_ROOT_PASSWORD"]
+        assert service["depends_on"]["minio-setup"]["condition"] == (
+            "service_completed_successfully"
+        )
+        assert not service.get("volumes"), f"{name} needs no shared volume"
+    assert spec["services"]["worker"]["environment"]["PARLEY_STORE_GC_EVERY_SECONDS"]
 
 
 def test_compose_runs_two_workers_and_creates_the_search_attributes() -> None:
