@@ -31,7 +31,7 @@ from parley.contracts import CALL_MODEL
 from parley.errors import ContextLengthExceeded, ErrorType, ModelRequestError
 from parley.settings import Settings
 from tests.support import registry
-from tests.support.openai_fake import FakeOpenAI, error_body
+from tests.support.openai_fake import FakeOpenAI, ScriptedReply, error_body
 from tests.support.plans import activity_attempts, fetch
 from tests.support.transcripts import new_session
 
@@ -261,3 +261,14 @@ async def test_a_turn_past_the_window_fails_once_naming_it(parley_worker, fake: 
         fake.context_window = None  # as if the provider's window grew: the conversation goes on
         again = await conversations.send(sid, "alice", "short")
         assert (again.status, again.reply) == ("completed", "fits")
+
+
+def test_a_responder_answers_when_the_script_is_empty(fake: FakeOpenAI) -> None:
+    """For long conversations: every request answered from what it carries."""
+    fake.responder = lambda request: ScriptedReply(f"you sent {len(request.messages)}")
+    model = parley_model()
+    assert model.invoke([HumanMessage("one")]).content == "you sent 1"
+    assert model.invoke([HumanMessage("one"), HumanMessage("two")]).content == "you sent 2"
+    fake.responder = lambda request: None  # declines: the fake's own clear error
+    with pytest.raises(Exception, match="no scripted response left"):
+        model.invoke("three")
