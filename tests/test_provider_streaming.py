@@ -85,7 +85,7 @@ def test_parley_asks_for_usage_when_streaming(fake: FakeOpenAI) -> None:
 
 
 async def test_astream_delivers_words_as_the_provider_writes_them(fake: FakeOpenAI) -> None:
-    fake.reply(THIRTY_WORDS)
+    fake.reply(THIRTY_WORDS, chunk_delay=0.05)  # 1.5 s from first word to last
     chunks: list[AIMessageChunk] = []
     provider_done_at_first_text = None
     async for chunk in streaming_model().astream([HumanMessage("say thirty words")]):
