@@ -97,7 +97,8 @@ def stats(as_json: AsJson = False) -> None:
     out.print(
         Text(
             f"{found.objects} object(s), {found.bytes} bytes, oldest {oldest}; "
-            f"{found.conversations} conversation(s), {found.unclaimed} object(s) of none"
+            f"{found.conversations} conversation(s) refer to them, {found.unclaimed} "
+            "object(s) stored for none (never collected)"
         )
     )
 

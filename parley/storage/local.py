@@ -77,17 +77,20 @@ class LocalFileStorageDriver(PayloadStore):
         return str(self._root)
 
     def check_access(self) -> None:
-        try:
-            self._root.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
+        """Without creating anything (a reading client may have a read-only copy): the
+        root is a directory, or can be created in the nearest existing parent."""
+        if self._root.exists():
+            if not self._root.is_dir():
+                raise ValueError(
+                    f"PARLEY_PAYLOAD_STORE={str(self._root)!r} is a file, not a directory; "
+                    "name a directory or s3://bucket"
+                )
+            return
+        parent = next(p for p in self._root.absolute().parents if p.exists())
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
             raise ValueError(
-                f"PARLEY_PAYLOAD_STORE={str(self._root)!r} cannot be created "
-                f"({err.strerror or err}); name a writable directory or s3://bucket"
-            ) from None
-        if not os.access(self._root, os.W_OK | os.X_OK):
-            raise ValueError(
-                f"PARLEY_PAYLOAD_STORE={str(self._root)!r} is not writable by this user; "
-                "name a writable directory or s3://bucket"
+                f"PARLEY_PAYLOAD_STORE={str(self._root)!r} cannot be created: {parent} is "
+                "not a writable directory; name another directory or s3://bucket"
             )
 
     def _object(self, digest: str) -> Path:

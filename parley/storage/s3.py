@@ -120,7 +120,7 @@ class S3Objects:
             }
         return {**credentials, "region_name": self.config.region}
 
-    def _client_args(self, attempts: int) -> dict[str, Any]:
+    def _client_args(self, attempts: int, connect_timeout: float = 10) -> dict[str, Any]:
         # Path-style addressing for S3-compatible servers: bucket names need no DNS.
         style = {"addressing_style": "path"} if self.config.endpoint_url else {}
         return {
@@ -128,7 +128,7 @@ class S3Objects:
             "config": Config(
                 retries={"total_max_attempts": attempts, "mode": "standard"},
                 s3=style,
-                connect_timeout=10,
+                connect_timeout=connect_timeout,
                 read_timeout=60,
             ),
         }
@@ -171,8 +171,9 @@ class S3Objects:
         ``ValueError`` line."""
         where = self.config.endpoint_url or "AWS S3"
         try:
+            # A few quick tries: an unreachable server is said within seconds.
             client = boto3.Session(**self._session_args()).client(
-                "s3", **self._client_args(attempts=4)
+                "s3", **self._client_args(attempts=3, connect_timeout=3)
             )
             client.head_bucket(Bucket=self.bucket)
         except boto.NoCredentialsError:

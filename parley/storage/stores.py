@@ -104,8 +104,7 @@ def data_converter(
     every worker, client and Replayer uses."""
     if driver is None:
         driver = build_driver(settings.payload_store if settings is not None else None, settings)
-        if not isinstance(driver, LocalFileStorageDriver):
-            check_store(driver)  # a directory is created by its first write
+        check_store(driver)
     return dataclasses.replace(
         pydantic_data_converter,
         payload_converter_class=PayloadConverter,
