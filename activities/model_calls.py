@@ -30,13 +30,19 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
+    AIMessageChunk,
     BaseMessage,
-    BaseMessageChunk,
     message_chunk_to_message,
 )
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from parley.activities.compaction import (
+    DEFAULT_CONTEXT_TOKENS,
+    CompactionActivities,
+    ContextBudget,
+    model_view,
+)
 from parley.activities.heartbeat import heartbeating
 from parley.activities.models.failures import classify_model_error, model_error_type
 from parley.activities.redaction import redact
@@ -66,8 +72,17 @@ class ModelActivities:
         *,
         overload_codes: frozenset[str] = DEFAULT_OVERLOAD_CODES,
         notifications: bool = False,
+        context_budget: ContextBudget | None = None,
     ) -> None:
         self._overload_codes = overload_codes
+        #: No budget given: only a provider's "context length exceeded" compacts.
+        self._budgeted = context_budget is not None
+        self.compaction = CompactionActivities(
+            model,
+            transcripts,
+            context_budget or ContextBudget(DEFAULT_CONTEXT_TOKENS),
+            lambda exc: _model_failure(exc, overload_codes),
+        )
         self._registry = registry
         self._catalogue = registry.catalogue(notifications=notifications)
         self._transcripts = transcripts
@@ -82,9 +97,13 @@ class ModelActivities:
             model = self._model_for(request.subagent)
             history = await self._transcripts.load(request.context)
             messages = history + list(request.new_messages)
+            compaction = request.context.compaction if request.context else None
+            view = model_view(messages, compaction)
+            if self._budgeted and (over := self.compaction.over_budget(view)):
+                return await self._over_budget(request, over)
             message_id = f"{ASSISTANT_MESSAGE_PREFIX}{uuid.uuid4().hex[:12]}"
             try:
-                reply = await _streamed_reply(model, messages, _signaller(), message_id)
+                reply = await _streamed_reply(model, view, _signaller(), message_id)
             except Exception as exc:
                 # Not chained: the SDK exception text may echo the request and its key,
                 # and a chained cause would be stored in workflow history.
@@ -116,6 +135,20 @@ class ModelActivities:
         return CallModelOutput(
             message=reply, context=context, catalogue=self._catalogue if fresh else None
         )
+
+    async def _over_budget(self, request: CallModelInput, over: int) -> CallModelOutput:
+        """The model is not called: the new messages are stored, and the workflow is
+        told to compact (``compact_context``) and call again."""
+        info = activity.info()
+        context = request.context
+        if request.new_messages or context is None:
+            context = await self._transcripts.append(
+                context,
+                list(request.new_messages),
+                workflow_id=info.workflow_id,
+                namespace=info.namespace,
+            )
+        return CallModelOutput(context=context, over_budget=over)
 
     def _model_for(self, subagent: str | None) -> Any:
         if subagent is None:
@@ -169,7 +202,39 @@ async def _streamed_reply(
             streamer.update(text_of(reply))
     if reply is None:
         raise ModelRequestError("the model's stream ended without a reply")
-    return message_chunk_to_message(reply) if isinstance(reply, BaseMessageChunk) else reply
+    if not isinstance(reply, AIMessageChunk):
+        return reply
+    return _strict_arguments(message_chunk_to_message(reply), reply.tool_call_chunks)
+
+
+def _strict_arguments(message: Any, chunks: list[Any]) -> Any:
+    """A streamed reply's calls as a whole reply would have them. LangChain parses
+    streamed arguments leniently (``parse_partial_json`` closes what was cut off), so
+    arguments truncated by the provider would become a valid call with less in it:
+    each call's raw arguments are parsed strictly, and one that is not a JSON object
+    becomes an invalid call that the model is told about, as in a whole reply."""
+    raw_by_id = {chunk.get("id"): chunk.get("args") or "" for chunk in chunks}
+    calls, invalid = [], list(message.invalid_tool_calls)
+    for call in message.tool_calls:
+        raw = raw_by_id.get(call["id"], "")
+        try:
+            parsed = json.loads(raw) if raw.strip() else {}
+            error = None if isinstance(parsed, dict) else "the arguments are not a JSON object"
+        except ValueError as err:
+            error = f"the arguments are not valid JSON: {err}"
+        if error is None:
+            calls.append(call)
+        else:
+            invalid.append(
+                {
+                    "type": "invalid_tool_call",
+                    "id": call["id"],
+                    "name": call["name"],
+                    "args": raw,
+                    "error": error,
+                }
+            )
+    return message.model_copy(update={"tool_calls": calls, "invalid_tool_calls": invalid})
 
 
 def _signaller() -> Send | None:

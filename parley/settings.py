@@ -122,6 +122,10 @@ class Settings:
     namespace: str = DEFAULT_NAMESPACE
     task_queue: str = DEFAULT_TASK_QUEUE
     model: str = DEFAULT_MODEL
+    #: The model's context window in tokens (None: the known window of the model, if
+    #: any); the model's view is compacted before it would pass this less the reply room.
+    model_context_tokens: int | None = None
+    model_reply_tokens: int = 4_096
     tools: str = DEFAULT_TOOLS
     #: The policy file (TOML ``[[rule]]`` tables; ``parley.policies``), or None.
     policies_file: str | None = None
@@ -211,6 +215,8 @@ class Settings:
             task_queue=env.get("PARLEY_TASK_QUEUE", DEFAULT_TASK_QUEUE),
             model=env.get("PARLEY_MODEL", DEFAULT_MODEL),
             tools=env.get("PARLEY_TOOLS", DEFAULT_TOOLS),
+            model_context_tokens=_optional_int(env, "PARLEY_MODEL_CONTEXT_TOKENS"),
+            model_reply_tokens=_positive_int(env, "PARLEY_MODEL_REPLY_TOKENS", 4_096),
             policies_file=env.get("PARLEY_POLICIES", "").strip() or None,
             mcp_servers=env.get("PARLEY_MCP_SERVERS", "").strip() or None,
             pending_expiry_seconds=_positive_number(
@@ -316,6 +322,11 @@ def _optional_number(env: Env, name: str, *, example: str, most: float) -> float
     if not env.get(name, "").strip():
         return None
     return _positive_number(env, name, 1.0, example=example, most=most)
+
+
+def _optional_int(env: Env, name: str) -> int | None:
+    """:func:`_positive_int`, or None when the variable is unset or empty."""
+    return _positive_int(env, name, 1) if env.get(name, "").strip() else None
 
 
 def _codes(env: Env, name: str, default: frozenset[str]) -> frozenset[str]:

@@ -30,6 +30,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
+from parley.activities.compaction import ContextBudget, known_window
 from parley.activities.http import aclose_shared_client, new_http_client
 from parley.activities.model_calls import ModelActivities
 from parley.activities.models import build_chat_model
@@ -85,6 +86,16 @@ def load_tools_and_model(
     return registry, model
 
 
+def context_budget(settings: Settings) -> ContextBudget | None:
+    """The model's context budget: ``PARLEY_MODEL_CONTEXT_TOKENS``, else the known
+    window of the model; None for a model nobody knows (only a provider's refusal
+    then compacts)."""
+    tokens = settings.model_context_tokens or known_window(settings.model)
+    if tokens is None:
+        return None
+    return ContextBudget(tokens, reply_tokens=min(settings.model_reply_tokens, tokens // 2))
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -111,10 +122,12 @@ def build_worker(
         transcripts,
         overload_codes=settings.model_overload_codes,
         notifications=settings.notify_url is not None,
+        context_budget=context_budget(settings),
     )
     tool_activities = ToolActivities(registry, max_result_bytes=settings.max_tool_result_bytes)
     activities: list[Callable[..., Any]] = [
         model_activities.call_model,
+        model_activities.compaction.compact_context,
         tool_activities.canonical_args,
         tool_activities.run_tool,
     ]

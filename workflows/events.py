@@ -44,6 +44,8 @@ with workflow.unsafe.imports_passed_through():
 DECISION_REFUSED = "parley.decision_refused"
 #: A streamed message that will not be completed (its model call was retried or failed).
 STREAM_DISCARDED = "parley.stream_discarded"
+#: The model now sees a summary in place of the conversation's oldest messages.
+COMPACTED = "parley.compacted"
 
 
 def decision_schema(call: PendingCall, catalogue: ToolCatalogue) -> dict[str, Any]:
@@ -103,6 +105,10 @@ class EventLog:
 
     def text_end(self, message_id: str) -> None:
         self._emit(TextMessageEndEvent(message_id=message_id))
+
+    def compacted(self, detail: dict[str, Any]) -> None:
+        """The model's view of the conversation was compacted (``model_calls``)."""
+        self._emit(CustomEvent(name=COMPACTED, value=detail))
 
     def stream_discarded(self, message_id: str, reason: str) -> None:
         self._emit(

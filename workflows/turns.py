@@ -24,10 +24,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from parley.contracts import (
-    CALL_MODEL,
     PREVIEW_ARGS_CHARS,
     CallModelInput,
-    CallModelOutput,
     ConversationStart,
     ConversationState,
     DecideInput,
@@ -39,12 +37,12 @@ from parley.contracts import (
     text_of,
 )
 from parley.errors import ErrorType
-from parley.settings import MODEL_ACTIVITY
 from parley.workflows import metrics
 from parley.workflows.decisions import Decisions
 from parley.workflows.events import EventLog
 from parley.workflows.execution import ToolRunner, TurnFailed
 from parley.workflows.ledger import Ledger, error_result
+from parley.workflows.model_calls import ModelCaller
 from parley.workflows.notifying import Notifier
 from parley.workflows.publishing import set_status
 from parley.workflows.streaming import ReplyStream
@@ -74,6 +72,7 @@ class TurnEngine:
         self._ledger = ledger
         self._events = events
         self._stream = stream
+        self._model = ModelCaller(ledger, events)
         self.notifier = Notifier(state, start, ledger, self._catalogue)
         self.subagents = Subagents(state, start, ledger, self._catalogue)
         self._tools = ToolRunner(state, start, ledger, self.subagents, self._catalogue)
@@ -210,18 +209,13 @@ class TurnEngine:
         known = (state.tools.version if state.tools else "") if check_catalogue else None
         self._stream.begin()
         try:
-            output: CallModelOutput = await workflow.execute_activity(
-                CALL_MODEL,
+            output = await self._model.call(
                 CallModelInput(
                     context=state.transcript.model_context,
                     new_messages=new_messages,
                     catalogue_version=known,
                     subagent=self._start.subagent.name if self._start.subagent else None,
-                ),
-                start_to_close_timeout=MODEL_ACTIVITY.start_to_close,
-                heartbeat_timeout=MODEL_ACTIVITY.heartbeat,
-                retry_policy=MODEL_ACTIVITY.retry,
-                result_type=CallModelOutput,
+                )
             )
         except ActivityError as err:
             self._stream.fail()
@@ -230,6 +224,7 @@ class TurnEngine:
             code = (cause.type if isinstance(cause, ApplicationError) else None) or "model"
             raise TurnFailed(f"the model call failed: {message}", code) from err
         ai = output.message
+        assert ai is not None  # ModelCaller returns replies only
         self._usage.add(ai)
         if output.catalogue is not None:
             state.tools = output.catalogue

@@ -60,6 +60,8 @@ from parley.contracts.limits import (
 from parley.contracts.model import (
     CallModelInput,
     CallModelOutput,
+    CompactContextInput,
+    Compaction,
     ContextRef,
     StreamDelta,
 )
@@ -67,6 +69,7 @@ from parley.contracts.names import (
     ASSISTANT_MESSAGE_PREFIX,
     CALL_MODEL,
     CANONICAL_ARGS,
+    COMPACT_CONTEXT,
     NOTIFY,
     PARLEY_PENDING_TOOLS,
     PARLEY_REVIEWERS,
@@ -131,6 +134,7 @@ __all__ = [
     "ASSISTANT_MESSAGE_PREFIX",
     "CALL_MODEL",
     "CANONICAL_ARGS",
+    "COMPACT_CONTEXT",
     "KEPT_AUDIT_ENTRIES",
     "KEPT_EVENTS",
     "KEPT_TRANSCRIPT_CHARS",
@@ -164,6 +168,8 @@ __all__ = [
     "CanonicalArgsInput",
     "CanonicalArgsOutput",
     "CompactAIMessage",
+    "CompactContextInput",
+    "Compaction",
     "ContextRef",
     "Contract",
     "ConversationSnapshot",

@@ -216,6 +216,7 @@ class AuditEntry(Contract):
         "upgraded",
         "delegated",
         "ended",
+        "compacted",
     ]
     actor: str
     tool_call_id: str | None = None

@@ -86,6 +86,7 @@ def turn_tool_result(tool_call_id: str, name: str, result: ToolResult) -> TurnTo
             preview.error = result.error.model_copy(update={"body": f"[{size:,} bytes left out]"})
     return preview
 
+
 #: Streaming a reply (``call_model`` → its workflow, by signal): the first batch goes
 #: this soon after the first text (a reply that arrives whole in one piece is never
 #: streamed: it ends first), later ones at most every ``STREAM_BATCH_SECONDS``. Each

@@ -10,13 +10,35 @@ from parley.contracts.payloads import CompactAIMessage, Contract, Messages
 from parley.contracts.tools import ToolCatalogue
 
 
+class Compaction(Contract):
+    """What the model sees in place of the transcript's first ``covers`` messages: a
+    summary of them, written by a model call (``compact_context``). The messages stay
+    whole in the chain; only the model's view is shorter."""
+
+    covers: int
+    summary: str
+    #: The model's view before and after, in tokens (as the worker counts them).
+    tokens_before: int
+    tokens_after: int
+
+
 class ContextRef(Contract):
     """Where the model's transcript so far is stored (``parley.storage``'s chain): the
     store's small claim (every process uses the one ``PARLEY_PAYLOAD_STORE``) and how
-    many messages it covers."""
+    many messages it covers, and the latest compaction of the model's view of it."""
 
     claim: dict[str, str]
     length: int
+    compaction: Compaction | None = None
+
+
+class CompactContextInput(Contract):
+    """``compact_context``: the stored transcript, the messages not yet stored, and
+    whether a first compaction was not enough (the provider still refused)."""
+
+    context: ContextRef | None = None
+    new_messages: Messages = Field(default_factory=list)
+    harder: bool = False
 
 
 class CallModelInput(Contract):
@@ -35,7 +57,11 @@ class CallModelInput(Contract):
 
 
 class CallModelOutput(Contract):
-    message: CompactAIMessage
+    #: None when the model's view would pass the worker's context budget: the model was
+    #: not called, ``context`` holds the new messages, and ``over_budget`` says by how
+    #: much; the workflow compacts (``compact_context``) and calls again.
+    message: CompactAIMessage | None = None
+    over_budget: int | None = None
     #: The transcript including ``message``.
     context: ContextRef
     catalogue: ToolCatalogue | None = None

@@ -17,6 +17,8 @@ RUN_TOOL = "parley.run_tool"
 NOTIFY = "parley.notify"
 #: Validates a call's arguments and puts them in the tool's canonical form (an edit).
 CANONICAL_ARGS = "parley.canonical_args"
+#: Summarizes the older part of a conversation for the model (a bounded context).
+COMPACT_CONTEXT = "parley.compact_context"
 #: The signal by which ``call_model`` streams its reply's text to its own workflow.
 STREAM_DELTA_SIGNAL = "stream_delta"
 

@@ -131,7 +131,9 @@ class TranscriptStore:
             target=StorageDriverWorkflowInfo(namespace=namespace, id=workflow_id)
         )
         [claim] = await self._driver.store(context, [payload])
-        ref = ContextRef(claim=dict(claim.claim_data), length=len(whole))
+        # The model's view keeps its compaction as the chain grows.
+        compaction = parent.compaction if parent is not None else None
+        ref = ContextRef(claim=dict(claim.claim_data), length=len(whole), compaction=compaction)
         # The chain moved on: its old head is read again only if this model call is
         # retried, so it leaves the cache to the conversations' current heads.
         if parent is not None:
