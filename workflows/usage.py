@@ -41,7 +41,11 @@ class UsageMeter:
 
     def add(self, reply: Any) -> None:
         """Record one model call's usage, from its reply."""
-        call = Usage.of_call(reply)
+        self.add_usage(Usage.of_call(reply))
+
+    def add_usage(self, call: Usage) -> None:
+        """Record a model call's usage that came back without its reply (a summary
+        written by another activity, say: ``Usage.of_call`` of its reply)."""
         self._turn = call if self._turn is None else self._turn + call
         self._state.usage = call if self._state.usage is None else self._state.usage + call
         metrics.model_tokens(call.input_tokens, call.output_tokens)
