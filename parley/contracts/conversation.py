@@ -13,6 +13,7 @@ from pydantic import (
     model_validator,
 )
 
+from parley.contracts.busy import WhileBusy
 from parley.contracts.model import ContextRef
 from parley.contracts.names import (
     ConversationStatus,
@@ -63,6 +64,9 @@ class SendMessageInput(StrictInput):
     text: str
     message_id: str
     user_id: str
+    #: What to do if a turn is running when the message arrives (``parley.contracts.busy``);
+    #: None: the conversation's default (``ConversationStart.while_busy``).
+    while_busy: WhileBusy | None = None
 
 
 class Decision(StrictInput):
@@ -216,6 +220,9 @@ class AuditEntry(Contract):
         "upgraded",
         "delegated",
         "ended",
+        "enqueued",
+        "interrupted",
+        "unqueued",
         "compacted",
     ]
     actor: str

@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from parley.contracts.busy import QueuedMessage, WhileBusy
 from parley.contracts.conversation import (
     AuditEntry,
     Counters,
@@ -187,6 +188,9 @@ class ConversationState(Contract):
     delegations: DelegationState = Field(default_factory=DelegationState)
     #: The tokens of every model call so far (``parley.workflows.usage``); None: none yet.
     usage: Usage | None = None
+    #: Messages that arrived while a turn ran and wait for one (``parley.workflows.busy``;
+    #: at most ``QUEUED_MESSAGES_MAX``), oldest first.
+    queued_messages: list[QueuedMessage] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -237,6 +241,9 @@ class ConversationStart(Contract):
     #: Users besides the owner who may read the conversation and decide on its calls
     #: (a policy rule may require one of them: ``PolicyRule.requires_reviewer``).
     reviewers: list[str] = Field(default_factory=list, max_length=32)
+    #: What a message sent while a turn runs does when it does not say (``while_busy``
+    #: of ``SendMessageInput``); None: ``reject``.
+    while_busy: WhileBusy | None = None
     #: Set when a parent conversation starts this one as a subagent (a child workflow).
     subagent: SubagentTask | None = None
     #: Set only by continue-as-new: everything the previous run held.
