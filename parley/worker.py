@@ -1,8 +1,10 @@
 """Builds the Temporal client and runs Parley's worker: wiring only, no logic.
 
 The worker hosts ``ConversationWorkflow`` and the activities, with the tools of
-``PARLEY_TOOLS`` and the model of ``PARLEY_MODEL``. Secrets (API keys) are read here,
-on the worker, and never enter workflow input or history. The client's data converter
+``PARLEY_TOOLS`` and the model of ``PARLEY_MODEL``, and the payload store's garbage
+collection (``StoreGcWorkflow``; the Schedule of ``PARLEY_STORE_GC_EVERY_SECONDS``).
+Secrets (API keys) are read here, on the worker, and never enter workflow input or
+history. The client's data converter
 (``parley.storage.data_converter``) decides where large payloads and transcript segments
 go; ``call_model`` writes its transcript chain to the same store.
 """

@@ -8,7 +8,9 @@
 - ``gateway``, ``plans``, ``dev``, ``cli``, ``browser``, ``webhook``, ``time_skipping``,
   ``policy_tools``: servers, clients and fixtures by area;
 - ``liveness_tools``, ``fault_models``, ``mcp_notes_server``, ``mcp_flaky_start``,
-  ``openai_fake``: loaded by worker processes or run as commands, by module path.
+  ``openai_fake``, ``store_tools``: loaded by worker processes or run as commands, by
+  module path;
+- ``s3``: an S3 API server (``moto_server``) and a fault-injecting proxy in front of it.
 
 The names below are the ones most tests use, importable as ``tests.support.<name>``."""
 
