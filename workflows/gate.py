@@ -25,6 +25,7 @@ from parley.contracts import (
     SubagentTask,
     ToolCatalogue,
 )
+from parley.contracts.busy import QUEUED_MESSAGES_MAX, WhileBusy
 from parley.errors import (
     NOT_OWNER_MESSAGE,
     ConversationEnded,
@@ -87,10 +88,13 @@ def check_message(
     max_bytes: int,
     *,
     subagent: SubagentTask | None = None,
-) -> None:
+    while_busy: WhileBusy = "reject",
+) -> bool:
     """A chat message may start a turn: the owner's, not empty, not too large, no
     decision owed (a chat message never approves a tool call), and not to a subagent's
-    conversation (``subagent``: its task), which takes only its task."""
+    conversation (``subagent``: its task), which takes only its task. True: it is to
+    wait for a turn (``while_busy`` enqueue or interrupt while the conversation is busy
+    with a turn or queued messages; ``parley.workflows.busy``), within the queue's bound."""
     check_owner(state, message.user_id)
     if subagent is not None:
         parent = subagent.parent_workflow_id.removeprefix(WORKFLOW_ID_PREFIX)
@@ -98,7 +102,15 @@ def check_message(
             f"this is subagent {subagent.name}'s conversation, working on a task for "
             f"conversation {parent}; it takes no messages. Write to {parent} instead."
         )
-    check_open(state)
+    waits = while_busy != "reject" and (state.turn_running or bool(state.queued_messages))
+    if state.turn_running and not waits and not state.ended:
+        raise TurnInProgress(
+            "a turn is still running in this conversation; wait for its result, or send "
+            "the message with while_busy enqueue (it becomes the next turn) or interrupt "
+            "(the model's answer in progress is stopped and the message joins the turn)"
+        )
+    if state.ended or not waits:
+        check_open(state)
     if not message.text.strip():
         raise InvalidMessage("the message is empty")
     if message.message_id.startswith(ASSISTANT_MESSAGE_PREFIX):
@@ -113,6 +125,14 @@ def check_message(
             f"{max_bytes:,} bytes per message. Send a shorter message, or share a large "
             "text as a file a tool can read."
         )
+    if waits:
+        if len(state.queued_messages) >= QUEUED_MESSAGES_MAX:
+            raise TurnInProgress(
+                f"{len(state.queued_messages)} messages already wait for a turn in this "
+                f"conversation (at most {QUEUED_MESSAGES_MAX}); send this one once a "
+                "turn is done"
+            )
+        return True
     if state.pending:
         ids = ", ".join(f"{c.tool_call_id} ({c.name})" for c in state.pending)
         raise DecisionsOwed(
@@ -120,6 +140,12 @@ def check_message(
             "Approve, edit, reject or respond to them first; a chat message never "
             "approves a tool call."
         )
+    if state.queued_messages:
+        raise TurnInProgress(
+            f"{len(state.queued_messages)} queued message(s) wait for their turn in this "
+            "conversation; wait for their result, or send with while_busy enqueue"
+        )
+    return False
 
 
 def expired_calls(pending: list[PendingCall], now: datetime) -> list[PendingCall]:
