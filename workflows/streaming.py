@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
 #: Why a streamed message was dropped (the ``reason`` of ``parley.stream_discarded``).
 RETRIED = "the model call was retried; its reply follows as a new message"
 FAILED = "the model call failed"
+INTERRUPTED = "a new message interrupted the model call; the reply follows as a new message"
 
 
 class ReplyStream:
@@ -76,10 +77,11 @@ class ReplyStream:
             self._events.text_message(message_id, text)
             self._ended.add(message_id)
 
-    def fail(self) -> None:
-        """The call failed for good: what it streamed is withdrawn."""
+    def fail(self, reason: str = FAILED) -> None:
+        """The call failed for good, or was cancelled (``INTERRUPTED``): what it
+        streamed is withdrawn."""
         self._calling = False
-        self._discard_others(keep=None, reason=FAILED)
+        self._discard_others(keep=None, reason=reason)
 
     def _discard_others(self, *, keep: str | None, reason: str) -> None:
         for message_id in [m for m in self._open if m != keep]:
