@@ -43,6 +43,7 @@ from parley.contracts import (
     CompactContextInput,
     Compaction,
     ContextRef,
+    Usage,
     text_of,
 )
 from parley.errors import ErrorType
@@ -201,14 +202,20 @@ class CompactionActivities:
                 late[-1],
             ),
         )
-        summary = await self._summarize(previous.summary if previous else None, messages[start:cut])
-        compaction = Compaction(covers=cut, summary=summary, tokens_before=before, tokens_after=0)
+        summary, usage = await self._summarize(
+            previous.summary if previous else None, messages[start:cut]
+        )
+        compaction = Compaction(
+            covers=cut, summary=summary, tokens_before=before, tokens_after=0, usage=usage
+        )
         after = self._count(model_view(messages, compaction))
         if after > self._budget.input_tokens:
             raise self._cannot_fit(after)
         return compaction.model_copy(update={"tokens_after": after})
 
-    async def _summarize(self, previous: str | None, messages: list[AnyMessage]) -> str:
+    async def _summarize(
+        self, previous: str | None, messages: list[AnyMessage]
+    ) -> tuple[str, Usage]:
         text = summarizer_input(previous, messages)
         room = self._budget.input_tokens // 2 * 4  # characters, at about four a token
         if len(text) > room:
@@ -219,7 +226,8 @@ class CompactionActivities:
             )
         except Exception as exc:
             raise self._failure(exc) from None
-        return text_of(reply)[:SUMMARY_MAX_CHARS].strip() or "(nothing to summarize)"
+        summary = text_of(reply)[:SUMMARY_MAX_CHARS].strip() or "(nothing to summarize)"
+        return summary, Usage.of_call(reply)
 
     def _cannot_fit(self, tokens: int) -> ApplicationError:
         return ApplicationError(

@@ -34,6 +34,13 @@ only the tools ``tools`` names, behind the same rules and gate::
     tools = ["list_plans", "get_plan", "create_plan"]
     instructions = "You plan work. Record each plan with create_plan."
 
+One ``[budget]`` table may set a spending mark: once a conversation's model calls have
+used that many tokens in all, its next model call waits for a decision (approve raises
+the mark by the same step, reject ends the turn)::
+
+    [budget]
+    confirm_over_tokens = 200000
+
 A mistake in the file stops the worker at start with the rule (or subagent) and the
 reason; it is never half applied.
 """
@@ -47,7 +54,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from parley.contracts import PolicyRule, SubagentSpec
+from parley.contracts import PolicyRule, SpendBudget, SubagentSpec
 from parley.loading import read_config_file
 
 M = TypeVar("M", bound=BaseModel)
@@ -59,6 +66,7 @@ class Policies:
 
     rules: list[PolicyRule] = field(default_factory=list)
     subagents: list[SubagentSpec] = field(default_factory=list)
+    budget: SpendBudget | None = None
 
 
 def load_policies(path: str | Path, *, tool_names: list[str] | None = None) -> Policies:
@@ -66,12 +74,18 @@ def load_policies(path: str | Path, *, tool_names: list[str] | None = None) -> P
     ``tool_names`` is given (a pattern that matches none is a mistake)."""
     file = Path(path)
     raw = read_config_file(file, "PARLEY_POLICIES", "TOML")
-    unknown = set(raw) - {"rule", "subagent"}
+    unknown = set(raw) - {"rule", "subagent", "budget"}
     if unknown:
         raise ValueError(
             f"PARLEY_POLICIES: {file} has {', '.join(sorted(unknown))}; "
-            "write each rule as a [[rule]] table and each subagent as a [[subagent]] table"
+            "write each rule as a [[rule]] table, each subagent as a [[subagent]] table "
+            "and the spending mark as one [budget] table"
         )
+    budget = None
+    if "budget" in raw:
+        if not isinstance(raw["budget"], dict):
+            raise ValueError(f"PARLEY_POLICIES: write the budget in {file} as one [budget] table")
+        budget = _parsed(SpendBudget, raw["budget"], "[budget]", file)
     subagents: list[SubagentSpec] = []
     for number, table in enumerate(_tables(raw, "subagent", file), start=1):
         subagent = _parsed(SubagentSpec, table, f"subagent {table.get('name') or number}", file)
@@ -106,7 +120,7 @@ def load_policies(path: str | Path, *, tool_names: list[str] | None = None) -> P
         if rule.name in {r.name for r in rules}:
             raise ValueError(f"PARLEY_POLICIES: two rules in {file} are named {rule.name!r}")
         rules.append(rule)
-    return Policies(rules=rules, subagents=subagents)
+    return Policies(rules=rules, subagents=subagents, budget=budget)
 
 
 def _tables(raw: dict[str, Any], key: str, file: Path) -> list[dict[str, Any]]:

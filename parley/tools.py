@@ -38,6 +38,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from parley.contracts import (
     SUBAGENT_ARGS_SCHEMA,
     PolicyRule,
+    SpendBudget,
     SubagentSpec,
     ToolCatalogue,
     ToolPolicy,
@@ -251,6 +252,8 @@ class ToolRegistry:
     ) -> None:
         self.rules: list[PolicyRule] = list(rules)
         self.subagents: list[SubagentSpec] = list(subagents)
+        #: The policy file's ``[budget]`` (None: model use never waits for a decision).
+        self.spend: SpendBudget | None = None
         self._tools: dict[str, ParleyTool] = {}
         for item in tools:
             tool = item if isinstance(item, ParleyTool) else ParleyTool(item)
@@ -283,6 +286,8 @@ class ToolRegistry:
             described.append({"notifications": True})
         described += [{"rule": r.model_dump(mode="json")} for r in self.rules]
         described += [{"subagent": s.model_dump(mode="json")} for s in self.subagents]
+        if self.spend is not None:
+            described.append({"spend": self.spend.model_dump(mode="json")})
         digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
         return ToolCatalogue(
             tools=specs,
@@ -290,6 +295,7 @@ class ToolRegistry:
             notifications=notifications,
             rules=self.rules,
             subagents=self.subagents,
+            spend=self.spend,
         )
 
     def __len__(self) -> int:
@@ -388,4 +394,5 @@ def load_registry(
     if settings is not None and settings.policies_file:
         policies = load_policies(settings.policies_file, tool_names=registry.names())
         registry.rules, registry.subagents = policies.rules, policies.subagents
+        registry.spend = policies.budget
     return registry

@@ -44,6 +44,7 @@ async def test_events_follow_ag_ui_and_resume_from_an_offset(parley_worker) -> N
             "TOOL_CALL_START",
             "TOOL_CALL_ARGS",
             "TOOL_CALL_END",
+            "CUSTOM",  # parley.usage, before the run's end (issue 21)
             "RUN_FINISHED",
         ]
         assert json.loads(first[5]["delta"]) == {"title": "a"}

@@ -19,6 +19,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from parley.contracts import (
     CANONICAL_ARGS,
+    SPEND_CALL,
     CanonicalArgsInput,
     CanonicalArgsOutput,
     ConversationStart,
@@ -38,6 +39,7 @@ from parley.settings import CANONICAL_ARGS_ACTIVITY
 from parley.workflows import metrics
 from parley.workflows.execution import ToolRunner, TurnFailed
 from parley.workflows.ledger import Ledger
+from parley.workflows.spending import SpendGate
 from parley.workflows.subagents import Subagents
 from parley.workflows.triage import Proposal, Refuse, Run, Verdict, Wait, triage
 
@@ -66,6 +68,7 @@ class Decisions:
         self._catalogue = catalogue
         self._proposal = proposal
         self._execute = tools.execute
+        self.spend = SpendGate(state, start, ledger, catalogue)
 
     async def review_edits(self, decide: DecideInput) -> dict[str, tuple[ToolCall, Verdict]]:
         """Each edit as a new proposal: its arguments made canonical by the worker, then
@@ -167,7 +170,9 @@ class Decisions:
         decided_by: str,
         edit: tuple[ToolCall, Verdict] | None,
     ) -> None:
-        if decision.action == "approve":
+        if call.name == SPEND_CALL:
+            self.spend.decide(call, decision, decided_by)
+        elif decision.action == "approve":
             await self._execute(call, approved_by=decided_by, edited_by=call.edited_by)
         elif decision.action == "edit" and edit is None:  # recorded before the patch
             edited = ToolCall(tool_call_id=call.tool_call_id, name=call.name, args=decision.args)

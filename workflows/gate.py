@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from parley.contracts import (
     ASSISTANT_MESSAGE_PREFIX,
+    SPEND_CALL,
     WORKFLOW_ID_PREFIX,
     ConversationState,
     DecideInput,
@@ -198,6 +199,13 @@ def check_decisions(state: ConversationState, decision: DecideInput, now: dateti
                 "a remembered edit would run later calls with args nobody saw"
             )
         call = pending.get(d.tool_call_id)
+        if call is not None and call.name == SPEND_CALL:
+            if d.action not in ("approve", "reject") or d.remember:
+                problems.append(
+                    f"{d.tool_call_id} asks whether the conversation may go on spending: "
+                    "approve or reject it (it cannot be remembered)"
+                )
+            continue
         if call is not None and d.args_hash is not None and d.args_hash != call.args_hash:
             problems.append(
                 f"the arguments of {d.tool_call_id} are no longer the ones you decided on "

@@ -66,6 +66,11 @@ class Ledger:
         #: The one owner of the pending list.
         self.pending = PendingCalls(state)
 
+    @property
+    def events(self) -> EventLog:
+        """The event log the ledger writes results to (the assistant's texts go there too)."""
+        return self._events
+
     def audit(
         self,
         event: str,

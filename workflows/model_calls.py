@@ -30,15 +30,17 @@ with workflow.unsafe.imports_passed_through():
     from parley.workflows.events import EventLog
     from parley.workflows.execution import TurnFailed
     from parley.workflows.ledger import Ledger
+    from parley.workflows.usage import UsageMeter
 
 #: Compactions one model call may run: a first, and a harder one after a refusal.
 COMPACTIONS_PER_CALL = 2
 
 
 class ModelCaller:
-    def __init__(self, ledger: Ledger, events: EventLog) -> None:
+    def __init__(self, ledger: Ledger, events: EventLog, usage: UsageMeter) -> None:
         self._ledger = ledger
         self._events = events
+        self._usage = usage
 
     async def call(self, request: CallModelInput) -> CallModelOutput:
         """The model's reply (``message`` set), compacting on the way when needed."""
@@ -96,6 +98,8 @@ class ModelCaller:
         )
         compaction = context.compaction
         assert compaction is not None
+        if compaction.usage is not None:
+            self._usage.add_usage(compaction.usage)
         detail = {
             "covers": compaction.covers,
             "tokens_before": compaction.tokens_before,

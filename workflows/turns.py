@@ -72,14 +72,15 @@ class TurnEngine:
         self._ledger = ledger
         self._events = events
         self._stream = stream
-        self._model = ModelCaller(ledger, events)
+        self._usage = UsageMeter(state, events)
+        self._model = ModelCaller(ledger, events, self._usage)
         self.notifier = Notifier(state, start, ledger, self._catalogue)
         self.subagents = Subagents(state, start, ledger, self._catalogue)
         self._tools = ToolRunner(state, start, ledger, self.subagents, self._catalogue)
-        self._usage = UsageMeter(state, events)
         self._decisions = Decisions(
             state, start, ledger, self.subagents, self._catalogue, self._proposal, self._tools
         )
+        self._spend = self._decisions.spend
 
     async def run(
         self,
@@ -147,11 +148,14 @@ class TurnEngine:
             if decisions is not None:
                 await self._decisions.apply(decisions, edits)
             for call in expired:
-                self._ledger.answer_timed_out(call, self._start.pending_expiry_seconds)
+                if not self._spend.expired(call):
+                    self._ledger.answer_timed_out(call, self._start.pending_expiry_seconds)
             if subagent_news:
                 self.subagents.apply_news()
             if self._state.pending:
                 return self._ledger.turn_result("awaiting_approval")
+            if declined := self._spend.take_declined():
+                return self._ledger.turn_result("completed", reply=declined)
             return await self._model_loop(check_catalogue=decisions is None)
         except TurnFailed as failure:
             self.subagents.stop("the turn that started it failed")
@@ -184,6 +188,8 @@ class TurnEngine:
         decision. A turn that a message starts checks the worker's tool catalogue on its
         first call (a deploy in between is seen at the next message)."""
         for call_number in range(self._start.max_model_calls_per_turn):
+            if self._spend.must_ask():
+                return self._ledger.turn_result("awaiting_approval")
             ai = await self._call_model(check_catalogue=check_catalogue and call_number == 0)
             if not ai.tool_calls and not ai.invalid_tool_calls:
                 return self._ledger.turn_result("completed", reply=text_of(ai))

@@ -104,7 +104,14 @@ from parley.contracts.payloads import (
     PayloadConverter,
     text_of,
 )
-from parley.contracts.policies import PolicyOutcome, PolicyRule, call_shape, evaluate
+from parley.contracts.policies import (
+    SPEND_CALL,
+    PolicyOutcome,
+    PolicyRule,
+    SpendBudget,
+    call_shape,
+    evaluate,
+)
 from parley.contracts.state import (
     AuditWindow,
     ConversationStart,
@@ -154,6 +161,7 @@ __all__ = [
     "RUN_TOOL",
     "SEARCH_ATTRIBUTES",
     "SESSION_ID_PATTERN",
+    "SPEND_CALL",
     "STREAM_DELTA_SIGNAL",
     "SUBAGENT_ARGS_SCHEMA",
     "SUBAGENT_CALL_PREFIX",
@@ -201,6 +209,7 @@ __all__ = [
     "RunToolInput",
     "RunToolOutput",
     "SendMessageInput",
+    "SpendBudget",
     "StateQuery",
     "StreamDelta",
     "SubagentRef",

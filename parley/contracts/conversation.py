@@ -224,6 +224,7 @@ class AuditEntry(Contract):
         "interrupted",
         "unqueued",
         "compacted",
+        "spending",
     ]
     actor: str
     tool_call_id: str | None = None

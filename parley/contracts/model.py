@@ -8,6 +8,7 @@ from pydantic import (
 
 from parley.contracts.payloads import CompactAIMessage, Contract, Messages
 from parley.contracts.tools import ToolCatalogue
+from parley.contracts.usage import Usage
 
 
 class Compaction(Contract):
@@ -20,6 +21,8 @@ class Compaction(Contract):
     #: The model's view before and after, in tokens (as the worker counts them).
     tokens_before: int
     tokens_after: int
+    #: What the summarizing model call used (counted with the conversation's usage).
+    usage: Usage | None = None
 
 
 class ContextRef(Contract):

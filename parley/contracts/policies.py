@@ -31,12 +31,27 @@ import unicodedata
 from datetime import datetime, time, timedelta
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from parley.contracts.names import ToolPolicy
 from parley.contracts.payloads import Contract
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+#: The name of the pending call that asks whether a conversation may go on spending.
+SPEND_CALL = "parley_continue_spending"
+
+
+class SpendBudget(Contract):
+    """The policy file's ``[budget]``: once a conversation's model calls have used
+    ``confirm_over_tokens`` tokens in all, its next model call waits for a decision, as a
+    tool call does (``SPEND_CALL``). Approving raises the mark by the same step;
+    rejecting ends the turn."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    confirm_over_tokens: int = Field(ge=1)
 
 
 class PolicyRule(Contract):

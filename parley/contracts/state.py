@@ -191,6 +191,9 @@ class ConversationState(Contract):
     #: Messages that arrived while a turn ran and wait for one (``parley.workflows.busy``;
     #: at most ``QUEUED_MESSAGES_MAX``), oldest first.
     queued_messages: list[QueuedMessage] = Field(default_factory=list)
+    #: The spending mark now, in total tokens (``parley.workflows.spending``); None: the
+    #: policy file's ``[budget]`` step, if any.
+    spend_mark: int | None = None
 
     @model_validator(mode="before")
     @classmethod

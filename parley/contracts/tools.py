@@ -16,7 +16,7 @@ from pydantic import (
 
 from parley.contracts.names import ResultStatus, ToolPolicy
 from parley.contracts.payloads import Contract, _ContentOfPayload
-from parley.contracts.policies import PolicyRule
+from parley.contracts.policies import PolicyRule, SpendBudget
 
 
 class ToolSpec(Contract):
@@ -100,6 +100,8 @@ class ToolCatalogue(Contract):
     rules: list[PolicyRule] = Field(default_factory=list)
     #: The worker's subagents; each is also in ``tools``, as the tool that starts it.
     subagents: list[SubagentSpec] = Field(default_factory=list)
+    #: The policy file's ``[budget]``: when a conversation's model use waits for a decision.
+    spend: SpendBudget | None = None
 
     def get(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)

@@ -1,0 +1,118 @@
+"""Spend approval (issue 21, point 3): with the policy file's ``[budget]
+confirm_over_tokens``, a conversation whose model calls have used that many tokens
+waits for a decision before its next model call, like a tool call. Approve goes on and
+raises the mark by the same step; reject ends the turn with a reply saying so; both are
+audited. The tokens are what a real provider client reported (langchain-openai against
+a local server speaking the OpenAI protocol)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parley.activities.models.openai_provider import build_openai_model
+from parley.client import ConversationRefused
+from parley.contracts import SPEND_CALL, Decision, SpendBudget
+from parley.policies import load_policies
+from parley.settings import Settings
+from tests.support import registry
+from tests.support.openai_fake import FakeOpenAI
+from tests.support.transcripts import new_session
+
+KEY = "sk-spending-test-0000"
+
+
+@pytest.fixture
+async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI(api_key=KEY) as running:
+        monkeypatch.setenv("OPENAI_BASE_URL", running.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+        yield running
+
+
+def openai_model() -> Any:
+    return build_openai_model("gpt-test", Settings.from_env())
+
+
+def test_the_budget_table_is_read_and_checked(tmp_path: Path) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text("[budget]\nconfirm_over_tokens = 200000\n")
+    assert load_policies(good).budget == SpendBudget(confirm_over_tokens=200_000)
+    for text, expected in {
+        "[budget]\nconfirm_over_tokens = 0\n": "greater than or equal to 1",
+        "[budget]\nconfirm_over = 10\n": "confirm_over",
+        "[[budget]]\nconfirm_over_tokens = 10\n": "one [budget] table",
+    }.items():
+        bad = tmp_path / "bad.toml"
+        bad.write_text(text)
+        with pytest.raises(ValueError, match="PARLEY_POLICIES") as err:
+            load_policies(bad)
+        assert expected in str(err.value), str(err.value)
+
+
+async def test_past_the_mark_the_next_model_call_waits_approve_goes_on_reject_stops(
+    parley_worker, fake: FakeOpenAI
+) -> None:
+    for reply in ("Hello.", "Still here.", "Never sent."):
+        fake.reply(reply)
+    tools = registry()
+    tools.spend = SpendBudget(confirm_over_tokens=10)
+    sid = new_session()
+    async with parley_worker(tools, openai_model()) as conversations:
+        first = await conversations.send(sid, "alice", "hi")
+        assert (first.status, first.reply) == ("completed", "Hello.")
+        used = first.usage.total_tokens if first.usage else 0
+        assert used >= 10  # what the provider reported passed the mark
+
+        waiting = await conversations.send(sid, "alice", "are you there")
+        assert waiting.status == "awaiting_approval"
+        (call,) = waiting.pending
+        assert call.name == SPEND_CALL
+        assert call.args == {"total_tokens": used, "mark": 10}
+        assert len(fake.requests) == 1  # the model was not called
+
+        with pytest.raises(ConversationRefused, match="approve or reject"):
+            await conversations.decide(
+                sid,
+                "alice",
+                [Decision(tool_call_id=call.tool_call_id, action="respond", message="go")],
+            )
+        approved = await conversations.decide(
+            sid, "alice", [Decision(tool_call_id=call.tool_call_id, action="approve")]
+        )
+        assert (approved.status, approved.reply) == ("completed", "Still here.")
+
+        again = await conversations.send(sid, "alice", "one more")
+        (second,) = again.pending
+        new_mark = 10 + 10 * ((used - 10) // 10 + 1)  # whole steps past what was used
+        assert second.name == SPEND_CALL and second.args["mark"] == new_mark
+        rejected = await conversations.decide(
+            sid,
+            "alice",
+            [Decision(tool_call_id=second.tool_call_id, action="reject", message="too dear")],
+        )
+        assert rejected.status == "completed"
+        assert rejected.reply is not None and rejected.reply.startswith("Stopped:")
+        assert "too dear" in rejected.reply
+        state = await conversations.state(sid, "alice")
+        events = [e.event for e in (await conversations.events(sid, "alice")).events]
+
+    assert len(fake.requests) == 2  # the rejected turn called no model
+    assert [
+        (e.tool_call_id, e.actor, e.detail["action"]) for e in state.audit if e.event == "decided"
+    ] == [
+        (call.tool_call_id, "alice", "approve"),
+        (second.tool_call_id, "alice", "reject"),
+    ]
+    spending = [e.detail for e in state.audit if e.event == "spending"]
+    assert spending == [
+        {"action": "approve", "total_tokens": used, "mark": 10, "new_mark": new_mark},
+        {"action": "reject", "total_tokens": second.args["total_tokens"], "mark": new_mark},
+    ]
+    proposed = [e.tool_call_id for e in state.audit if e.event == "proposed"]
+    assert proposed == [call.tool_call_id, second.tool_call_id]
+    texts = [e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT"]
+    assert texts[-1] == rejected.reply  # followers see the reply too
