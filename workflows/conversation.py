@@ -28,7 +28,8 @@ This module holds the handlers and what they check. The rest is in one module pe
 job: ``gate`` (the checks that validators and handlers make), ``dedup`` (results by
 update id), ``run_loop`` (between turns, one table of steps), ``turns`` (the turn
 engine), ``triage`` (one proposal's verdict), ``decisions``, ``signalled``,
-``subagents``, ``notifying``, ``followers``, ``deadlines``, ``handover``, ``ledger``
+``subagents``, ``notifying``, ``followers``, ``deadlines``, ``handover``, ``busy``
+(messages that come while a turn runs: reject, enqueue or interrupt), ``ledger``
 (the one place a call is answered; the bounded state and its pages), ``publishing``
 (what the Temporal UI shows) and ``events`` (the AG-UI event log). Side effects live
 in activities, called by name; these modules import only ``parley`` contracts, passed
@@ -61,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         SubagentReport,
         TurnResult,
     )
+    from parley.contracts.busy import WhileBusy
     from parley.errors import (
         ConversationEnded,
         ConversationHandingOver,
@@ -140,7 +142,8 @@ class ConversationWorkflow:
         gate.check_owner(self._state, message.user_id)
         if replayed := self._results.earlier():
             return replayed
-        self._check_message(message)  # again: two updates may pass validation together
+        if self._check_message(message):  # again: two updates may pass validation together
+            return await self._turns.busy.wait_for_turn(message, self._while_busy(message))
         self._state.transcript.messages.append(
             HumanMessage(content=message.text, id=message.message_id)
         )
@@ -156,10 +159,19 @@ class ConversationWorkflow:
         if not self._results.earlier():
             self._check_message(message)
 
-    def _check_message(self, message: SendMessageInput) -> None:
-        gate.check_message(
-            self._state, message, self._start.max_message_bytes, subagent=self._start.subagent
+    def _check_message(self, message: SendMessageInput) -> bool:
+        """Whether the message may start a turn now (False) or waits for one (True)."""
+        return gate.check_message(
+            self._state,
+            message,
+            self._start.max_message_bytes,
+            subagent=self._start.subagent,
+            while_busy=self._while_busy(message),
         )
+
+    def _while_busy(self, message: SendMessageInput) -> WhileBusy:
+        """The sender's choice, else the conversation's default (``busy``)."""
+        return message.while_busy or self._start.while_busy or "reject"
 
     @workflow.update
     async def decide(self, raw: Any) -> TurnResult:

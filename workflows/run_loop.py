@@ -8,6 +8,7 @@ ready one, in this order (:meth:`RunLoop.steps`, one table):
 2. a subagent's conversation whose task has its answer → end it, stop;
 3. calls past their deadline → escalate or answer them (``deadlines``);
 4. a decision that came by signal → apply it (``signalled``);
+4a. a message that waits for a turn, with no decision owed → its turn (``busy``);
 5. news from a subagent at work → a turn that applies it;
 6. time to hand over (``handover``) → continue as new with the carried state.
 
@@ -62,6 +63,7 @@ class RunLoop:
             (self._task_done, self._finish_task),
             (lambda: idle() and self.deadlines.expired() != [], self._expire),
             (lambda: idle() and state.dedup.queued_decisions != [], self._apply_signalled),
+            (lambda: idle() and self._turns.busy.next_ready(), self._next_queued),
             (lambda: idle() and self._turns.subagents.has_news(), self._subagent_news),
             (self._should_continue_as_new, self._hand_over),
         ]
@@ -119,6 +121,10 @@ class RunLoop:
         await self._signalled.apply_next()
         return False
 
+    async def _next_queued(self) -> bool:
+        await self._turns.busy.run_next(self._turns.run)
+        return False
+
     async def _subagent_news(self) -> bool:
         await self._turns.run(subagent_news=True)
         return False
@@ -128,6 +134,7 @@ class RunLoop:
         busy = bool(
             state.turn_running
             or state.dedup.queued_decisions
+            or state.queued_messages  # their updates wait in this run
             or self._turns.notifier.in_flight  # a notification finishes in this run
             or state.delegations.active  # its child workflows belong to this run
         )
@@ -136,8 +143,15 @@ class RunLoop:
     async def _hand_over(self) -> bool:
         self._followers.handing_over = True
         self._followers.release_all()
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        if not self._state.turn_running and not self._state.ended:
+        # A message queued meanwhile holds its update until its turn: the loop runs it.
+        await workflow.wait_condition(
+            lambda: workflow.all_handlers_finished() or self._state.queued_messages != []
+        )
+        if (
+            not self._state.turn_running
+            and not self._state.ended
+            and not self._state.queued_messages
+        ):
             self._state.counters.continued_as_new += 1
             if self.handover.upgrade_due():
                 self.handover.record_upgrade()
@@ -173,6 +187,7 @@ class RunLoop:
         if self._state.status == "ended":
             return
         self._turns.subagents.stop("the conversation ended")
+        self._turns.busy.close()
         for call in self._ledger.pending.take_all():
             self._ledger.answer_unrun(call, "the conversation ended before anyone decided on it")
         self._state.status = "ended"

@@ -38,6 +38,7 @@ from parley.contracts import (
 )
 from parley.errors import ErrorType
 from parley.workflows import metrics
+from parley.workflows.busy import Busy
 from parley.workflows.decisions import Decisions
 from parley.workflows.events import EventLog
 from parley.workflows.execution import ToolRunner, TurnFailed
@@ -72,6 +73,7 @@ class TurnEngine:
         self._ledger = ledger
         self._events = events
         self._stream = stream
+        self.busy = Busy(state, ledger, events, stream)
         self._usage = UsageMeter(state, events)
         self._model = ModelCaller(ledger, events, self._usage)
         self.notifier = Notifier(state, start, ledger, self._catalogue)
@@ -120,6 +122,7 @@ class TurnEngine:
         else:
             set_status(state, "failed")
         state.last_turn = result
+        self.busy.answered(result)
         self._ledger.trim()
         if self._start.subagent is not None and result.status == "awaiting_approval":
             await self.subagents.report_to_parent(result.results)
@@ -190,7 +193,7 @@ class TurnEngine:
         for call_number in range(self._start.max_model_calls_per_turn):
             if self._spend.must_ask():
                 return self._ledger.turn_result("awaiting_approval")
-            ai = await self._call_model(check_catalogue=check_catalogue and call_number == 0)
+            ai = await self.busy.call_model(self._call_model, check_catalogue and not call_number)
             if not ai.tool_calls and not ai.invalid_tool_calls:
                 return self._ledger.turn_result("completed", reply=text_of(ai))
             await self._handle_proposals(ai)
