@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
+from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.converter import (
@@ -22,7 +23,9 @@ from temporalio.converter import (
     StorageDriverStoreContext,
     StorageDriverWorkflowInfo,
 )
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from parley.client import Conversations
 from parley.contracts import workflow_id_for
@@ -220,3 +223,72 @@ async def test_the_worker_schedule_collects_with_the_retention_setting(
             await schedule.delete()
     stats = await store_stats(store)
     assert stats.conversations == 1 and stats.objects > 0
+
+
+@workflow.defn(name="RetentionTestChild")
+class ChildWorkflow:
+    @workflow.run
+    async def run(self) -> str:
+        return "reported"
+
+
+@workflow.defn(name="RetentionTestParent")
+class ParentWorkflow:
+    """Starts a child (as a conversation starts a subagent) and stays open until told."""
+
+    def __init__(self) -> None:
+        self._done = False
+
+    @workflow.run
+    async def run(self, child_id: str) -> str:
+        report = await workflow.execute_child_workflow(ChildWorkflow.run, id=child_id)
+        await workflow.wait_condition(lambda: self._done)
+        return report
+
+    @workflow.signal
+    def finish(self) -> None:
+        self._done = True
+
+
+async def test_a_closed_child_keeps_its_content_while_its_parent_is_open(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """A subagent's conversation closes before its parent, whose history holds the
+    child's result: the child's stored content stays as long as the parent is open."""
+    store = LocalFileStorageDriver(tmp_path / "store")
+    client = await Client.connect(
+        temporal_env.client.service_client.config.target_host,
+        namespace=temporal_env.client.namespace,
+        data_converter=data_converter(driver=store),
+    )
+    queue = f"parley-gc-{uuid.uuid4().hex[:8]}"
+    parent_id, child_id = f"parent-{uuid.uuid4().hex[:8]}", f"child-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[ParentWorkflow, ChildWorkflow],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        parent = await client.start_workflow(
+            ParentWorkflow.run, child_id, id=parent_id, task_queue=queue
+        )
+
+        async def child_closed() -> bool:
+            try:
+                described = await client.get_workflow_handle(child_id).describe()
+            except RPCError:  # not started yet
+                return False
+            return described.close_time is not None
+
+        await eventually(child_closed, 30, "the child's close")
+        [claim] = await store.store(stored_for(child_id), [Payload(data=b"child result")])
+        weeks_later = datetime.now(UTC) + timedelta(weeks=3)
+        kept = await collect_garbage(store, client, now=weeks_later, retention=SECOND)
+        assert kept.deleted == [] and referrers(await store.inventory()) == {child_id}
+
+        await parent.signal(ParentWorkflow.finish)
+        assert await parent.result() == "reported"
+    gone = await collect_garbage(store, client, now=weeks_later, retention=SECOND)
+    assert gone.conversations == [child_id] and await store.inventory() == []
+    with pytest.raises(FileNotFoundError):
+        await store.retrieve(StorageDriverRetrieveContext(), [claim])
