@@ -14,9 +14,11 @@ import math
 import os
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import cast
 
 from temporalio.common import RetryPolicy
 
+from parley.contracts.busy import WHILE_BUSY_MODES, WhileBusy
 from parley.contracts.limits import (
     CONTINUE_AS_NEW_AFTER_EVENTS_DEFAULT,
     MESSAGE_MAX_BYTES_DEFAULT,
@@ -152,6 +154,9 @@ class Settings:
     #: this often (any worker of the task queue runs it).
     store_gc_every_seconds: float | None = None
     max_message_bytes: int = MESSAGE_MAX_BYTES_DEFAULT
+    #: What a message sent while a turn runs does in a conversation this client starts,
+    #: unless the message says (``parley.contracts.busy``): reject, enqueue or interrupt.
+    while_busy: WhileBusy = "reject"
     #: A tool result whose encoded envelope is larger is cut (the tool is not run again).
     max_tool_result_bytes: int = DEFAULT_MAX_TOOL_RESULT_BYTES
     #: How long a client waits for a worker to take an update before it says none is
@@ -253,6 +258,7 @@ class Settings:
             max_tool_result_bytes=_positive_int(
                 env, "PARLEY_MAX_TOOL_RESULT_BYTES", DEFAULT_MAX_TOOL_RESULT_BYTES
             ),
+            while_busy=cast("WhileBusy", _choice(env, "PARLEY_WHILE_BUSY", WHILE_BUSY_MODES)),
             worker_wait_seconds=_positive_number(
                 env, "PARLEY_WORKER_WAIT_SECONDS", 10.0, example="10", most=3600
             ),

@@ -65,6 +65,7 @@ from parley.contracts import (
     StateQuery,
     TurnResult,
 )
+from parley.contracts.busy import WhileBusy
 from parley.errors import NOT_OWNER_MESSAGE, ErrorType
 from parley.settings import Settings
 from parley.storage import TranscriptStore, driver_of
@@ -100,14 +101,21 @@ class Conversations(ConversationListing, LivenessWatch):
         message_id: str | None = None,
         *,
         reviewers: Sequence[str] = (),
+        while_busy: WhileBusy | None = None,
     ) -> TurnResult:
         """Send a message, starting the conversation if it is new (update-with-start).
         ``reviewers`` (users who may read it and decide on its calls) apply only when
-        this message starts the conversation."""
+        this message starts the conversation. ``while_busy``: what the message does if a
+        turn is running (None: the conversation's default, which a conversation takes
+        from ``Settings.while_busy`` when this message starts it)."""
         user_id = checked_user(user_id)
         reviewers = sorted({checked_user(reviewer) for reviewer in reviewers} - {user_id})
         message_id = message_id or uuid.uuid4().hex[:16]  # 64 random bits: unique enough
         workflow_id = checked_workflow_id(session_id, subagent=False)
+        # None is ``reject``, and costs no bytes in the start event.
+        default_while_busy = (
+            self._settings.while_busy if self._settings.while_busy != "reject" else None
+        )
         start = WithStartWorkflowOperation(
             ConversationWorkflow.run,
             ConversationStart(
@@ -118,6 +126,7 @@ class Conversations(ConversationListing, LivenessWatch):
                 continue_as_new_after_events=self._settings.continue_as_new_after_events,
                 max_message_bytes=self._settings.max_message_bytes,
                 reviewers=reviewers,
+                while_busy=default_while_busy,
             ),
             id=workflow_id,
             task_queue=self._settings.task_queue,
@@ -146,7 +155,9 @@ class Conversations(ConversationListing, LivenessWatch):
                 session_id,
                 self._client.execute_update_with_start_workflow(
                     ConversationWorkflow.send_message,
-                    SendMessageInput(text=text, message_id=message_id, user_id=user_id),
+                    SendMessageInput(
+                        text=text, message_id=message_id, user_id=user_id, while_busy=while_busy
+                    ),
                     start_workflow_operation=start,
                     id=f"message-{message_id}",
                 ),

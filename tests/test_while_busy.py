@@ -1,0 +1,249 @@
+"""Messages while the model is thinking (issue 21, point 4): ``reject`` (the default),
+``enqueue`` and ``interrupt``, each with messages racing a slow model (``HeldModel``,
+a scripted model at the model boundary that sleeps until released) through a real
+worker and Temporal. No message is lost or applied twice: the transcript and the audit
+log hold each once; ``interrupt`` cancels a model call, never a running tool."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+
+from parley.client import ConversationRefused, Conversations
+from parley.contracts import ConversationSnapshot
+from parley.contracts.busy import QUEUED_MESSAGES_MAX
+from parley.errors import ErrorType
+from parley.workflows.busy import INTERRUPTED_EVENT
+from parley.workflows.streaming import INTERRUPTED
+from tests.support import GATE, SLOW_STARTED, call, registry
+from tests.support.held_model import HeldModel
+from tests.support.transcripts import new_session, runs_in, tool_messages
+from tests.support.waiting import eventually
+
+
+async def audit_of(conv: Conversations, sid: str, user: str) -> list[tuple[str, dict]]:
+    snapshot = await conv.state(sid, user)
+    return [(a.event, a.detail or {}) for a in snapshot.audit]
+
+
+def humans(snapshot: ConversationSnapshot) -> list[str]:
+    return [str(m.content) for m in snapshot.transcript if isinstance(m, HumanMessage)]
+
+
+def applied_once(audit: list[tuple[str, dict]], message_ids: list[str]) -> None:
+    """Each message entered the conversation exactly once (audited ``message`` once)."""
+    applied = Counter(d["message_id"] for event, d in audit if event == "message")
+    assert applied == Counter(message_ids), applied
+
+
+async def events_of(conv: Conversations, sid: str, user: str) -> list[dict]:
+    return [item.event for item in (await conv.events(sid, user)).events]
+
+
+async def test_enqueued_messages_racing_a_slow_model_each_become_the_next_turn(
+    parley_worker,
+) -> None:
+    model = HeldModel(held=[0])
+    async with parley_worker(registry(), model) as conv:
+        sid = new_session()
+        first = asyncio.create_task(conv.send(sid, "ida", "A", message_id="a"))
+        await eventually(lambda: model.calls, what="the first model call")
+        racing = [
+            asyncio.create_task(conv.send(sid, "ida", text, message_id=text, while_busy="enqueue"))
+            for text in ("B", "C")
+        ]
+
+        async def both_queued() -> bool:
+            audit = await audit_of(conv, sid, "ida")
+            return sum(event == "enqueued" for event, _ in audit) == 2
+
+        await eventually(both_queued, what="both messages queued")
+        assert not any(task.done() for task in racing)  # they wait for their turns
+        model.release(0)
+        a, b, c = await asyncio.gather(first, *racing)
+
+        assert (a.reply, b.reply, c.reply) == ("re: A", "re: B", "re: C")
+        assert [h for call in model.calls for h in call.humans] in (
+            ["A", "B", "C"],
+            ["A", "C", "B"],
+        )
+        assert not any(call.cancelled for call in model.calls)
+        snapshot = await conv.state(sid, "ida")
+        audit = await audit_of(conv, sid, "ida")
+        queued_order = [d["message_id"] for event, d in audit if event == "enqueued"]
+        assert humans(snapshot) == ["A", *queued_order]  # in the order they were queued
+        assert [str(m.content) for m in snapshot.transcript if isinstance(m, AIMessage)] == [
+            "re: A",
+            *(f"re: {m}" for m in queued_order),
+        ]
+        applied_once(audit, ["a", "B", "C"])
+        assert snapshot.counters.turns == 3
+        # The same message sent again (a client retry) gets its first result, once.
+        again = await conv.send(sid, "ida", "B", message_id="B", while_busy="enqueue")
+        assert again.reply == "re: B"
+        assert humans(await conv.state(sid, "ida")) == humans(snapshot)
+
+
+async def test_interrupting_messages_cancel_the_model_call_and_join_the_turn(
+    parley_worker,
+) -> None:
+    model = HeldModel(held=[0, 1], opening="Thinking about ")
+    async with parley_worker(registry(), model) as conv:
+        sid = new_session()
+        first = asyncio.create_task(conv.send(sid, "uma", "A", message_id="a"))
+
+        async def streaming() -> bool:
+            events = await events_of(conv, sid, "uma")
+            return any(e["type"] == "TEXT_MESSAGE_CONTENT" for e in events)
+
+        await eventually(lambda: model.calls, what="the first model call")
+        await eventually(streaming, what="the first call's text streaming")
+        second = asyncio.create_task(
+            conv.send(sid, "uma", "B", message_id="b", while_busy="interrupt")
+        )
+        await eventually(lambda: len(model.calls) == 2, what="a new call after the interrupt")
+        assert model.calls[1].humans == ["A", "B"]
+        third = asyncio.create_task(
+            conv.send(sid, "uma", "C", message_id="c", while_busy="interrupt")
+        )
+        a, b, c = await asyncio.gather(first, second, third)
+
+        assert model.calls[2].humans == ["A", "B", "C"]
+        assert a.reply == b.reply == c.reply == "re: A + B + C"
+        assert [call.answered for call in model.calls] == [False, False, True]
+        # The activity's heartbeat brings it the cancel (it is never left running).
+        await eventually(
+            lambda: model.calls[0].cancelled and model.calls[1].cancelled,
+            what="both interrupted calls cancelled in the worker",
+        )
+        snapshot = await conv.state(sid, "uma")
+        assert humans(snapshot) == ["A", "B", "C"]
+        replies = [m for m in snapshot.transcript if isinstance(m, AIMessage)]
+        assert [str(m.content) for m in replies] == ["re: A + B + C"]
+        audit = await audit_of(conv, sid, "uma")
+        applied_once(audit, ["a", "b", "c"])
+        interrupted = [d for event, d in audit if event == "interrupted"]
+        assert [d["message_ids"] for d in interrupted] == [["b"], ["c"]]
+        assert [d["message_id"] for event, d in audit if event == "enqueued"] == ["b", "c"]
+        events = await events_of(conv, sid, "uma")
+        discarded = [e["value"] for e in events if e.get("name") == "parley.stream_discarded"]
+        assert discarded and all(d["reason"] == INTERRUPTED for d in discarded)
+        assert [e["value"] for e in events if e.get("name") == INTERRUPTED_EVENT] == [
+            {"messageIds": ["b"]},
+            {"messageIds": ["c"]},
+        ]
+        # The streamed text of the reply that stands adds up to it; runs stay whole.
+        kept = replies[0].id
+        text = "".join(
+            e["delta"]
+            for e in events
+            if e["type"] == "TEXT_MESSAGE_CONTENT" and e["messageId"] == kept
+        )
+        assert text == "re: A + B + C"
+        kinds = [e["type"] for e in events]
+        assert kinds.count("RUN_STARTED") == kinds.count("RUN_FINISHED") == 1
+
+
+async def test_an_interrupt_never_cancels_a_running_tool(parley_worker) -> None:
+    GATE.clear()
+    SLOW_STARTED.clear()
+    model = HeldModel(replies=[{"content": "", "tool_calls": [call("slow_read", "r1")]}])
+    async with parley_worker(registry(), model) as conv:
+        sid = new_session()
+        first = asyncio.create_task(conv.send(sid, "eli", "read slowly", message_id="a"))
+        await SLOW_STARTED.wait()  # the tool runs
+        second = asyncio.create_task(
+            conv.send(sid, "eli", "and B", message_id="b", while_busy="interrupt")
+        )
+
+        async def queued() -> bool:
+            return any(event == "enqueued" for event, _ in await audit_of(conv, sid, "eli"))
+
+        await eventually(queued, what="the interrupting message queued")
+        assert len(model.calls) == 1 and not second.done()
+        GATE.set()  # the tool completes
+        a, b = await asyncio.gather(first, second)
+
+        assert a == b and a.reply == "re: and B"
+        assert [r.tool_call_id for r in a.results] == ["r1"]
+        assert len(runs_in(sid, "slow_read")) == 1
+        assert not any(call.cancelled for call in model.calls)
+        assert model.calls[1].messages[-2:] == ["ToolMessage", "HumanMessage"]
+        snapshot = await conv.state(sid, "eli")
+        assert tool_messages(snapshot.transcript).keys() == {"r1"}
+        audit = await audit_of(conv, sid, "eli")
+        applied_once(audit, ["a", "b"])
+        assert not [event for event, _ in audit if event == "interrupted"]
+        assert sum(event == "ran" for event, _ in audit) == 1
+
+
+async def test_reject_is_the_default_and_a_conversation_default_applies(parley_worker) -> None:
+    model = HeldModel(held=[0, 1])
+    async with parley_worker(registry(), model) as conv:
+        sid = new_session()
+        first = asyncio.create_task(conv.send(sid, "ros", "A", message_id="a"))
+        await eventually(lambda: model.calls, what="the first model call")
+        with pytest.raises(ConversationRefused) as refused:
+            await conv.send(sid, "ros", "B", message_id="b")
+        assert refused.value.error_type == ErrorType.TURN_IN_PROGRESS
+        assert "\n" not in refused.value.message and "enqueue" in refused.value.message
+        model.release(0)
+        assert (await first).reply == "re: A"
+        audit = await audit_of(conv, sid, "ros")
+        applied_once(audit, ["a"])
+
+    # A conversation started by a client whose setting is ``enqueue`` queues by default,
+    # up to the bound; past it the message is refused in one line.
+    model = HeldModel(held=[0])
+    async with parley_worker(registry(), model, while_busy="enqueue") as conv:
+        sid = new_session()
+        first = asyncio.create_task(conv.send(sid, "ros", "A", message_id="a"))
+        await eventually(lambda: model.calls, what="the first model call")
+        queued = []
+        for n in range(QUEUED_MESSAGES_MAX):
+            queued.append(asyncio.create_task(conv.send(sid, "ros", f"Q{n}", message_id=f"q{n}")))
+
+            async def waiting(count: int = n + 1) -> bool:
+                audit = await audit_of(conv, sid, "ros")
+                return sum(event == "enqueued" for event, _ in audit) == count
+
+            await eventually(waiting, what=f"{n + 1} messages queued")
+        with pytest.raises(ConversationRefused) as refused:
+            await conv.send(sid, "ros", "one too many", message_id="over")
+        assert refused.value.error_type == ErrorType.TURN_IN_PROGRESS
+        assert f"at most {QUEUED_MESSAGES_MAX}" in refused.value.message
+        model.release(0)
+        results = await asyncio.gather(first, *queued)
+        assert [r.reply for r in results] == ["re: A", *(f"re: Q{n}" for n in range(4))]
+        applied_once(await audit_of(conv, sid, "ros"), ["a", *(f"q{n}" for n in range(4))])
+
+
+async def test_ending_refuses_the_queued_messages_and_records_it(parley_worker) -> None:
+    model = HeldModel(held=[0])
+    async with parley_worker(registry(), model) as conv:
+        sid = new_session()
+        first = asyncio.create_task(conv.send(sid, "kai", "A", message_id="a"))
+        await eventually(lambda: model.calls, what="the first model call")
+        queued = asyncio.create_task(
+            conv.send(sid, "kai", "B", message_id="b", while_busy="enqueue")
+        )
+
+        async def is_queued() -> bool:
+            return any(event == "enqueued" for event, _ in await audit_of(conv, sid, "kai"))
+
+        await eventually(is_queued, what="the message queued")
+        ending = asyncio.create_task(conv.end(sid, "kai"))
+        model.release(0)
+        assert (await first).reply == "re: A"
+        await ending
+        with pytest.raises(ConversationRefused) as refused:
+            await queued
+        assert refused.value.error_type == ErrorType.CONVERSATION_ENDED
+        assert "was not applied" in refused.value.message
+        snapshot = await conv.state(sid, "kai")
+        assert humans(snapshot) == ["A"]
+        unqueued = [d for event, d in await audit_of(conv, sid, "kai") if event == "unqueued"]
+        assert [d["message_id"] for d in unqueued] == ["b"]
