@@ -149,6 +149,12 @@ class LocalFileStorageDriver(PayloadStore):
                     f"payload {digest} is not in the store at {self._root}: every worker and "
                     "client must use the same PARLEY_PAYLOAD_STORE"
                 ) from None
+            if hashlib.sha256(blob).hexdigest() != digest:
+                # As the S3 driver does: a damaged file is never taken for the payload.
+                raise ValueError(
+                    f"payload {digest} in the store at {self._root} is damaged: its content "
+                    "does not match its SHA-256"
+                )
             payload = Payload()
             payload.ParseFromString(blob)
             payloads.append(payload)
