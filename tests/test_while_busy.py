@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import httpx
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
@@ -19,9 +20,13 @@ from parley.errors import ErrorType
 from parley.workflows.busy import INTERRUPTED_EVENT
 from parley.workflows.streaming import INTERRUPTED
 from tests.support import GATE, SLOW_STARTED, call, registry
+from tests.support.gateway import ALICE_TOKEN, SseEvent, auth, serve_gateway, sse_events
 from tests.support.held_model import HeldModel
 from tests.support.transcripts import new_session, runs_in, tool_messages
 from tests.support.waiting import eventually
+
+ALICE = auth(ALICE_TOKEN)
+SSE = {"Accept": "text/event-stream"}
 
 
 async def audit_of(conv: Conversations, sid: str, user: str) -> list[tuple[str, dict]]:
@@ -247,3 +252,54 @@ async def test_ending_refuses_the_queued_messages_and_records_it(parley_worker) 
         assert humans(snapshot) == ["A"]
         unqueued = [d for event, d in await audit_of(conv, sid, "kai") if event == "unqueued"]
         assert [d["message_id"] for d in unqueued] == ["b"]
+
+
+async def test_the_gateway_takes_while_busy_per_message(parley_worker) -> None:
+    """``while_busy`` in the body of ``POST …/messages``: an enqueued message answers its
+    own turn's result; an interrupting one streams the run that answers it (AG-UI);
+    a mode that does not exist is refused in one line."""
+    model = HeldModel(held=[0, 1])
+    async with (
+        parley_worker(registry(), model) as conv,
+        serve_gateway(conv) as base,
+        httpx.AsyncClient(base_url=base, timeout=60) as http,
+    ):
+        sid = new_session()
+        url = f"/v1/conversations/{sid}/messages"
+        first = asyncio.create_task(
+            http.post(url, json={"text": "A", "message_id": "a"}, headers=ALICE)
+        )
+        await eventually(lambda: model.calls, what="the first model call")
+        bad = await http.post(url, json={"text": "B", "while_busy": "later"}, headers=ALICE)
+        assert bad.status_code == 422 and "while_busy" in bad.json()["error"]["message"]
+        busy = await http.post(url, json={"text": "B"}, headers=ALICE)
+        assert busy.status_code == 409 and busy.json()["error"]["type"] == "TurnInProgress"
+
+        async def interrupt() -> list[SseEvent]:
+            body = {"text": "B", "message_id": "b", "while_busy": "interrupt"}
+            async with http.stream("POST", url, json=body, headers={**ALICE, **SSE}) as stream:
+                assert stream.status_code == 200
+                return [event async for event in sse_events(stream)]
+
+        interrupting = asyncio.create_task(interrupt())
+        await eventually(lambda: len(model.calls) == 2, what="a new call after the interrupt")
+        enqueued = asyncio.create_task(
+            http.post(
+                url, json={"text": "C", "message_id": "c", "while_busy": "enqueue"}, headers=ALICE
+            )
+        )
+
+        async def queued() -> bool:
+            audit = await audit_of(conv, sid, "alice")
+            return sum(event == "enqueued" for event, _ in audit) == 2
+
+        await eventually(queued, what="the enqueued message waiting")
+        model.release(1)
+        a, streamed, c = await asyncio.gather(first, interrupting, enqueued)
+        assert a.json()["reply"] == "re: A + B"
+        assert c.json()["reply"] == "re: C"
+        assert streamed[-1].type == "RUN_FINISHED"
+        text = "".join(e.data["delta"] for e in streamed if e.type == "TEXT_MESSAGE_CONTENT")
+        assert text == "re: A + B"  # the run that answered B, replayed to its stream
+        applied_once(await audit_of(conv, sid, "alice"), ["a", "b", "c"])
+        assert humans(await conv.state(sid, "alice")) == ["A", "B", "C"]

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from parley.client import ConversationRefused
 from parley.contracts import ConversationStatus, Decision, StateQuery, TurnResult
+from parley.contracts.busy import WhileBusy
 from parley.errors import ErrorType
 from parley.gateway.deps import Gateway, current_user, gateway, guarded, session
 from parley.gateway.errors import ApiError
@@ -46,6 +47,13 @@ class MessageBody(BaseModel):
         max_length=32,
         description="Users besides you who may read the conversation and decide on its "
         "calls; only when this message starts the conversation.",
+    )
+    while_busy: WhileBusy | None = Field(
+        default=None,
+        description="If a turn is running: reject (409 TurnInProgress), enqueue (the "
+        "message becomes the next turn, in order; the answer is that turn's) or interrupt "
+        "(the model call in flight is cancelled, never a tool, and the turn goes on with "
+        "this message too; the answer is that turn's). Default: the conversation's.",
     )
 
 
@@ -134,7 +142,12 @@ async def post_message(
 
     def call() -> Awaitable[TurnResult]:
         return gw.conversations.send(
-            session_id, user_id, body.text, message_id=message_id, reviewers=body.reviewers
+            session_id,
+            user_id,
+            body.text,
+            message_id=message_id,
+            reviewers=body.reviewers,
+            while_busy=body.while_busy,
         )
 
     return await respond_to_turn(gw, request, session_id, user_id, call)

@@ -128,24 +128,33 @@ async def turn_events(
     A retried request (the same message id, the same decisions) runs nothing again:
     its answer is the first one's, and no ``RUN_STARTED`` follows ``cursor`` (or the
     stream joined that run half-way). Then the run that answered it is replayed from
-    the event log (``replay``), so every request gets a whole run."""
+    the event log (``replay``), so every request gets a whole run. So does a message
+    that waited for a turn (``while_busy``): a run that ends before one starts after
+    ``cursor`` was in flight when it came, and the run that answers it is known only
+    from its result. A stream carries one run: a next one (a queued message's) is not
+    its own."""
     turn = asyncio.ensure_future(call())
     started = False  # a RUN_STARTED after ``cursor`` was streamed
+    ended = False  # a run ended after ``cursor``: the streamed one, or one in flight
     try:
         async with gateway.feeds.follow(session_id, user_id, cursor) as feed:
-            while True:
+            while not (ended and started):
                 finished = turn.done()
                 for item in await read_after(gateway, session_id, user_id, cursor):
                     cursor = item.offset
-                    started = started or item.event.get("type") == "RUN_STARTED"
+                    if ended:
+                        continue
+                    kind = item.event.get("type")
+                    started = started or kind == "RUN_STARTED"
                     if started:
                         yield item.offset, with_run_id(item.event, run_id)
+                    ended = kind in ("RUN_FINISHED", "RUN_ERROR")
                 if finished:
                     break
                 waiting = asyncio.ensure_future(feed.wait_beyond(cursor, KEEPALIVE_SECONDS))
                 await asyncio.wait({turn, waiting}, return_when=asyncio.FIRST_COMPLETED)
                 waiting.cancel()
-        result = turn.result()
+        result = await turn
         if not started:
             replayed = await run_events(gateway.conversations, session_id, user_id, result)
             for offset, event in replayed:
