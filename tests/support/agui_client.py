@@ -1,0 +1,89 @@
+"""The official AG-UI client (``@ag-ui/client``'s ``HttpAgent``) in Node, for tests:
+the small npm project under tests/js/ installed from its lock file, and one run of
+``agui_run.mjs`` against a gateway's ``/agui``. Client side: it speaks only HTTP to
+the gateway, as any AG-UI front end would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: The npm project: package.json pins @ag-ui/client, package-lock.json its tree.
+JS_PROJECT = Path(__file__).resolve().parents[1] / "js"
+#: Present once the project is installed.
+INSTALLED_MARK = JS_PROJECT / "node_modules" / "@ag-ui" / "client" / "package.json"
+#: Seconds one run may take, however its gateway answers.
+RUN_TIMEOUT = 120
+
+
+def install_agui_client() -> Path:
+    """``npm ci`` in tests/js (exactly the committed lock file) unless already
+    installed; the project's directory. No node or npm is an error, never a skip: CI
+    installs them (.ci/run)."""
+    for tool in ("node", "npm"):
+        if shutil.which(tool) is None:
+            raise RuntimeError(f"{tool} is not on PATH (Debian: apt-get install nodejs npm)")
+    if not INSTALLED_MARK.exists():
+        done = subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund"],
+            cwd=JS_PROJECT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"npm ci in {JS_PROJECT} failed:\n{done.stdout}\n{done.stderr}")
+    return JS_PROJECT
+
+
+@dataclass
+class AguiRun:
+    """What the HttpAgent saw: each event with the CLOCK_MONOTONIC time it got it (the
+    clock of ``time.monotonic()``), and its messages when the run ended."""
+
+    events: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    def of_type(self, kind: str) -> list[tuple[float, dict[str, Any]]]:
+        return [(at, event) for at, event in self.events if event["type"] == kind]
+
+
+async def run_http_agent(gateway_url: str, token: str, thread_id: str, text: str) -> AguiRun:
+    """One ``HttpAgent.runAgent`` of ``text`` on thread ``thread_id`` against the
+    gateway's ``/agui``, with ``token`` as its bearer token."""
+    project = install_agui_client()
+    node = await asyncio.create_subprocess_exec(
+        "node",
+        str(project / "agui_run.mjs"),
+        f"{gateway_url}/agui",
+        token,
+        thread_id,
+        text,
+        cwd=project,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(RUN_TIMEOUT):
+            stdout, stderr = await node.communicate()
+    except TimeoutError:
+        node.kill()
+        await node.wait()
+        raise
+    if node.returncode != 0:
+        raise AssertionError(f"the HttpAgent's run failed ({node.returncode}): {stderr.decode()}")
+    run = AguiRun()
+    for line in stdout.decode().splitlines():
+        record = json.loads(line)
+        if "event" in record:
+            run.events.append((record["at"], record["event"]))
+        else:
+            run.messages = record["messages"]
+    return run
