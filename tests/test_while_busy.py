@@ -7,21 +7,27 @@ log hold each once; ``interrupt`` cancels a model call, never a running tool."""
 from __future__ import annotations
 
 import asyncio
+import json
+import uuid
 from collections import Counter
 
 import httpx
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from temporalio.client import Client
 
 from parley.client import ConversationRefused, Conversations
 from parley.contracts import ConversationSnapshot
 from parley.contracts.busy import QUEUED_MESSAGES_MAX
 from parley.errors import ErrorType
+from parley.storage import LocalFileStorageDriver
 from parley.workflows.busy import INTERRUPTED_EVENT
 from parley.workflows.streaming import INTERRUPTED
 from tests.support import GATE, SLOW_STARTED, call, registry
+from tests.support.cli import assert_one_line_error, parley
 from tests.support.gateway import ALICE_TOKEN, SseEvent, auth, serve_gateway, sse_events
 from tests.support.held_model import HeldModel
+from tests.support.processes import cli_env
 from tests.support.transcripts import new_session, runs_in, tool_messages
 from tests.support.waiting import eventually
 
@@ -303,3 +309,32 @@ async def test_the_gateway_takes_while_busy_per_message(parley_worker) -> None:
         assert text == "re: A + B"  # the run that answered B, replayed to its stream
         applied_once(await audit_of(conv, sid, "alice"), ["a", "b", "c"])
         assert humans(await conv.state(sid, "alice")) == ["A", "B", "C"]
+
+
+async def test_parley_send_takes_while_busy(
+    parley_worker, client: Client, payload_store: LocalFileStorageDriver
+) -> None:
+    """The console script: ``--while-busy enqueue`` prints the reply of the turn that
+    answers it; without it the message is refused in one line."""
+    model = HeldModel(held=[0])
+    queue = f"parley-busy-{uuid.uuid4().hex[:8]}"
+    async with parley_worker(registry(), model, task_queue=queue) as conv:
+        sid = new_session()
+        first = asyncio.create_task(conv.send(sid, "cli", "A", message_id="a"))
+        await eventually(lambda: model.calls, what="the first model call")
+        env = cli_env(client, payload_store, queue)
+        refused = await asyncio.to_thread(parley, env, "send", "-s", sid, "-u", "cli", "B")
+        assert_one_line_error(refused, "a turn is still running")
+        send = ["send", "-s", sid, "-u", "cli", "--message-id", "b", "--while-busy", "enqueue"]
+        queued = asyncio.create_task(asyncio.to_thread(parley, env, *send, "--json", "B"))
+
+        async def waiting() -> bool:
+            return any(event == "enqueued" for event, _ in await audit_of(conv, sid, "cli"))
+
+        await eventually(waiting, what="the message queued")
+        model.release(0)
+        assert (await first).reply == "re: A"
+        result = await queued
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["reply"] == "re: B"
+        applied_once(await audit_of(conv, sid, "cli"), ["a", "b"])

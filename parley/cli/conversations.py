@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import sys
 from pathlib import Path
@@ -32,7 +33,13 @@ from parley.client import (
     connect,
 )
 from parley.contracts import StateQuery, TurnResult, check_user_id
+from parley.contracts.busy import WHILE_BUSY_MODES
 from parley.rendering import print_conversation_list, print_snapshot
+
+#: ``--while-busy``'s choices (``parley.contracts.busy.WhileBusy``).
+WhileBusyChoice = enum.Enum(  # type: ignore[misc]
+    "WhileBusyChoice", {mode: mode for mode in WHILE_BUSY_MODES}, type=str
+)
 
 
 def send(
@@ -66,10 +73,23 @@ def send(
             "(repeatable; only when this message starts the conversation).",
         ),
     ] = None,
+    while_busy: Annotated[
+        WhileBusyChoice | None,
+        typer.Option(
+            "--while-busy",
+            help="If a turn is running: reject (refused), enqueue (the next turn, in order) "
+            "or interrupt (the model call is cancelled, never a tool, and the turn goes on "
+            "with this message too). Default: the conversation's (PARLEY_WHILE_BUSY when "
+            "it started, else reject).",
+            case_sensitive=False,
+        ),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Send a message (starting the conversation if new) and print the turn's result.
-    The message is TEXT, the file of --file, or standard input (TEXT '-', or piped in)."""
+    The message is TEXT, the file of --file, or standard input (TEXT '-', or piped in).
+    A queued message (--while-busy enqueue or interrupt) prints the result of the turn
+    that answers it."""
     try:
         check_identity(session, user)
     except ConversationRefused as refused:
@@ -78,7 +98,12 @@ def send(
 
     async def work() -> TurnResult:
         return await (await conversations(session, user)).send(
-            session, user, message, message_id=message_id, reviewers=reviewer or ()
+            session,
+            user,
+            message,
+            message_id=message_id,
+            reviewers=reviewer or (),
+            while_busy=while_busy.value if while_busy else None,
         )
 
     print_turn(run_async(work), as_json, session, user)
