@@ -274,6 +274,8 @@ async def run_worker(
             loop.remove_signal_handler(signum)
         await http_client.aclose()
         await aclose_shared_client()  # a third-party toolset's JsonApiClient given none
+        if isinstance(store := driver_of(client.data_converter), PayloadStore):
+            await store.aclose()  # the S3 store's connections
 
 
 def main() -> None:
