@@ -10,12 +10,13 @@ import json
 import subprocess
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from langchain_core.messages import ToolMessage
 from temporalio.api.common.v1 import Payload
-from temporalio.client import Client
+from temporalio.client import Client, ScheduleActionStartWorkflow
 from temporalio.converter import (
     StorageDriverClaim,
     StorageDriverRetrieveContext,
@@ -27,6 +28,7 @@ from temporalio.testing import WorkflowEnvironment
 from parley.client import Conversations
 from parley.storage import TranscriptStore, data_converter, driver_of
 from parley.storage.s3 import S3PayloadStore, S3Retry
+from parley.storage.schedule import gc_schedule_id
 from tests.support import call
 from tests.support.processes import PARLEY_MODULE, ROOT, process, worker_env
 from tests.support.s3 import FaultyProxy, S3Server, moto_server
@@ -97,6 +99,7 @@ async def test_a_second_worker_with_only_the_bucket_finishes_what_the_first_bega
             XDG_DATA_HOME=str(home / "data"),
             PARLEY_MODEL=f"script:{script}",
             PARLEY_TOOLS=STORE_TOOLS,
+            PARLEY_STORE_GC_EVERY_SECONDS="3600",  # both keep the one retention Schedule
         )
 
     sid = new_session()
@@ -114,6 +117,13 @@ async def test_a_second_worker_with_only_the_bucket_finishes_what_the_first_bega
         assert result.status == "completed", (result, (tmp_path / "b.log").read_text()[-3000:])
         assert result.reply == "finished by the second worker"  # its 13th model call
         whole = await conv.transcript(sid, "uma", offset=0, limit=1000)
+    schedule = client.get_schedule_handle(gc_schedule_id(queue))
+    described = await schedule.describe()
+    await schedule.delete()
+    assert described.schedule.spec.intervals[0].every == timedelta(hours=1)
+    action = described.schedule.action
+    assert isinstance(action, ScheduleActionStartWorkflow)
+    assert (action.workflow, action.task_queue) == ("ParleyStoreGc", queue)
     await driver_of(client.data_converter).aclose()
     assert len(whole) == 6 * 103 + 2
     [big] = [m for m in whole if isinstance(m, ToolMessage) and m.tool_call_id == "big"]
