@@ -131,9 +131,13 @@ class Busy:
             if not workflow.patched(INTERRUPTIBLE_MODEL_CALLS):
                 return await call_model(check_catalogue=check_catalogue)
             task = asyncio.create_task(call_model(check_catalogue=check_catalogue))
-            await workflow.wait_condition(
-                lambda task=task: task.done() or self._interrupting() > 0  # type: ignore[misc]
-            )
+            try:
+                await workflow.wait_condition(
+                    lambda task=task: task.done() or self._interrupting() > 0  # type: ignore[misc]
+                )
+            except BaseException:  # the turn itself is cancelled: so is its model call
+                task.cancel()
+                raise
             if task.done():  # the reply came first: an interrupt waits for the next call
                 return task.result()
             self._interrupt(task)
