@@ -17,7 +17,7 @@ import secrets
 import shlex
 import signal
 import socket
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -122,46 +122,38 @@ def _check_ports_free(ports: dict[str, int]) -> None:
                 ) from None
 
 
-async def run_dev(
-    data_dir: Path,
-    *,
-    port: int,
-    ui_port: int,
-    plans_port: int,
-    console: Console,
-    gateway_port: int = 8770,
-    user: str = "alice",
-) -> None:
+@dataclass(frozen=True)
+class DevOptions:
+    """What ``parley dev`` runs with: its data directory, its ports and its user."""
+
+    data_dir: Path
+    port: int
+    ui_port: int
+    plans_port: int
+    gateway_port: int = 8770
+    user: str = "alice"
+
+
+async def run_dev(options: DevOptions, console: Console) -> None:
     """Run until Ctrl-C or SIGTERM; either way the dev server, the worker and the plans
     service are shut down (a SIGTERM cancels this task, so every ``finally`` runs).
     The data dir stays locked (``dev.lock``) for as long as this runs."""
-    lock = _lock_data_dir(data_dir)
+    lock = _lock_data_dir(options.data_dir)
     try:
-        await _run_dev_locked(
-            data_dir,
-            port=port,
-            ui_port=ui_port,
-            plans_port=plans_port,
-            gateway_port=gateway_port,
-            user=user,
-            console=console,
-        )
+        await _run_dev_locked(options, console)
     finally:
         os.close(lock)
 
 
-async def _run_dev_locked(
-    data_dir: Path,
-    *,
-    port: int,
-    ui_port: int,
-    plans_port: int,
-    gateway_port: int,
-    user: str,
-    console: Console,
-) -> None:
-    check_user_id(user)
-    _check_ports_free({"--port": port, "--ui-port": ui_port, "--gateway-port": gateway_port})
+async def _run_dev_locked(options: DevOptions, console: Console) -> None:
+    check_user_id(options.user)
+    _check_ports_free(
+        {
+            "--port": options.port,
+            "--ui-port": options.ui_port,
+            "--gateway-port": options.gateway_port,
+        }
+    )
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     assert main is not None
@@ -175,15 +167,7 @@ async def _run_dev_locked(
 
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     try:
-        await _run_dev(
-            data_dir,
-            port=port,
-            ui_port=ui_port,
-            plans_port=plans_port,
-            gateway_port=gateway_port,
-            user=user,
-            console=console,
-        )
+        await _run_dev(options, console)
     except asyncio.CancelledError:
         if not terminated:
             raise
@@ -192,16 +176,8 @@ async def _run_dev_locked(
         loop.remove_signal_handler(signal.SIGTERM)
 
 
-async def _run_dev(
-    data_dir: Path,
-    *,
-    port: int,
-    ui_port: int,
-    plans_port: int,
-    gateway_port: int,
-    user: str,
-    console: Console,
-) -> None:
+async def _run_dev(options: DevOptions, console: Console) -> None:
+    data_dir, port, ui_port = options.data_dir, options.port, options.ui_port
     projects, plans_key = await asyncio.to_thread(_prepare_data_dir, data_dir)
     # The worker's settings: the environment's, with the demo's registry, tools and
     # plans service where the environment names none (os.environ is left alone).
@@ -212,21 +188,23 @@ async def _run_dev(
         temporal_address=f"127.0.0.1:{port}",
         git_projects=environment.git_projects or str(projects),
         tools=environment.tools if "PARLEY_TOOLS" in configured else DEV_TOOLS,
-        gateway_port=gateway_port,
+        gateway_port=options.gateway_port,
         temporal_ui_url=f"http://127.0.0.1:{ui_port}",
     )
     token = None  # printed only when dev made the tokens file
     if not settings.gateway_tokens_file:
         settings = replace(settings, gateway_tokens_file=str(data_dir / "gateway-tokens"))
-        token = await asyncio.to_thread(write_tokens_file, data_dir / "gateway-tokens", user)
+        token = await asyncio.to_thread(
+            write_tokens_file, data_dir / "gateway-tokens", options.user
+        )
     plans: BackgroundServer | None = None
     if "PARLEY_PLANS_URL" not in configured:
         app = create_app(data_dir / "plans.db", plans_key)
         try:
-            plans = BackgroundServer(app, port=plans_port).start()
+            plans = BackgroundServer(app, port=options.plans_port).start()
         except OSError as problem:
             raise ValueError(
-                f"could not start the plans service on port {plans_port}: {problem}. "
+                f"could not start the plans service on port {options.plans_port}: {problem}. "
                 "Pick a free one with --plans-port."
             ) from None
         settings = replace(settings, plans_url=plans.url, plans_api_key=plans_key)

@@ -35,18 +35,13 @@ def dev(
     """Run everything locally: Temporal dev server with UI, demo git projects, the
     reference plans service, a worker with the offline model, and the gateway with
     its approval page (a token for --user is printed)."""
-    from parley.dev import run_dev
+    from parley.dev import DevOptions, run_dev
 
     try:
         run_async(
             lambda: run_dev(
-                data_dir.resolve(),
-                port=port,
-                ui_port=ui_port,
-                plans_port=plans_port,
-                gateway_port=gateway_port,
-                user=user,
-                console=out,
+                DevOptions(data_dir.resolve(), port, ui_port, plans_port, gateway_port, user),
+                out,
             )
         )  # returns once a SIGTERM has stopped everything
     except KeyboardInterrupt:

@@ -71,6 +71,10 @@ from parley.settings import Settings
 from parley.storage import TranscriptStore, driver_of
 from parley.workflows.conversation import ConversationWorkflow
 
+#: How an update (or an update-with-start) fails on the client's side; ``_refusal``
+#: turns each into one ``ConversationRefused``.
+UPDATE_FAILURES = (WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError, RPCError)
+
 
 class Conversations(ConversationListing, LivenessWatch):
     """The one client API to conversations: each method pairs a workflow call with the
@@ -168,11 +172,7 @@ class Conversations(ConversationListing, LivenessWatch):
                 f"conversation {session_id} has ended; use a new session id",
                 ErrorType.CONVERSATION_ENDED,
             ) from err
-        except (
-            WorkflowUpdateFailedError,
-            WorkflowUpdateRPCTimeoutOrCancelledError,
-            RPCError,
-        ) as err:
+        except UPDATE_FAILURES as err:
             raise await self._refusal(err, session_id) from err
         finally:
             # Whatever ended the call (a result, a refusal, the liveness watch giving
@@ -208,11 +208,7 @@ class Conversations(ConversationListing, LivenessWatch):
                 )
         except NoWorker:
             pass
-        except (
-            WorkflowUpdateFailedError,
-            WorkflowUpdateRPCTimeoutOrCancelledError,
-            RPCError,
-        ) as err:
+        except UPDATE_FAILURES as err:
             raise await self._refusal(err, session_id) from err
         # The update id goes with it: the same command, sent again, gets its result.
         signalled = request.model_copy(update={"request_id": update_id})
@@ -328,11 +324,7 @@ class Conversations(ConversationListing, LivenessWatch):
                 EventsWait(user_id=checked_user(user_id), after=after),
                 id=f"events-{uuid.uuid4().hex[:16]}",
             )
-        except (
-            WorkflowUpdateFailedError,
-            WorkflowUpdateRPCTimeoutOrCancelledError,
-            RPCError,
-        ) as err:
+        except UPDATE_FAILURES as err:
             raise await self._refusal(err, session_id) from err
 
     async def end(self, session_id: str, user_id: str) -> ConversationSnapshot:
@@ -347,11 +339,7 @@ class Conversations(ConversationListing, LivenessWatch):
                 ),
                 "Run it again once a worker is running, or end it now with `parley end --force`.",
             )
-        except (
-            WorkflowUpdateFailedError,
-            WorkflowUpdateRPCTimeoutOrCancelledError,
-            RPCError,
-        ) as err:
+        except UPDATE_FAILURES as err:
             raise await self._refusal(
                 err, session_id, ended=f"conversation {session_id} has ended"
             ) from err
