@@ -10,6 +10,7 @@ import asyncio
 import json
 import uuid
 from collections import Counter
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -17,8 +18,9 @@ from langchain_core.messages import AIMessage, HumanMessage
 from temporalio.client import Client
 
 from parley.client import ConversationRefused, Conversations
-from parley.contracts import ConversationSnapshot
-from parley.contracts.busy import QUEUED_MESSAGES_MAX
+from parley.contracts import ConversationSnapshot, ConversationState
+from parley.contracts.busy import QUEUED_MESSAGES_MAX, QueuedMessage
+from parley.contracts.payloads import PAYLOAD_CONTEXT
 from parley.errors import ErrorType
 from parley.storage import LocalFileStorageDriver
 from parley.workflows.busy import INTERRUPTED_EVENT
@@ -338,3 +340,53 @@ async def test_parley_send_takes_while_busy(
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["reply"] == "re: B"
         applied_once(await audit_of(conv, sid, "cli"), ["a", "b"])
+
+
+async def test_queued_messages_run_before_the_run_hands_over(parley_worker) -> None:
+    """With a hand-over due after every turn, the queue is emptied first (its updates
+    belong to the run), then the run continues as new; nothing is lost or repeated."""
+    model = HeldModel(held=[0])
+    async with parley_worker(registry(), model, continue_as_new_after_events=1) as conv:
+        sid = new_session()
+        first = asyncio.create_task(conv.send(sid, "noa", "A", message_id="a"))
+        await eventually(lambda: model.calls, what="the first model call")
+        racing = [
+            asyncio.create_task(conv.send(sid, "noa", text, message_id=text, while_busy="enqueue"))
+            for text in ("B", "C")
+        ]
+
+        async def both_queued() -> bool:
+            audit = await audit_of(conv, sid, "noa")
+            return sum(event == "enqueued" for event, _ in audit) == 2
+
+        await eventually(both_queued, what="both messages queued")
+        model.release(0)
+        results = await asyncio.gather(first, *racing)
+        assert sorted(r.reply for r in results) == ["re: A", "re: B", "re: C"]
+
+        async def handed_over() -> ConversationSnapshot | None:
+            snapshot = await conv.state(sid, "noa")
+            return snapshot if snapshot.counters.continued_as_new >= 1 else None
+
+        snapshot = await eventually(handed_over, what="the run continued as new")
+        assert sorted(humans(snapshot)) == ["A", "B", "C"]
+        applied_once(await audit_of(conv, sid, "noa"), ["a", "B", "C"])
+        d = await conv.send(sid, "noa", "D", message_id="d", while_busy="enqueue")
+        assert d.reply == "re: D"  # nothing queued any more: an ordinary turn
+
+
+def test_the_queue_is_carried_state_in_the_flat_wire_shape() -> None:
+    queued = QueuedMessage(
+        update_id="message-b",
+        message_id="b",
+        text="B",
+        user_id="ida",
+        while_busy="interrupt",
+        queued_at=datetime(2026, 12, 4, tzinfo=UTC),
+    )
+    state = ConversationState(session_id="s", user_id="ida", queued_messages=[queued])
+    wire = state.model_dump(mode="json", context=PAYLOAD_CONTEXT)
+    assert wire["queued_messages"][0]["update_id"] == "message-b"
+    assert ConversationState.model_validate(wire).queued_messages == [queued]
+    empty = ConversationState(session_id="s", user_id="ida")
+    assert "queued_messages" not in empty.model_dump(mode="json", context=PAYLOAD_CONTEXT)
