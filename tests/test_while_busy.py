@@ -18,11 +18,12 @@ from langchain_core.messages import AIMessage, HumanMessage
 from temporalio.client import Client
 
 from parley.client import ConversationRefused, Conversations
-from parley.contracts import ConversationSnapshot, ConversationState
+from parley.contracts import ConversationSnapshot, ConversationState, SendMessageInput
 from parley.contracts.busy import QUEUED_MESSAGES_MAX, QueuedMessage
 from parley.contracts.payloads import PAYLOAD_CONTEXT
-from parley.errors import ErrorType
+from parley.errors import ConversationEnded, ErrorType, MessageTooLarge, TurnInProgress
 from parley.storage import LocalFileStorageDriver
+from parley.workflows import gate
 from parley.workflows.busy import INTERRUPTED_EVENT
 from parley.workflows.streaming import INTERRUPTED
 from tests.support import GATE, SLOW_STARTED, call, registry
@@ -390,3 +391,39 @@ def test_the_queue_is_carried_state_in_the_flat_wire_shape() -> None:
     assert ConversationState.model_validate(wire).queued_messages == [queued]
     empty = ConversationState(session_id="s", user_id="ida")
     assert "queued_messages" not in empty.model_dump(mode="json", context=PAYLOAD_CONTEXT)
+
+
+def test_the_gate_says_which_messages_wait() -> None:
+    """``gate.check_message`` without a server: while a turn runs, reject refuses in one
+    line naming the other modes, enqueue and interrupt wait up to the bound; a message
+    never waits on an ended conversation, nor jumps a queue that waits."""
+    state = ConversationState(session_id="s", user_id="ida", turn_running=True)
+
+    def message(mode: str | None) -> SendMessageInput:
+        return SendMessageInput(text="hi", message_id="m", user_id="ida", while_busy=mode)
+
+    with pytest.raises(TurnInProgress, match="while_busy enqueue") as refused:
+        gate.check_message(state, message(None), 1_000)
+    assert "\n" not in str(refused.value)
+    assert gate.check_message(state, message("enqueue"), 1_000, while_busy="enqueue")
+    assert gate.check_message(state, message("interrupt"), 1_000, while_busy="interrupt")
+    with pytest.raises(MessageTooLarge):  # every other check still holds
+        gate.check_message(state, message("enqueue"), 1, while_busy="enqueue")
+    queued = QueuedMessage(
+        update_id="u",
+        message_id="q",
+        text="q",
+        user_id="ida",
+        while_busy="enqueue",
+        queued_at=datetime(2026, 12, 4, tzinfo=UTC),
+    )
+    state.queued_messages = [queued] * QUEUED_MESSAGES_MAX
+    with pytest.raises(TurnInProgress, match=f"at most {QUEUED_MESSAGES_MAX}"):
+        gate.check_message(state, message("enqueue"), 1_000, while_busy="enqueue")
+    state.turn_running, state.queued_messages = False, [queued]
+    with pytest.raises(TurnInProgress, match="queued message"):  # no jumping the queue
+        gate.check_message(state, message(None), 1_000)
+    assert gate.check_message(state, message("enqueue"), 1_000, while_busy="enqueue")
+    state.ended = True
+    with pytest.raises(ConversationEnded):
+        gate.check_message(state, message("enqueue"), 1_000, while_busy="enqueue")
