@@ -14,6 +14,7 @@ stops waiting for it (the turn goes on in Temporal).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -24,6 +25,7 @@ from rich.text import Text
 from parley.client import ConversationRefused, Conversations, check_identity, connect
 from parley.contracts import Decision, DecisionAction, PendingCall, StateQuery, TurnResult
 from parley.errors import ErrorType
+from parley.live_reply import LiveReply, send_following
 from parley.rendering import print_call, print_snapshot, render_turn
 from parley.settings import Settings
 
@@ -105,8 +107,9 @@ class _Chat:
         try:
             pending = self._pending()
             while True:
+                live = LiveReply(self._console.file)
                 if pending:
-                    result = self._decide_all(pending)
+                    result = self._decide_all(pending, live)
                 else:
                     text = self._ask("you> ")
                     if text in ("/quit", "/exit"):
@@ -117,18 +120,28 @@ class _Chat:
                     if not text:
                         continue
                     try:
-                        result = self._call(self._conv.send(self._session, self._user, text))
+                        result = self._call(self._send(text, live))
                     except ConversationRefused as refused:
                         self._refused(refused)
                         if refused.error_type == ErrorType.DECISIONS_OWED:
                             pending = self._pending()
                         continue
-                render_turn(result, self._console)
+                render_turn(result, self._console, reply_streamed=live.streamed_whole(result.reply))
                 if result.status == "failed":
                     self._console.print(Text.assemble(("turn failed: ", "red"), result.error or ""))
                 pending = result.pending
         except _Closed:
             return 0
+
+    async def _send(self, text: str, live: LiveReply) -> TurnResult:
+        """Send ``text``; the reply's text is written as it streams."""
+        return await send_following(
+            self._conv,
+            self._session,
+            self._user,
+            lambda: self._conv.send(self._session, self._user, text),
+            live,
+        )
 
     def _refused(self, refused: ConversationRefused) -> None:
         self._console.print(Text.assemble(("refused: ", "red"), refused.message))
@@ -152,11 +165,21 @@ class _Chat:
             return
         print_snapshot(snapshot, self._console, audit=False, hint=False)
 
-    def _decide_all(self, pending: list[PendingCall]) -> TurnResult:
+    def _decide_all(self, pending: list[PendingCall], live: LiveReply) -> TurnResult:
+        """Ask for every pending call's decision and send them at once; the reply that
+        follows is written as it streams."""
         while True:
             decisions = [self._decision_for(call) for call in pending]
             try:
-                return self._call(self._conv.decide(self._session, self._user, decisions))
+                return self._call(
+                    send_following(
+                        self._conv,
+                        self._session,
+                        self._user,
+                        functools.partial(self._conv.decide, self._session, self._user, decisions),
+                        live,
+                    )
+                )
             except ConversationRefused as refused:
                 self._refused(refused)
                 if refused.error_type != ErrorType.INVALID_DECISION:

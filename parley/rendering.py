@@ -42,8 +42,9 @@ def _label_style(label: str) -> str:
     return "green" if label in ("success", "responded") else "yellow"
 
 
-def render_turn(result: TurnResult, console: Console) -> None:
-    """A turn's tool results (each once), then the reply."""
+def render_turn(result: TurnResult, console: Console, *, reply_streamed: bool = False) -> None:
+    """A turn's tool results (each once), then the reply (not again when it was just
+    streamed whole to the same console, ``parley.live_reply``)."""
     for item in result.results:
         label = result_label(item.status, item.payload)
         line = Text.assemble(
@@ -53,7 +54,7 @@ def render_turn(result: TurnResult, console: Console) -> None:
         if item.content and not _quoted_whole(item.content, result.reply):
             line.append(f": {item.content}")
         console.print(line)
-    if result.reply:
+    if result.reply and not reply_streamed:
         console.print(Text(result.reply))
 
 

@@ -108,12 +108,17 @@ async def conversations(session: str, user: str) -> Conversations:
 
 
 def print_turn(
-    result: TurnResult, as_json: bool, session: str | None = None, user: str | None = None
+    result: TurnResult,
+    as_json: bool,
+    session: str | None = None,
+    user: str | None = None,
+    *,
+    reply_streamed: bool = False,
 ) -> None:
     if as_json:
         print(result.model_dump_json(indent=2))
     else:
-        render_turn(result, out)
+        render_turn(result, out, reply_streamed=reply_streamed)
         print_pending(result.pending, out, session=session, user=user)
     if result.status == "failed":
         err.print(Text.assemble(("turn failed: ", "bold red"), result.error or ""))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 import json
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -34,6 +35,7 @@ from parley.client import (
 )
 from parley.contracts import StateQuery, TurnResult, check_user_id
 from parley.contracts.busy import WHILE_BUSY_MODES
+from parley.live_reply import LiveReply, send_following
 from parley.rendering import print_conversation_list, print_snapshot
 
 #: ``--while-busy``'s choices (``parley.contracts.busy.WhileBusy``).
@@ -96,17 +98,29 @@ def send(
         raise fail(refused.message) from None
     message = message_text(text, file)
 
-    async def work() -> TurnResult:
-        return await (await conversations(session, user)).send(
-            session,
-            user,
-            message,
-            message_id=message_id,
-            reviewers=reviewer or (),
-            while_busy=while_busy.value if while_busy else None,
-        )
+    # The reply's text is written as it streams, except for --json (one JSON document).
+    live = None if as_json else LiveReply(sys.stdout)
 
-    print_turn(run_async(work), as_json, session, user)
+    async def work() -> TurnResult:
+        client = await conversations(session, user)
+
+        def send() -> Awaitable[TurnResult]:
+            return client.send(
+                session,
+                user,
+                message,
+                message_id=message_id,
+                reviewers=reviewer or (),
+                while_busy=while_busy.value if while_busy else None,
+            )
+
+        if live is None:
+            return await send()
+        return await send_following(client, session, user, send, live)
+
+    result = run_async(work)
+    streamed = live is not None and live.streamed_whole(result.reply)
+    print_turn(result, as_json, session, user, reply_streamed=streamed)
 
 
 def message_text(text: str | None, file: Path | None) -> str:

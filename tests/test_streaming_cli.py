@@ -1,0 +1,112 @@
+"""The CLI renders the reply as it streams (issue 21, point 1): real ``parley send`` and
+``parley chat`` processes against a real worker whose provider (the OpenAI protocol,
+tests.support.openai_fake) writes 30 words at 100 ms each.
+
+What must hold: the reply's text is on the command's standard output before the
+provider wrote its last word, the whole reply is printed once (not again with the
+turn's result), and the process ends as it did before streaming.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from parley.client import Conversations
+from tests.support import registry
+from tests.support.openai_fake import FakeOpenAI
+from tests.support.processes import PARLEY
+from tests.support.transcripts import new_session
+from tests.test_streaming import KEY, THIRTY_WORDS, openai_model, stored_reply
+
+
+@pytest.fixture
+async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI(api_key=KEY) as running:
+        monkeypatch.setenv("OPENAI_BASE_URL", running.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+        yield running
+
+
+async def run_reading(
+    conversations: Conversations, client, args: list[str], stdin: str = ""
+) -> tuple[int, list[tuple[float, str]]]:
+    """Run ``parley ARGS`` against the test's Temporal server and worker; its standard
+    output as it came, each piece with the ``time.monotonic()`` it was read at."""
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "PARLEY_TASK_QUEUE": conversations.settings.task_queue,
+        "COLUMNS": "400",
+    }
+    cli = await asyncio.create_subprocess_exec(
+        *PARLEY,
+        *args,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert cli.stdin and cli.stdout and cli.stderr
+    cli.stdin.write(stdin.encode())
+    await cli.stdin.drain()
+    cli.stdin.close()
+    pieces: list[tuple[float, str]] = []
+    async with asyncio.timeout(120):
+        while chunk := await cli.stdout.read(4096):
+            pieces.append((time.monotonic(), chunk.decode()))
+        errors = await cli.stderr.read()
+        code = await cli.wait()
+    assert not errors.strip() or code != 0, errors
+    return code, pieces
+
+
+def first_seen(pieces: list[tuple[float, str]], text: str) -> float:
+    """When ``text`` was first whole on standard output."""
+    so_far = ""
+    for at, piece in pieces:
+        so_far += piece
+        if text in so_far:
+            return at
+    raise AssertionError(f"{text!r} never printed: {so_far!r}")
+
+
+async def test_send_prints_the_reply_as_it_streams(parley_worker, client, fake) -> None:
+    fake.reply(THIRTY_WORDS, chunk_delay=0.1)
+    sid = new_session()
+    async with parley_worker(registry(), openai_model()) as conversations:
+        code, pieces = await run_reading(
+            conversations, client, ["send", "--session", sid, "--user", "alice", "talk to me"]
+        )
+        snapshot = await conversations.state(sid, "alice")
+
+    (provider,) = fake.streams
+    printed = "".join(piece for _, piece in pieces)
+    assert code == 0, printed
+    assert first_seen(pieces, "word0") < provider.delta_times[-1], printed
+    assert len(pieces) >= 5, "the reply came in one piece"
+    assert stored_reply(snapshot).content == THIRTY_WORDS
+    assert printed.count(THIRTY_WORDS) == 1, printed  # streamed, not printed again
+
+
+async def test_chat_prints_the_reply_as_it_streams(parley_worker, client, fake) -> None:
+    fake.reply(THIRTY_WORDS, chunk_delay=0.1)
+    sid = new_session()
+    async with parley_worker(registry(), openai_model()) as conversations:
+        code, pieces = await run_reading(
+            conversations,
+            client,
+            ["chat", "--session", sid, "--user", "alice"],
+            stdin="talk to me\n/quit\n",
+        )
+
+    (provider,) = fake.streams
+    printed = "".join(piece for _, piece in pieces)
+    assert code == 0, printed
+    assert first_seen(pieces, "word0") < provider.delta_times[-1], printed
+    assert len(pieces) >= 5, "the reply came in one piece"
+    assert printed.count(THIRTY_WORDS) == 1, printed
