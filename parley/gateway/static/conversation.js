@@ -88,7 +88,9 @@ export async function sendMessage() {
   const messageId = retry ? retry.id : `web-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 10)}`;
   state.unsent = { text, id: messageId };
   try {
-    const turn = await api("POST", `${conversationPath(sid)}/messages`, { text, message_id: messageId });
+    const posted = api("POST", `${conversationPath(sid)}/messages`, { text, message_id: messageId });
+    kickStream(); // a stream waiting for a new conversation looks again, soon, while it starts
+    const turn = await posted;
     state.unsent = null;
     if (state.sid === sid && turn && turn.status === "failed") {
       showError(`The turn failed: ${turn.error || "no detail"}`);

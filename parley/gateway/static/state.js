@@ -4,6 +4,9 @@ export const TOKEN_KEY = "parley.token";
 export const SESSION_RE = /^[A-Za-z0-9._-]{1,128}$/;
 export const LIST_EVERY_MS = 15000;
 export const STREAM_404_RETRY_MS = 3000;
+// While the first message of a new conversation is on its way, the conversation is about
+// to exist: look again soon, so its reply streams from the start.
+export const STREAM_404_SENDING_RETRY_MS = 100;
 export const STREAM_MAX_BACKOFF_MS = 15000;
 
 export const $ = (id) => document.getElementById(id);

@@ -1,10 +1,22 @@
 // Live events: the conversation's AG-UI event stream (SSE over fetch), resumed with
-// Last-Event-ID, and what each event changes on the page.
+// Last-Event-ID, and what each event changes on the page: a reply's text grows with
+// each TEXT_MESSAGE_CONTENT as the model writes it, and leaves when its call is
+// retried or cancelled (parley.stream_discarded).
 
 import { conversationPath, errorOf, handleError } from "./api.js";
 import { loadSnapshot, scheduleRefresh } from "./refresh.js";
-import { $, isEnded, state, STREAM_404_RETRY_MS, STREAM_MAX_BACKOFF_MS } from "./state.js";
+import {
+  $,
+  isEnded,
+  state,
+  STREAM_404_RETRY_MS,
+  STREAM_404_SENDING_RETRY_MS,
+  STREAM_MAX_BACKOFF_MS,
+} from "./state.js";
 import { renderTranscript, updateWorking } from "./transcript.js";
+
+// The CUSTOM event that withdraws a streamed message (parley/workflows/events.py).
+const STREAM_DISCARDED = "parley.stream_discarded";
 
 export function stopStream() {
   const s = state.stream;
@@ -53,7 +65,8 @@ export async function runStream(sid, gen) {
         cache: "no-store",
       });
       if (res.status === 404) {
-        wait = STREAM_404_RETRY_MS; // not created yet: try again quietly
+        // Not created yet: try again quietly (soon while a message is starting it).
+        wait = state.busy ? STREAM_404_SENDING_RETRY_MS : STREAM_404_RETRY_MS;
       } else if (res.status === 401) {
         if (gen === s.gen) handleError(await errorOf(res));
         return;
@@ -210,6 +223,10 @@ export function handleEvent(ev) {
       scheduleRefresh();
       break;
     case "CUSTOM":
+      if (ev.name === STREAM_DISCARDED && ev.value && state.live.delete(ev.value.messageId)) {
+        // A retried or cancelled model call: its partial text goes; the retry streams anew.
+        renderTranscript();
+      }
       scheduleRefresh();
       break;
     default:
