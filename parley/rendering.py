@@ -287,6 +287,9 @@ STREAM_DISCARDED = "parley.stream_discarded"
 #: How long the follower waits before looking again for a conversation this message
 #: is starting (it does not exist until the send's update-with-start lands).
 NOT_STARTED_RETRY_SECONDS = 0.05
+#: How long the log's latest offset may take to read before the send goes on without
+#: following (a live worker answers a query at once).
+OFFSET_WAIT_SECONDS = 3.0
 
 
 class LiveReply:
@@ -345,7 +348,12 @@ async def send_following(
     """``send()`` (the message's update), while the conversation's new events go to
     ``live`` as they come; the events up to the turn's end are all fed before this
     returns."""
-    after = await _latest_offset(conversations, session_id, user_id)
+    try:
+        async with asyncio.timeout(OFFSET_WAIT_SECONDS):
+            after = await _latest_offset(conversations, session_id, user_id)
+    except (TimeoutError, ConversationRefused):
+        # No worker answers now: the send alone says what happens, as without streaming.
+        return await send()
     position = [after]
     follower = asyncio.create_task(_follow(conversations, session_id, user_id, position, live))
     try:
