@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import time
 from collections.abc import AsyncIterator
 
@@ -18,8 +19,10 @@ import pytest
 
 from parley.client import Conversations
 from tests.support import registry
+from tests.support.cli import assert_one_line_error
 from tests.support.openai_fake import FakeOpenAI
 from tests.support.processes import PARLEY
+from tests.support.scripts import script
 from tests.support.transcripts import new_session
 from tests.test_streaming import KEY, THIRTY_WORDS, openai_model, stored_reply
 
@@ -110,3 +113,23 @@ async def test_chat_prints_the_reply_as_it_streams(parley_worker, client, fake) 
     assert first_seen(pieces, "word0") < provider.delta_times[-1], printed
     assert len(pieces) >= 5, "the reply came in one piece"
     assert printed.count(THIRTY_WORDS) == 1, printed
+
+
+async def test_send_with_no_worker_says_what_the_send_says(parley_worker, client) -> None:
+    """Following the stream needs the event log's offset first; with no worker to
+    answer, the send goes on alone and its own line says what became of the message."""
+    sid = new_session()
+    async with parley_worker(registry(), script({"content": "hello"})) as conversations:
+        await conversations.send(sid, "alice", "hi")
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "PARLEY_TASK_QUEUE": conversations.settings.task_queue,
+        "PARLEY_WORKER_WAIT_SECONDS": "2",
+    }
+    args = [*PARLEY, "send", "--session", sid, "--user", "alice", "--message-id", "m-1", "again"]
+    result = await asyncio.to_thread(
+        subprocess.run, args, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert_one_line_error(result, "no worker is serving task queue")
+    assert "send it again with --message-id m-1" in result.stderr, result.stderr
