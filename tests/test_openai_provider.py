@@ -163,21 +163,6 @@ def test_bind_tools_with_a_langchain_tool(fake: FakeOpenAI) -> None:
     assert set(sent_tool["function"]["parameters"]["properties"]) == {"a", "b"}
 
 
-def test_built_model_streams_when_asked_and_not_otherwise(fake: FakeOpenAI) -> None:
-    """``call_model`` reads replies with ``astream`` (issue 21): ``.stream()`` makes one
-    streamed request with usage in its final chunk; ``.invoke()`` one plain request."""
-    fake.reply("whole reply")
-    fake.reply("plain")
-    model = build_openai_model("fake-model", Settings.from_env())
-    chunks = list(model.stream("hi"))
-    assert "".join(str(c.content) for c in chunks) == "whole reply" and len(chunks) > 1
-    assert fake.last_request.body.get("stream") is True
-    assert fake.last_request.body.get("stream_options") == {"include_usage": True}
-    assert model.invoke("hi").content == "plain"
-    assert not fake.last_request.body.get("stream")
-    assert fake.attempts == 2
-
-
 def test_the_fake_speaks_sse_too(fake: FakeOpenAI) -> None:
     fake.reply("hel", tool_calls=[{"name": "add", "args": {"a": 1}, "id": "s1"}])
     model = ChatOpenAI(model="fake-model", base_url=fake.base_url, api_key=API_KEY, streaming=True)

@@ -283,3 +283,18 @@ def test_a_responder_answers_when_the_script_is_empty(fake: FakeOpenAI) -> None:
     fake.responder = lambda request: None  # declines: the fake's own clear error
     with pytest.raises(Exception, match="no scripted response left"):
         model.invoke("three")
+
+
+def test_built_model_streams_when_asked_and_not_otherwise(fake: FakeOpenAI) -> None:
+    """``call_model`` reads replies with ``astream`` (issue 21): ``.stream()`` makes one
+    streamed request with usage in its final chunk; ``.invoke()`` one plain request."""
+    fake.reply("whole reply")
+    fake.reply("plain")
+    model = build_openai_model("fake-model", Settings.from_env())
+    chunks = list(model.stream("hi"))
+    assert "".join(str(c.content) for c in chunks) == "whole reply" and len(chunks) > 1
+    assert fake.last_request.body.get("stream") is True
+    assert fake.last_request.body.get("stream_options") == {"include_usage": True}
+    assert model.invoke("hi").content == "plain"
+    assert not fake.last_request.body.get("stream")
+    assert len(fake.requests) == 2
