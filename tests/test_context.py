@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated
 
 import pytest
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import InjectedToolArg, tool
 
 from parley.activities.compaction import SUMMARY_HEADING, SUMMARY_INSTRUCTIONS
-from parley.activities.models.openai_provider import build_openai_model
 from parley.contracts import ToolContext
-from parley.settings import Settings
 from parley.tools import auto
 from tests.support import registry
+from tests.support.openai_env import openai_model, serving_openai
 from tests.support.openai_fake import FakeOpenAI
 from tests.support.openai_script import RecordedRequest, ScriptedReply
 from tests.support.transcripts import new_session
@@ -61,14 +60,8 @@ def answer(request: RecordedRequest) -> ScriptedReply:
 
 @pytest.fixture
 async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI(api_key=KEY, context_window=WINDOW, responder=answer) as running:
-        monkeypatch.setenv("OPENAI_BASE_URL", running.base_url)
-        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    async with serving_openai(monkeypatch, KEY, context_window=WINDOW, responder=answer) as running:
         yield running
-
-
-def openai_model() -> Any:
-    return build_openai_model("gpt-test", Settings.from_env())
 
 
 async def test_a_long_conversation_with_large_results_stays_inside_the_window(

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from parley.activities.models.openai_provider import build_openai_model
 from parley.client import ConversationRefused
 from parley.contracts import SPEND_CALL, Decision, SpendBudget
 from parley.policies import load_policies
-from parley.settings import Settings
 from tests.support import registry
+from tests.support.openai_env import openai_model, serving_openai
 from tests.support.openai_fake import FakeOpenAI
 from tests.support.transcripts import new_session
 
@@ -27,14 +25,8 @@ KEY = "sk-spending-test-0000"
 
 @pytest.fixture
 async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI(api_key=KEY) as running:
-        monkeypatch.setenv("OPENAI_BASE_URL", running.base_url)
-        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    async with serving_openai(monkeypatch, KEY) as running:
         yield running
-
-
-def openai_model() -> Any:
-    return build_openai_model("gpt-test", Settings.from_env())
 
 
 def test_the_budget_table_is_read_and_checked(tmp_path: Path) -> None:

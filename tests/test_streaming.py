@@ -12,43 +12,29 @@ interleaves its text with the failed attempt's.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import pytest
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
-from langchain_core.outputs import ChatGenerationChunk, ChatResult
-from pydantic import Field
 
-from parley.activities.models.openai_provider import build_openai_model
-from parley.errors import TransientError
-from parley.settings import Settings
 from parley.workflows.events import STREAM_DISCARDED
 from tests.support import registry
 from tests.support.gateway import ALICE_TOKEN, SseEvent, auth, serve_gateway, sse_events
+from tests.support.openai_env import THIRTY_WORDS, openai_model, serving_openai, stored_reply
 from tests.support.openai_fake import FakeOpenAI
+from tests.support.streaming_models import FailsMidStream
 from tests.support.transcripts import new_session
 
 ALICE = auth(ALICE_TOKEN)
 SSE = {"Accept": "text/event-stream"}
-THIRTY_WORDS = " ".join(f"word{i}" for i in range(30)) + "."
 KEY = "sk-streaming-test-0000"
 
 
 @pytest.fixture
 async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI(api_key=KEY) as running:
-        monkeypatch.setenv("OPENAI_BASE_URL", running.base_url)
-        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    async with serving_openai(monkeypatch, KEY) as running:
         yield running
-
-
-def openai_model() -> Any:
-    return build_openai_model("gpt-test", Settings.from_env())
 
 
 async def read_turn(http: httpx.AsyncClient, sid: str, text: str) -> list[tuple[float, SseEvent]]:
@@ -66,10 +52,6 @@ async def read_turn(http: httpx.AsyncClient, sid: str, text: str) -> list[tuple[
             if event.type in ("RUN_FINISHED", "RUN_ERROR"):
                 break
     return seen
-
-
-def stored_reply(snapshot: Any) -> AIMessage:
-    return [m for m in snapshot.transcript if isinstance(m, AIMessage)][-1]
 
 
 async def test_a_streamed_reply_reaches_the_sse_client_while_the_provider_writes(
@@ -128,36 +110,6 @@ async def test_a_follower_that_reconnects_mid_reply_loses_nothing_and_sees_nothi
     assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))  # no gap, no repeat
     deltas = [e.data["delta"] for e in first + rest if e.type == "TEXT_MESSAGE_CONTENT"]
     assert "".join(deltas) == stored_reply(snapshot).content == THIRTY_WORDS
-
-
-class FailsMidStream(BaseChatModel):
-    """Streams ``text`` a word at a time; its first call breaks off after ``words_then_fail``
-    words with a transient error (as a worker killed mid-stream, or a dropped
-    connection), and Temporal retries it."""
-
-    text: str
-    words_then_fail: int
-    calls: list[int] = Field(default_factory=list)
-
-    @property
-    def _llm_type(self) -> str:
-        return "fails-mid-stream"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> FailsMidStream:
-        return self
-
-    def _generate(self, *args: Any, **kwargs: Any) -> ChatResult:
-        raise NotImplementedError("streamed only")
-
-    async def _astream(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
-    ) -> AsyncIterator[ChatGenerationChunk]:
-        self.calls.append(len(self.calls) + 1)
-        for index, word in enumerate(re.findall(r"\s*\S+", self.text)):
-            if len(self.calls) == 1 and index == self.words_then_fail:
-                raise TransientError("the provider dropped the stream")
-            await asyncio.sleep(0.05)
-            yield ChatGenerationChunk(message=AIMessageChunk(content=word))
 
 
 async def test_a_retried_model_call_streams_under_a_new_message_id_never_interleaved(

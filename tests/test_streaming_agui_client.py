@@ -17,9 +17,9 @@ import pytest
 from tests.support import registry
 from tests.support.agui_client import install_agui_client, run_http_agent
 from tests.support.gateway import ALICE_TOKEN, serve_gateway
+from tests.support.openai_env import THIRTY_WORDS, openai_model, serving_openai, stored_reply
 from tests.support.openai_fake import FakeOpenAI
 from tests.support.transcripts import new_session
-from tests.test_streaming import KEY, THIRTY_WORDS, openai_model, stored_reply
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +30,7 @@ def agui_client() -> None:
 
 @pytest.fixture
 async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI(api_key=KEY) as running:
-        monkeypatch.setenv("OPENAI_BASE_URL", running.base_url)
-        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    async with serving_openai(monkeypatch, "sk-agui-client-test-0000") as running:
         yield running
 
 

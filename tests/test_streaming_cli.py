@@ -20,18 +20,16 @@ import pytest
 from parley.client import Conversations
 from tests.support import registry
 from tests.support.cli import assert_one_line_error
+from tests.support.openai_env import THIRTY_WORDS, openai_model, serving_openai, stored_reply
 from tests.support.openai_fake import FakeOpenAI
 from tests.support.processes import PARLEY
 from tests.support.scripts import script
 from tests.support.transcripts import new_session
-from tests.test_streaming import KEY, THIRTY_WORDS, openai_model, stored_reply
 
 
 @pytest.fixture
 async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI(api_key=KEY) as running:
-        monkeypatch.setenv("OPENAI_BASE_URL", running.base_url)
-        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    async with serving_openai(monkeypatch, "sk-streaming-surface-0000") as running:
         yield running
 
 

@@ -18,9 +18,10 @@ from playwright.async_api import Page, expect
 
 from tests.support import registry
 from tests.support.browser import page_gateway, screenshot, send, sign_in_and_start
+from tests.support.openai_env import THIRTY_WORDS, openai_model, serving_openai
 from tests.support.openai_fake import FakeOpenAI
+from tests.support.streaming_models import FailsMidStream
 from tests.support.transcripts import new_session
-from tests.test_streaming import KEY, THIRTY_WORDS, FailsMidStream, openai_model
 
 #: Counts, in the page, the most streaming replies ever shown at once (a
 #: MutationObserver sees every state the transcript passes through).
@@ -36,9 +37,7 @@ WATCH_STREAMING = """() => {
 
 @pytest.fixture
 async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI(api_key=KEY) as running:
-        monkeypatch.setenv("OPENAI_BASE_URL", running.base_url)
-        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    async with serving_openai(monkeypatch, "sk-streaming-surface-0000") as running:
         yield running
 
 
