@@ -245,6 +245,9 @@ async def _run_temporal_and_worker(
             ui_port=ui_port,
             dev_server_existing_path=temporal_cli(),
             dev_server_database_filename=str(data_dir / "temporal.db"),
+            # The server's own warnings (a matching shortcut that fell back, a slow
+            # gRPC call) are not the user's to act on; its errors still show.
+            dev_server_log_level="error",
             data_converter=data_converter(settings),
         )
     except RuntimeError as problem:

@@ -30,16 +30,26 @@ let pinned = true;
 let seenHeight = 0;
 const nearBottom = (box, height = box.clientHeight) =>
   box.scrollHeight - box.scrollTop - height < 60;
+// Where the page itself last scrolled the transcript to. Its scroll event comes a frame
+// later, and a streaming reply may have grown the transcript meanwhile: that event is
+// the page's own, not a reader scrolling up, so it never unpins.
+let scrolledTo = null;
+const scrollToBottom = (box) => {
+  box.scrollTop = box.scrollHeight;
+  scrolledTo = box.scrollTop;
+};
 
 export function keepTranscriptInView() {
   const box = $("transcript");
   seenHeight = box.clientHeight;
   box.addEventListener("scroll", () => {
+    if (scrolledTo !== null && Math.abs(box.scrollTop - scrolledTo) < 2) return;
+    scrolledTo = null;
     pinned = nearBottom(box, seenHeight || box.clientHeight);
   });
   new ResizeObserver(() => {
     seenHeight = box.clientHeight;
-    if (pinned) box.scrollTop = box.scrollHeight;
+    if (pinned) scrollToBottom(box);
   }).observe(box);
 }
 
@@ -117,7 +127,7 @@ export function renderTranscript({ toBottom = false } = {}) {
     );
   }
   box.replaceChildren(...nodes);
-  if (atBottom || toBottom) box.scrollTop = box.scrollHeight;
+  if (atBottom || toBottom) scrollToBottom(box);
 }
 
 export const countHumans = (messages) => messages.filter((m) => m && m.type === "human").length;
