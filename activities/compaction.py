@@ -40,6 +40,7 @@ from temporalio.exceptions import ApplicationError
 from parley.activities.heartbeat import heartbeating
 from parley.contracts import (
     COMPACT_CONTEXT,
+    ClientContext,
     CompactContextInput,
     Compaction,
     ContextRef,
@@ -116,6 +117,20 @@ def model_view(messages: list[AnyMessage], compaction: Compaction | None) -> lis
     head = [m for m in messages[: compaction.covers] if isinstance(m, SystemMessage)]
     summary = HumanMessage(content=f"{SUMMARY_HEADING}\n{compaction.summary}")
     return [*head, summary, *messages[compaction.covers :]]
+
+
+#: How the front end's context for a turn (``ClientContext``) is introduced to the model.
+CLIENT_CONTEXT_HEADING = "Context from the user's application for this turn:"
+
+
+def with_client_context(view: list[AnyMessage], context: list[ClientContext]) -> list[AnyMessage]:
+    """The view with the front end's context for this turn as a system message after the
+    system prompt (never stored: the next turn brings its own)."""
+    if not context:
+        return view
+    lines = [CLIENT_CONTEXT_HEADING, *(f"- {c.description}: {c.value}" for c in context)]
+    lead = next((i for i, m in enumerate(view) if not isinstance(m, SystemMessage)), len(view))
+    return [*view[:lead], SystemMessage(content="\n".join(lines)), *view[lead:]]
 
 
 def cut_points(messages: list[AnyMessage], start: int, keep_latest: int) -> list[int]:

@@ -42,6 +42,7 @@ from parley.activities.compaction import (
     CompactionActivities,
     ContextBudget,
     model_view,
+    with_client_context,
 )
 from parley.activities.heartbeat import heartbeating
 from parley.activities.models.failures import classify_model_error, model_error_type
@@ -98,7 +99,7 @@ class ModelActivities:
             history = await self._transcripts.load(request.context)
             messages = history + list(request.new_messages)
             compaction = request.context.compaction if request.context else None
-            view = model_view(messages, compaction)
+            view = with_client_context(model_view(messages, compaction), request.client_context)
             if self._budgeted and (over := self.compaction.over_budget(view)):
                 return await self._over_budget(request, over)
             message_id = f"{ASSISTANT_MESSAGE_PREFIX}{uuid.uuid4().hex[:12]}"

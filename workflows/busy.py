@@ -84,6 +84,8 @@ class Busy:
                 user_id=message.user_id,
                 while_busy="interrupt" if mode == "interrupt" else "enqueue",
                 queued_at=workflow.now(),
+                run_id=message.run_id,
+                context=message.context,
             )
         )
         detail = {"message_id": message.message_id, "while_busy": mode, "position": len(queue)}
@@ -102,10 +104,12 @@ class Busy:
         state = self._state
         return bool(state.queued_messages) and not state.pending and not state.ended
 
-    async def run_next(self, run_turn: Callable[[], Awaitable[TurnResult]]) -> None:
-        """The oldest queued message becomes a turn (its update gets the result)."""
+    async def run_next(self, run_turn: Callable[..., Awaitable[TurnResult]]) -> None:
+        """The oldest queued message becomes a turn (its update gets the result), under
+        the run id and with the context its client gave."""
+        queued = self._state.queued_messages[0]
         self._apply(1)
-        await run_turn()
+        await run_turn(run_id=queued.run_id, context=queued.context)
 
     def close(self) -> None:
         """The conversation ended: every waiting message is refused, and recorded."""

@@ -150,7 +150,8 @@ class ConversationWorkflow:
         self._ledger.audit("message", message.user_id, detail={"message_id": message.message_id})
         self._state.counters.turns += 1
         metrics.turn_started()
-        return self._results.remember(await self._turns.run())
+        turn = self._turns.run(run_id=message.run_id, context=message.context)
+        return self._results.remember(await turn)
 
     @send_message.validator
     def _validate_send_message(self, raw: Any) -> None:
@@ -161,6 +162,8 @@ class ConversationWorkflow:
 
     def _check_message(self, message: SendMessageInput) -> bool:
         """Whether the message may start a turn now (False) or waits for one (True)."""
+        limit = self._start.max_message_bytes
+        gate.check_client_run(self._state, message.run_id, message.context, limit, InvalidMessage)
         return gate.check_message(
             self._state,
             message,
@@ -182,15 +185,23 @@ class ConversationWorkflow:
             return replayed
         if self._results.signalled():  # sent by signal first, when no worker was there
             return await self._results.result_of_signal()
-        gate.check_decisions(self._state, decision, workflow.now())  # again: two may race
-        return self._results.remember(await self._turns.run(decisions=decision))
+        self._check_decisions(decision)  # again: two may race
+        turn = self._turns.run(decisions=decision, run_id=decision.run_id, context=decision.context)
+        return self._results.remember(await turn)
 
     @decide.validator
     def _validate_decide(self, raw: Any) -> None:
         decision = gate.parse(DecideInput, raw, InvalidDecision)
         gate.check_member(self._state, decision.decided_by)
         if not self._results.earlier() and not self._results.signalled():
-            gate.check_decisions(self._state, decision, workflow.now())
+            self._check_decisions(decision)
+
+    def _check_decisions(self, decision: DecideInput) -> None:
+        gate.check_decisions(self._state, decision, workflow.now())
+        limit = self._start.max_message_bytes
+        gate.check_client_run(
+            self._state, decision.run_id, decision.context, limit, InvalidDecision
+        )
 
     @workflow.update
     async def end(self, raw: Any) -> ConversationSnapshot:

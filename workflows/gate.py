@@ -10,6 +10,7 @@ stable ``type``).
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -19,6 +20,7 @@ from parley.contracts import (
     ASSISTANT_MESSAGE_PREFIX,
     SPEND_CALL,
     WORKFLOW_ID_PREFIX,
+    ClientContext,
     ConversationState,
     DecideInput,
     PendingCall,
@@ -236,3 +238,54 @@ def args_error(catalogue: ToolCatalogue, tool_name: str, args: dict[str, Any]) -
     if spec is None:
         return f"unknown tool {tool_name!r}"
     return spec.args_error(args)
+
+
+#: A client's run id (AG-UI ``runId``): what a UUID or a slug needs, nothing that could
+#: break a log line.
+CLIENT_RUN_ID = re.compile(r"\A[A-Za-z0-9._:-]{1,128}\Z")
+
+
+def used_run_ids(state: ConversationState) -> set[str]:
+    """The run ids of the runs the event log keeps and of the messages waiting."""
+    started = {e.get("runId") for e in state.events.entries if e.get("type") == "RUN_STARTED"}
+    return {r for r in started | {q.run_id for q in state.queued_messages} if r}
+
+
+def own_run_id(state: ConversationState) -> str:
+    """The id of a run no client named: ``run-<n>``, unless a client already gave one
+    of the log's runs that id (then ``run-<n>.<k>``)."""
+    used = used_run_ids(state)
+    run_id, k = f"run-{state.runs}", 1
+    while run_id in used:
+        run_id, k = f"run-{state.runs}.{k}", k + 1
+    return run_id
+
+
+def check_client_run(
+    state: ConversationState,
+    run_id: str | None,
+    context: list[ClientContext],
+    max_bytes: int,
+    refusal: type[Refusal],
+) -> None:
+    """A client's run id names one run: well formed, and used by no run the event log
+    keeps nor by a message waiting for a turn (a reused id would make two runs one in
+    every client's eyes). Its context fits in a message."""
+    if run_id is not None:
+        if not CLIENT_RUN_ID.fullmatch(run_id):
+            raise refusal(
+                f"run id {run_id[:140]!r} is not one a client may give: use 1-128 letters, "
+                "digits and . _ : - (a UUID will do)"
+            )
+        if run_id in used_run_ids(state):
+            raise refusal(
+                f"run id {run_id!r} was already used in this conversation; give each run "
+                "a new id (a retried request is answered by its message id or its "
+                "decisions, whatever its run id)"
+            )
+    size = sum(len(f"{c.description}{c.value}".encode(errors="surrogatepass")) for c in context)
+    if size > max_bytes:
+        raise MessageTooLarge(
+            f"the run's context is {size:,} bytes; a run takes at most {max_bytes:,} bytes "
+            "of context. Send less of the application's state."
+        )

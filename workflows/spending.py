@@ -6,8 +6,9 @@ worker's catalogue. Before each model call, once the conversation's model calls 
 used N tokens in all (``parley.workflows.usage``), the call does not happen: a pending
 call named ``parley_continue_spending`` asks the owner (or a reviewer), on every
 surface that shows pending calls, and is audited like any other. Approve raises the
-mark by whole steps past what is used (200,000 → 400,000) and the turn goes on; reject (or expiry) ends the turn with a
-reply saying so, and the next message asks again. Only approve and reject fit it.
+mark by whole steps past what is used (200,000 → 400,000) and the turn goes on; reject
+(or expiry) ends the turn with a reply saying so, and the next message asks again.
+Only approve and reject fit it.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from parley.contracts import (
     PREVIEW_ARGS_CHARS,
     CallModelInput,
+    ClientContext,
     ConversationStart,
     ConversationState,
     DecideInput,
@@ -42,20 +43,14 @@ from parley.workflows.busy import Busy
 from parley.workflows.decisions import Decisions
 from parley.workflows.events import EventLog
 from parley.workflows.execution import ToolRunner, TurnFailed
+from parley.workflows.gate import own_run_id
 from parley.workflows.ledger import Ledger, error_result
 from parley.workflows.model_calls import ModelCaller
 from parley.workflows.notifying import Notifier
 from parley.workflows.publishing import set_status
 from parley.workflows.streaming import ReplyStream
 from parley.workflows.subagents import Subagents
-from parley.workflows.triage import (
-    Proposal,
-    Refuse,
-    Run,
-    Verdict,
-    invalid_call_refusal,
-    triage,
-)
+from parley.workflows.triage import Proposal, Refuse, Run, Verdict, invalid_call_refusal, triage
 from parley.workflows.usage import UsageMeter
 
 
@@ -83,6 +78,7 @@ class TurnEngine:
             state, start, ledger, self.subagents, self._catalogue, self._proposal, self._tools
         )
         self._spend = self._decisions.spend
+        self._client_context: list[ClientContext] = []
 
     async def run(
         self,
@@ -90,15 +86,18 @@ class TurnEngine:
         decisions: DecideInput | None = None,
         expired: list[PendingCall] | None = None,
         subagent_news: bool = False,
+        run_id: str | None = None,
+        context: list[ClientContext] | None = None,
     ) -> TurnResult:
         """Run until the turn rests; the running flag is set for exactly that long
         (:meth:`_turn`). Edits that the rules refuse raise ``InvalidDecision`` before
-        anything is applied."""
+        anything is applied. ``run_id``/``context``: the client's (``SendMessageInput``)."""
         state = self._state
         with self._turn():
             edits = await self._decisions.review_edits(decisions) if decisions is not None else {}
             state.runs += 1
-            run_id = f"run-{state.runs}"
+            run_id = run_id or own_run_id(state)
+            self._client_context = list(context or [])
             state.turn_results = []
             self._usage.begin_turn()
             pending_before = {call.tool_call_id for call in state.pending}
@@ -224,6 +223,7 @@ class TurnEngine:
                     new_messages=new_messages,
                     catalogue_version=known,
                     subagent=self._start.subagent.name if self._start.subagent else None,
+                    client_context=self._client_context,
                 )
             )
         except ActivityError as err:

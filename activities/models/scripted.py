@@ -12,6 +12,8 @@ proposes the matching tool calls, so ``parley dev`` works with no LLM at all:
   update_plan_status ("mark plan 3 as finished" sends the user's word as the status)
 - "ask the planner to list my plans" → the subagent ``planner`` (when the policy file
   defines one) with the task "list my plans"
+- "what context do you have?" → the front end's context for this turn (AG-UI
+  ``context`` and ``state``), repeated word for word
 
 After tool results it summarizes them. When a result says "Please fix your mistakes"
 it corrects what it can (a slug to kebab-case, an unknown branch kind, an unknown
@@ -26,11 +28,18 @@ import re
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
 
+from parley.activities.compaction import CLIENT_CONTEXT_HEADING
 from parley.activities.toolsets.git import BRANCH_KINDS
 
 FIX_MARKER = "Please fix your mistakes"
@@ -96,6 +105,8 @@ class _Turn:
         if delegated and delegated.group(1) in self.tools:
             return self._call(delegated.group(1), {"task": delegated.group(2).strip()})
         lowered = text.lower()
+        if re.search(r"\bcontext\b", lowered):
+            return AIMessage(content=self._client_context())
         unquoted = re.sub(r'"[^"]*"', "", lowered)
         project = _search(r"\bproject\s+([\w.-]+)", unquoted) or "demo"
         if re.search(r"\bpush\b", lowered):
@@ -123,6 +134,14 @@ class _Turn:
         if re.search(r"\b(create|make|add|new)\b.*\bplan\b|(创建|新建|建立).*计划", lowered):
             return self._call("create_plan", {"title": text.strip()})
         return AIMessage(content=HELP)
+
+    def _client_context(self) -> str:
+        for message in self.messages:
+            content = message.content
+            if isinstance(message, SystemMessage) and isinstance(content, str):
+                if content.startswith(CLIENT_CONTEXT_HEADING):
+                    return "Your application told me:" + content[len(CLIENT_CONTEXT_HEADING) :]
+        return "Your application gave me no context for this turn."
 
     def _prepare(self, text: str, project: str) -> AIMessage:
         lowered = re.sub(r'"[^"]*"', "", text.lower())  # a quoted slug is no keyword

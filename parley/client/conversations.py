@@ -53,6 +53,7 @@ from parley.contracts import (
     PARLEY_REVIEWERS,
     PARLEY_STATUS,
     PARLEY_USER,
+    ClientRun,
     ConversationSnapshot,
     ConversationStart,
     DecideInput,
@@ -106,12 +107,14 @@ class Conversations(ConversationListing, LivenessWatch):
         *,
         reviewers: Sequence[str] = (),
         while_busy: WhileBusy | None = None,
+        run: ClientRun | None = None,
     ) -> TurnResult:
         """Send a message, starting the conversation if it is new (update-with-start).
         ``reviewers`` (users who may read it and decide on its calls) apply only when
         this message starts the conversation. ``while_busy``: what the message does if a
         turn is running (None: the conversation's default, which a conversation takes
-        from ``Settings.while_busy`` when this message starts it)."""
+        from ``Settings.while_busy`` when this message starts it). ``run``: the client's
+        run id and context for the turn (AG-UI)."""
         user_id = checked_user(user_id)
         reviewers = sorted({checked_user(reviewer) for reviewer in reviewers} - {user_id})
         message_id = message_id or uuid.uuid4().hex[:16]  # 64 random bits: unique enough
@@ -160,7 +163,11 @@ class Conversations(ConversationListing, LivenessWatch):
                 self._client.execute_update_with_start_workflow(
                     ConversationWorkflow.send_message,
                     SendMessageInput(
-                        text=text, message_id=message_id, user_id=user_id, while_busy=while_busy
+                        text=text,
+                        message_id=message_id,
+                        user_id=user_id,
+                        while_busy=while_busy,
+                        **(run or {}),
                     ),
                     start_workflow_operation=start,
                     id=f"message-{message_id}",
@@ -185,6 +192,7 @@ class Conversations(ConversationListing, LivenessWatch):
         user_id: str,
         decisions: Sequence[Decision],
         update_id: str | None = None,
+        run: ClientRun | None = None,
     ) -> TurnResult:
         """Answer every pending call. The same ``update_id`` again returns the first
         result and runs nothing twice. By default the id is derived from the decisions,
@@ -197,7 +205,9 @@ class Conversations(ConversationListing, LivenessWatch):
         is recorded as refused, never dropped). That is said in one line
         (``ConversationRefused`` of type ``NoWorker``)."""
         update_id = update_id or _decision_id(user_id, decisions)
-        request = DecideInput(decisions=list(decisions), decided_by=checked_user(user_id))
+        request = DecideInput(
+            decisions=list(decisions), decided_by=checked_user(user_id), **(run or {})
+        )
         try:
             if await self._any_worker_lately():
                 return await self._watch_worker(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from parley.contracts.conversation import (
     AuditEntry,
+    ClientRun,
     ConversationSnapshot,
     Counters,
     DecideInput,
@@ -60,6 +61,7 @@ from parley.contracts.limits import (
 from parley.contracts.model import (
     CallModelInput,
     CallModelOutput,
+    ClientContext,
     CompactContextInput,
     Compaction,
     ContextRef,
@@ -175,6 +177,8 @@ __all__ = [
     "CallModelOutput",
     "CanonicalArgsInput",
     "CanonicalArgsOutput",
+    "ClientContext",
+    "ClientRun",
     "CompactAIMessage",
     "CompactContextInput",
     "Compaction",

@@ -8,6 +8,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal, get_args
 
+from pydantic import Field
+
+from parley.contracts.model import ClientContext
 from parley.contracts.payloads import Contract
 
 #: What a message that arrives while a turn runs does:
@@ -36,3 +39,7 @@ class QueuedMessage(Contract):
     user_id: str
     while_busy: Literal["enqueue", "interrupt"]
     queued_at: datetime
+    #: The client's run id and context for the turn it starts (``SendMessageInput``);
+    #: an interrupting message joins the running turn, whose run id and context stay.
+    run_id: str | None = None
+    context: list[ClientContext] = Field(default_factory=list)

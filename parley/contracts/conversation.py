@@ -5,7 +5,7 @@ are in ``parley.contracts.state``.)"""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import (
     ConfigDict,
@@ -14,7 +14,7 @@ from pydantic import (
 )
 
 from parley.contracts.busy import WhileBusy
-from parley.contracts.model import ContextRef
+from parley.contracts.model import ClientContext, ContextRef
 from parley.contracts.names import (
     ConversationStatus,
     DecisionAction,
@@ -60,6 +60,14 @@ class StrictInput(Contract):
     model_config = ConfigDict(extra="forbid")
 
 
+class ClientRun(TypedDict, total=False):
+    """What a client (AG-UI) gives the run its request starts: the fields of the same
+    names on ``SendMessageInput`` and ``DecideInput``."""
+
+    run_id: str | None
+    context: list[ClientContext]
+
+
 class SendMessageInput(StrictInput):
     text: str
     message_id: str
@@ -67,6 +75,11 @@ class SendMessageInput(StrictInput):
     #: What to do if a turn is running when the message arrives (``parley.contracts.busy``);
     #: None: the conversation's default (``ConversationStart.while_busy``).
     while_busy: WhileBusy | None = None
+    #: The id of the run this message starts, as its client named it (AG-UI ``runId``):
+    #: the event log's ``RUN_STARTED``/``RUN_FINISHED`` carry it. None: ``run-<n>``.
+    run_id: str | None = None
+    #: Context for the model during this message's turn (``ClientContext``).
+    context: list[ClientContext] = Field(default_factory=list)
 
 
 class Decision(StrictInput):
@@ -107,6 +120,9 @@ class DecideInput(StrictInput):
     #: Set by a client that sent this ``decide`` as ``decide_signal`` because no worker
     #: was there: the ``decide`` update of this id, sent again later, gets its result.
     request_id: str | None = None
+    #: As on ``SendMessageInput``: the run these decisions resume, and its context.
+    run_id: str | None = None
+    context: list[ClientContext] = Field(default_factory=list)
 
 
 class EndInput(StrictInput):

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from pydantic import (
-    Field,
-)
+from pydantic import ConfigDict, Field
 
 from parley.contracts.payloads import CompactAIMessage, Contract, Messages
 from parley.contracts.tools import ToolCatalogue
 from parley.contracts.usage import Usage
+
+
+class ClientContext(Contract):
+    """One piece of context a front end gives for a turn (AG-UI ``RunAgentInput.context``,
+    and its ``state``): shown to the model in that turn's calls, never stored in the
+    transcript; it is in history as ``call_model``'s input."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    description: str
+    value: str
 
 
 class Compaction(Contract):
@@ -57,6 +66,9 @@ class CallModelInput(Contract):
     #: Set when a subagent's conversation calls: the model is offered only the tools
     #: that subagent may use (the worker's own definition of it).
     subagent: str | None = None
+    #: The front end's context for this turn (``ClientContext``), shown to the model
+    #: after the system prompt and never stored in the transcript.
+    client_context: list[ClientContext] = Field(default_factory=list)
 
 
 class CallModelOutput(Contract):

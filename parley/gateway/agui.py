@@ -3,7 +3,12 @@
 
 The ``threadId`` is the session id. With ``resume``, its entries answer the pending
 calls (each interrupt is one call); otherwise the last message, a user message, is
-sent as the conversation's next message.
+sent as the conversation's next message. A run with neither is a client reconnecting
+(``reconnect``): it gets the thread's messages and open interrupts, and nothing runs.
+
+The client's ``runId`` names the run in the conversation's event log too (refused, 422,
+if another run of the conversation had it), and its ``context`` and ``state`` are shown
+to the model during that run (``ClientContext``), never stored in the transcript.
 
 Resumes are read strictly: an entry's or a payload's unknown key is refused (``mesage``
 would lose a reason; ``args`` on an approve would look like an edit that never
@@ -13,6 +18,7 @@ anything is decided.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable
 from typing import Any
 
@@ -21,12 +27,13 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
-from parley.contracts import Decision, TurnResult
+from parley.contracts import ClientContext, ClientRun, Decision, TurnResult
 from parley.errors import ErrorType
 from parley.gateway.deps import Gateway, current_user, gateway, session
 from parley.gateway.errors import ApiError, describe
+from parley.gateway.reconnect import reconnect_events
 from parley.gateway.rest import MESSAGE_ID, StrictDecision
-from parley.gateway.streams import turn_stream
+from parley.gateway.streams import StreamItem, StreamItems, sse, turn_stream
 
 router = APIRouter()
 
@@ -58,18 +65,42 @@ async def agui(
             422, ErrorType.INVALID_REQUEST, f"not a RunAgentInput: {describe(err.errors())}"
         ) from None
     session_id = session(run.thread_id)
+    if not run.resume and not run.messages:
+        return sse(_items(await reconnect_events(gw, session_id, user_id, run.run_id)))
+    client_run = ClientRun(run_id=run.run_id, context=client_context(run))
     if run.resume:
         decisions = decisions_from_resume(body["resume"])
 
         def call() -> Awaitable[TurnResult]:
-            return gw.conversations.decide(session_id, user_id, decisions)
+            return gw.conversations.decide(session_id, user_id, decisions, run=client_run)
     else:
         text, message_id = last_user_message(run)
 
         def call() -> Awaitable[TurnResult]:
-            return gw.conversations.send(session_id, user_id, text, message_id=message_id)
+            return gw.conversations.send(
+                session_id, user_id, text, message_id=message_id, run=client_run
+            )
 
     return await turn_stream(gw, session_id, user_id, call, run_id=run.run_id)
+
+
+async def _items(items: list[StreamItem]) -> StreamItems:
+    for item in items:
+        yield item
+
+
+#: How the run's ``state`` is described to the model, beside its ``context`` entries.
+STATE_DESCRIPTION = "the application's state (AG-UI state), as JSON"
+
+
+def client_context(run: RunAgentInput) -> list[ClientContext]:
+    """What the model is shown of the front end for this run: each ``context`` entry,
+    and the ``state`` when there is one (``{}``, ``null`` and ``[]`` are none)."""
+    context = [ClientContext(description=c.description, value=c.value) for c in run.context or []]
+    if run.state not in (None, {}, []):
+        value = json.dumps(run.state, ensure_ascii=False, sort_keys=True)
+        context.append(ClientContext(description=STATE_DESCRIPTION, value=value))
+    return context
 
 
 #: The keys of a resume entry, as AG-UI spells them (camelCase) or as Python does.

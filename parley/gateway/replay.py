@@ -25,7 +25,7 @@ from ag_ui.core import (
 )
 
 from parley.client import Conversations
-from parley.contracts import OffsetEvent, TurnResult
+from parley.contracts import OffsetEvent, PendingCall, TurnResult
 from parley.errors import ErrorType
 
 #: Events read per ``events`` query while looking for the run.
@@ -106,17 +106,7 @@ def made_from(session_id: str, result: TurnResult) -> list[dict[str, Any]]:
         outcome: RunFinishedInterruptOutcome | RunFinishedSuccessOutcome
         if result.pending:
             outcome = RunFinishedInterruptOutcome(
-                interrupts=[
-                    Interrupt(
-                        id=call.tool_call_id,
-                        reason="tool_call",
-                        message=f"{call.name} waits for your decision: {call.description}",
-                        tool_call_id=call.tool_call_id,
-                        expires_at=call.expires_at.isoformat(),
-                        metadata={"name": call.name, "args": call.args},
-                    )
-                    for call in result.pending
-                ]
+                interrupts=[interrupt_of(call) for call in result.pending]
             )
         else:
             outcome = RunFinishedSuccessOutcome()
@@ -130,3 +120,16 @@ def made_from(session_id: str, result: TurnResult) -> list[dict[str, Any]]:
         event.model_dump(mode="json", by_alias=True, exclude_none=True)
         for event in (started, ended)
     ]
+
+
+def interrupt_of(call: PendingCall) -> Interrupt:
+    """A pending call's interrupt, as the workflow's ``RUN_FINISHED`` gives it but for its
+    ``responseSchema`` (which needs the tool catalogue)."""
+    return Interrupt(
+        id=call.tool_call_id,
+        reason="tool_call",
+        message=f"{call.name} waits for your decision: {call.description}",
+        tool_call_id=call.tool_call_id,
+        expires_at=call.expires_at.isoformat(),
+        metadata={"name": call.name, "args": call.args},
+    )

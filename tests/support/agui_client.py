@@ -87,3 +87,57 @@ async def run_http_agent(gateway_url: str, token: str, thread_id: str, text: str
         else:
             run.messages = record["messages"]
     return run
+
+
+@dataclass
+class AguiStep:
+    """One run of an ``agui_session.mjs`` session: its events, and the agent's messages
+    and pending interrupts when it ended (or the error the agent failed with)."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    pending_interrupts: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+    def of_type(self, kind: str) -> list[dict[str, Any]]:
+        return [event for event in self.events if event["type"] == kind]
+
+
+async def run_agui_session(
+    gateway_url: str, token: str, thread_id: str, steps: list[dict[str, Any]]
+) -> list[AguiStep]:
+    """Runs ``steps`` (see ``tests/js/agui_session.mjs``) with the official HttpAgent,
+    one agent per name (a new name is a reloaded page); what each step saw."""
+    project = install_agui_client()
+    node = await asyncio.create_subprocess_exec(
+        "node",
+        str(project / "agui_session.mjs"),
+        f"{gateway_url}/agui",
+        token,
+        thread_id,
+        json.dumps(steps),
+        cwd=project,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(RUN_TIMEOUT * len(steps)):
+            stdout, stderr = await node.communicate()
+    except TimeoutError:
+        node.kill()
+        await node.wait()
+        raise
+    if node.returncode != 0:
+        raise AssertionError(f"the AG-UI session failed ({node.returncode}): {stderr.decode()}")
+    seen = [AguiStep() for _ in steps]
+    for line in stdout.decode().splitlines():
+        record = json.loads(line)
+        step = seen[record["step"]]
+        if "event" in record:
+            step.events.append(record["event"])
+        elif "error" in record:
+            step.error = record["error"]
+        else:
+            step.messages = record["messages"]
+            step.pending_interrupts = record["pendingInterrupts"]
+    return seen
