@@ -55,6 +55,7 @@ from parley.contracts import (
     SUBAGENT_CALL_PREFIX,
     CallModelInput,
     CallModelOutput,
+    ClientTool,
     subagent_tag,
     text_of,
 )
@@ -87,6 +88,7 @@ class ModelActivities:
         self._registry = registry
         self._catalogue = registry.catalogue(notifications=notifications)
         self._transcripts = transcripts
+        self._unbound = model
         self._model = _bound(model, registry.langchain_tools())
         self._subagent_models = {
             spec.name: _bound(model, registry.langchain_tools(spec)) for spec in registry.subagents
@@ -95,7 +97,7 @@ class ModelActivities:
     @activity.defn(name=CALL_MODEL)
     async def call_model(self, request: CallModelInput) -> CallModelOutput:
         async with heartbeating():
-            model = self._model_for(request.subagent)
+            model = self._model_for(request.subagent, request.client_tools)
             history = await self._transcripts.load(request.context)
             messages = history + list(request.new_messages)
             compaction = request.context.compaction if request.context else None
@@ -151,7 +153,9 @@ class ModelActivities:
             )
         return CallModelOutput(context=context, over_budget=over)
 
-    def _model_for(self, subagent: str | None) -> Any:
+    def _model_for(self, subagent: str | None, client_tools: list[ClientTool]) -> Any:
+        if client_tools and subagent is None:  # the front end's own, for this turn
+            return _bound(self._unbound, self._with_client_tools(client_tools))
         if subagent is None:
             return self._model
         model = self._subagent_models.get(subagent)
@@ -163,6 +167,21 @@ class ModelActivities:
                 non_retryable=True,
             )
         return model
+
+    def _with_client_tools(self, client_tools: list[ClientTool]) -> list[Any]:
+        """The worker's tools and the front end's; a front-end tool named like one of
+        the worker's (or a subagent) fails the turn: its call would skip the gate."""
+        taken = sorted(
+            {tool.name for tool in client_tools} & {spec.name for spec in self._catalogue.tools}
+        )
+        if taken:
+            raise ApplicationError(
+                f"front-end tool {', '.join(taken)} has the name of one of this worker's "
+                "tools; name the front end's tools apart",
+                type=ErrorType.MODEL_REQUEST,
+                non_retryable=True,
+            )
+        return [*self._registry.langchain_tools(), *(t.as_openai_tool() for t in client_tools)]
 
     def _canonical(self, reply: AIMessage) -> AIMessage:
         """Each proposed call with its arguments in the tool's canonical form; a call the

@@ -8,7 +8,11 @@ real worker and the dev server:
 - the event log's run ids are the ones the client gave, and a run id used before is
   refused (422) before anything runs;
 - the run's ``context`` and ``state`` reach the model (the offline scripted model
-  repeats them) and stay out of the transcript.
+  repeats them) and stay out of the transcript;
+- a front-end tool (``RunAgentInput.tools``) is offered to the model, its call ends the
+  run, and the client's tool message in the next run answers it; no gate applies and
+  nothing runs on Parley's side, a front-end tool cannot take a worker tool's name, and
+  a call its client never answers is answered as never run.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import httpx
 import pytest
 
 from parley.activities.models.scripted import ScriptedChatModel
-from tests.support import RUNS, call, registry, runs_of, script
+from tests.support import OFFERED, RUNS, ByConversation, call, registry, runs_of, script
 from tests.support.agui_client import install_agui_client, run_agui_session
 from tests.support.gateway import ALICE_TOKEN, auth, serve_gateway
 from tests.support.transcripts import new_session
@@ -39,7 +43,10 @@ async def test_a_reloaded_page_gets_the_thread_back_and_resumes_its_interrupt(
     agui_client, parley_worker
 ) -> None:
     RUNS.clear()
-    propose = {"content": "I will write it.", "tool_calls": [call("write_record", "c1", title="Q3")]}
+    propose = {
+        "content": "I will write it.",
+        "tool_calls": [call("write_record", "c1", title="Q3")],
+    }
     model = script(propose, {"content": "Written."})
     sid = new_session()
     steps = [
@@ -60,7 +67,9 @@ async def test_a_reloaded_page_gets_the_thread_back_and_resumes_its_interrupt(
     kinds = [e["type"] for e in reconnected.events]
     assert kinds == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"], kinds
     roles = [(m["role"], m.get("content")) for m in reconnected.messages]
-    assert roles[0] == ("user", "write the Q3 record") and ("assistant", "I will write it.") in roles
+    assert (
+        roles[0] == ("user", "write the Q3 record") and ("assistant", "I will write it.") in roles
+    )
     (assistant,) = [m for m in reconnected.messages if m["role"] == "assistant"]
     assert [c["id"] for c in assistant["toolCalls"]] == ["c1"]
     (interrupt,) = reconnected.pending_interrupts
@@ -141,8 +150,9 @@ async def test_a_run_id_used_before_is_refused_before_anything_runs(parley_worke
         answer = await http.post("/agui", json=resume, headers=ALICE)
         assert answer.status_code == 422, answer.text
         error = answer.json()["error"]
-        assert error["type"] == "InvalidDecision" and "run id 'same' was already used" in (
-            error["message"]
+        assert (
+            error["type"] == "InvalidDecision"
+            and "run id 'same' was already used" in (error["message"])
         )
         assert "\n" not in error["message"]
         bad = await http.post("/agui", json={**resume, "runId": "no spaces"}, headers=ALICE)
@@ -150,3 +160,113 @@ async def test_a_run_id_used_before_is_refused_before_anything_runs(parley_worke
         assert runs_of("write_record") == []
         snapshot = await conversations.state(sid, "alice")
         assert [c.tool_call_id for c in snapshot.pending] == ["c1"]  # still waits
+
+
+CONFETTI = {
+    "name": "show_confetti",
+    "description": "Show confetti on the user's page",
+    "parameters": {"type": "object", "properties": {"color": {"type": "string"}}},
+}
+
+
+async def test_a_front_end_tool_round_trip_skips_the_gate_and_runs_nothing_here(
+    agui_client, parley_worker
+) -> None:
+    """CopilotKit's frontend action: the model is offered the client's tool, its call
+    ends the run (no interrupt, nothing runs on Parley's side), the client answers
+    with a tool message in its next run, and the model reads that answer."""
+    RUNS.clear()
+    sid = new_session()
+    first = "celebrate the Q3 record"
+    model = ByConversation(
+        scripts={
+            first: script(
+                {
+                    "content": "Here you go.",
+                    "tool_calls": [call("show_confetti", "f1", color="blue")],
+                },
+                {"content": "The confetti was shown."},
+            )
+        }
+    )
+    OFFERED.clear()
+    steps = [
+        {"agent": "page", "runId": "r-call", "text": first, "tools": [CONFETTI]},
+        {"agent": "page", "runId": "r-answer", "toolResult": "shown in blue", "tools": [CONFETTI]},
+    ]
+    async with (
+        parley_worker(registry(), model) as conversations,
+        serve_gateway(conversations) as url,
+    ):
+        called, answered = await run_agui_session(url, ALICE_TOKEN, sid, steps)
+        snapshot = await conversations.state(sid, "alice")
+
+    assert called.error is None, called.error
+    assert "show_confetti" in OFFERED[0][1] and "write_record" in OFFERED[0][1]
+    (start,) = called.of_type("TOOL_CALL_START")
+    assert start["toolCallName"] == "show_confetti" and start["toolCallId"] == "f1"
+    finished = called.of_type("RUN_FINISHED")[0]
+    assert finished["outcome"]["type"] == "success" and called.pending_interrupts == []
+    assert answered.error is None, answered.error
+    assert answered.of_type("TOOL_CALL_RESULT") != []
+    assert [m["content"] for m in answered.messages if m["role"] == "assistant"][-1] == (
+        "The confetti was shown."
+    )
+    assert RUNS == []  # nothing ran on Parley's side
+    kinds = [m.type for m in snapshot.transcript]
+    assert kinds == ["human", "ai", "tool", "ai"], kinds
+    assert snapshot.transcript[2].content == "shown in blue"
+    ran = [a for a in snapshot.audit if a.tool_call_id == "f1"]
+    assert [(a.event, a.actor) for a in ran] == [("proposed", "model"), ("ran", "alice")]
+    assert all(a.detail.get("client_tool") for a in ran)
+
+
+async def test_front_end_tools_cannot_take_a_gated_tools_name_nor_leave_calls_open(
+    parley_worker,
+) -> None:
+    """A client tool named like a worker tool is refused before anything runs; a
+    message that comes instead of a tool result answers the open call as never run."""
+    RUNS.clear()
+    model = script(
+        {"content": "", "tool_calls": [call("show_confetti", "f1", color="red")]},
+        {"content": "Noted."},
+    )
+    sid = new_session()
+    tool = {**CONFETTI}
+    async with (
+        parley_worker(registry(), model) as conversations,
+        serve_gateway(conversations) as base,
+        httpx.AsyncClient(base_url=base, timeout=60) as http,
+    ):
+        run = {"threadId": sid, "runId": "a", "tools": [tool], "context": [], "state": None}
+        run |= {"forwardedProps": None}
+        user = {"id": "m1", "role": "user", "content": "celebrate"}
+        async with http.stream(
+            "POST", "/agui", json={**run, "messages": [user]}, headers=ALICE
+        ) as s:
+            assert s.status_code == 200
+            await s.aread()
+        shadow = {"name": "write_record", "description": "mine", "parameters": {}}
+        other = {"id": "m2", "role": "user", "content": "write it"}
+        answer = await http.post(
+            "/agui",
+            json={**run, "runId": "b", "tools": [shadow], "messages": [user, other]},
+            headers=ALICE,
+        )
+        assert answer.status_code == 422, answer.text
+        assert "front-end tool write_record" in answer.json()["error"]["message"]
+        stray = {"id": "t9", "role": "tool", "toolCallId": "nope", "content": "x"}
+        answer = await http.post(
+            "/agui", json={**run, "runId": "c", "messages": [user, stray]}, headers=ALICE
+        )
+        assert answer.status_code == 422 and "the calls waiting are: f1" in answer.text
+        async with http.stream(
+            "POST", "/agui", json={**run, "runId": "d", "messages": [user, other]}, headers=ALICE
+        ) as s:
+            assert s.status_code == 200
+            await s.aread()
+        snapshot = await conversations.state(sid, "alice")
+    (result,) = [m for m in snapshot.transcript if m.type == "tool"]
+    assert result.tool_call_id == "f1" and "did not run show_confetti" in result.content
+    assert [m.type for m in snapshot.transcript] == ["human", "ai", "tool", "human", "ai"]
+    assert RUNS == []

@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from parley.workflows import metrics
     from parley.workflows.dedup import Deduplication
     from parley.workflows.events import EventLog
+    from parley.workflows.front_end import FrontEnd
     from parley.workflows.ledger import Ledger
     from parley.workflows.streaming import INTERRUPTED, ReplyStream
 
@@ -55,9 +56,15 @@ class Busy:
     """The one owner of ``ConversationState.queued_messages``."""
 
     def __init__(
-        self, state: ConversationState, ledger: Ledger, events: EventLog, stream: ReplyStream
+        self,
+        state: ConversationState,
+        ledger: Ledger,
+        events: EventLog,
+        stream: ReplyStream,
+        front_end: FrontEnd,
     ) -> None:
         self._state = state
+        self._front_end = front_end
         self._ledger = ledger
         self._events = events
         self._stream = stream
@@ -86,6 +93,7 @@ class Busy:
                 queued_at=workflow.now(),
                 run_id=message.run_id,
                 context=message.context,
+                client_tools=message.client_tools,
             )
         )
         detail = {"message_id": message.message_id, "while_busy": mode, "position": len(queue)}
@@ -108,8 +116,7 @@ class Busy:
         """The oldest queued message becomes a turn (its update gets the result), under
         the run id and with the context its client gave."""
         queued = self._state.queued_messages[0]
-        self._apply(1)
-        await run_turn(run_id=queued.run_id, context=queued.context)
+        await run_turn(client=queued, opening=lambda: self._apply(1))
 
     def close(self) -> None:
         """The conversation ended: every waiting message is refused, and recorded."""
@@ -179,6 +186,8 @@ class Busy:
     def _apply(self, count: int) -> None:
         """The first ``count`` queued messages enter the transcript, once each."""
         state = self._state
+        if count:
+            self._front_end.abandon()  # calls of front-end tools its client left unanswered
         for queued in state.queued_messages[:count]:
             state.transcript.messages.append(
                 HumanMessage(content=queued.text, id=queued.message_id)

@@ -144,14 +144,21 @@ class ConversationWorkflow:
             return replayed
         if self._check_message(message):  # again: two updates may pass validation together
             return await self._turns.busy.wait_for_turn(message, self._while_busy(message))
-        self._state.transcript.messages.append(
-            HumanMessage(content=message.text, id=message.message_id)
-        )
-        self._ledger.audit("message", message.user_id, detail={"message_id": message.message_id})
         self._state.counters.turns += 1
         metrics.turn_started()
-        turn = self._turns.run(run_id=message.run_id, context=message.context)
+        turn = self._turns.run(client=message, opening=lambda: self._open_turn(message))
         return self._results.remember(await turn)
+
+    def _open_turn(self, message: SendMessageInput) -> None:
+        """The message enters the conversation, once its run has started: the front
+        end's results for its tools' calls (or their answer as never run), its text."""
+        self._turns.front_end.take(message)
+        if message.text.strip():
+            self._state.transcript.messages.append(
+                HumanMessage(content=message.text, id=message.message_id)
+            )
+            detail = {"message_id": message.message_id}
+            self._ledger.audit("message", message.user_id, detail=detail)
 
     @send_message.validator
     def _validate_send_message(self, raw: Any) -> None:
@@ -162,8 +169,7 @@ class ConversationWorkflow:
 
     def _check_message(self, message: SendMessageInput) -> bool:
         """Whether the message may start a turn now (False) or waits for one (True)."""
-        limit = self._start.max_message_bytes
-        gate.check_client_run(self._state, message.run_id, message.context, limit, InvalidMessage)
+        gate.check_client_run(self._state, message, self._start.max_message_bytes, InvalidMessage)
         return gate.check_message(
             self._state,
             message,
@@ -186,8 +192,7 @@ class ConversationWorkflow:
         if self._results.signalled():  # sent by signal first, when no worker was there
             return await self._results.result_of_signal()
         self._check_decisions(decision)  # again: two may race
-        turn = self._turns.run(decisions=decision, run_id=decision.run_id, context=decision.context)
-        return self._results.remember(await turn)
+        return self._results.remember(await self._turns.run(decisions=decision))
 
     @decide.validator
     def _validate_decide(self, raw: Any) -> None:
@@ -199,9 +204,7 @@ class ConversationWorkflow:
     def _check_decisions(self, decision: DecideInput) -> None:
         gate.check_decisions(self._state, decision, workflow.now())
         limit = self._start.max_message_bytes
-        gate.check_client_run(
-            self._state, decision.run_id, decision.context, limit, InvalidDecision
-        )
+        gate.check_client_run(self._state, decision, limit, InvalidDecision)
 
     @workflow.update
     async def end(self, raw: Any) -> ConversationSnapshot:

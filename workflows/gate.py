@@ -20,7 +20,6 @@ from parley.contracts import (
     ASSISTANT_MESSAGE_PREFIX,
     SPEND_CALL,
     WORKFLOW_ID_PREFIX,
-    ClientContext,
     ConversationState,
     DecideInput,
     PendingCall,
@@ -114,7 +113,7 @@ def check_message(
         )
     if state.ended or not waits:
         check_open(state)
-    if not message.text.strip():
+    if not message.text.strip() and not message.tool_results:
         raise InvalidMessage("the message is empty")
     if message.message_id.startswith(ASSISTANT_MESSAGE_PREFIX):
         raise InvalidMessage(
@@ -129,6 +128,11 @@ def check_message(
             "text as a file a tool can read."
         )
     if waits:
+        if message.tool_results:
+            raise TurnInProgress(
+                "tool results answer the calls of the turn that made them and cannot wait "
+                "for a turn; send them once the turn in flight is done"
+            )
         if len(state.queued_messages) >= QUEUED_MESSAGES_MAX:
             raise TurnInProgress(
                 f"{len(state.queued_messages)} messages already wait for a turn in this "
@@ -251,10 +255,14 @@ def used_run_ids(state: ConversationState) -> set[str]:
     return {r for r in started | {q.run_id for q in state.queued_messages} if r}
 
 
-def own_run_id(state: ConversationState) -> str:
-    """The id of a run no client named: ``run-<n>``, unless a client already gave one
-    of the log's runs that id (then ``run-<n>.<k>``)."""
+def run_id_for(state: ConversationState, requested: str | None) -> str:
+    """The id of the run starting now: the client's (the gate refused one used before;
+    a decision kept as a signal was not checked, so it is checked here), else
+    ``run-<n>``, unless a client already gave one of the log's runs that id (then
+    ``run-<n>.<k>``)."""
     used = used_run_ids(state)
+    if requested and requested not in used:
+        return requested
     run_id, k = f"run-{state.runs}", 1
     while run_id in used:
         run_id, k = f"run-{state.runs}.{k}", k + 1
@@ -263,14 +271,25 @@ def own_run_id(state: ConversationState) -> str:
 
 def check_client_run(
     state: ConversationState,
-    run_id: str | None,
-    context: list[ClientContext],
+    request: SendMessageInput | DecideInput,
     max_bytes: int,
     refusal: type[Refusal],
 ) -> None:
-    """A client's run id names one run: well formed, and used by no run the event log
-    keeps nor by a message waiting for a turn (a reused id would make two runs one in
-    every client's eyes). Its context fits in a message."""
+    """What a front end gives a run. Its id names one run: well formed, and used by no
+    run the event log keeps nor by a message waiting for a turn (a reused id would make
+    two runs one in every client's eyes). Its context fits in a message. Its tools have
+    names of their own: none of the worker's tools or subagents (a call of it would look
+    gated and not be), none twice. Its tool results answer waiting calls of its tools."""
+    run_id, context = request.run_id, request.context
+    names = [tool.name for tool in request.client_tools]
+    worker_tools = {spec.name for spec in state.tools.tools} if state.tools else set()
+    if taken := sorted((set(names) & worker_tools) | {n for n in names if names.count(n) > 1}):
+        raise refusal(
+            f"front-end tool {', '.join(taken)}: a tool of that name is Parley's own, or "
+            "is given twice; name the front end's tools apart"
+        )
+    if isinstance(request, SendMessageInput):
+        check_tool_results(state, request)
     if run_id is not None:
         if not CLIENT_RUN_ID.fullmatch(run_id):
             raise refusal(
@@ -283,9 +302,23 @@ def check_client_run(
                 "a new id (a retried request is answered by its message id or its "
                 "decisions, whatever its run id)"
             )
-    size = sum(len(f"{c.description}{c.value}".encode(errors="surrogatepass")) for c in context)
+    results = [r.content for r in getattr(request, "tool_results", [])]
+    parts = [*(f"{c.description}{c.value}" for c in context), *results]
+    size = sum(len(part.encode(errors="surrogatepass")) for part in parts)
     if size > max_bytes:
         raise MessageTooLarge(
-            f"the run's context is {size:,} bytes; a run takes at most {max_bytes:,} bytes "
-            "of context. Send less of the application's state."
+            f"the run's context and tool results are {size:,} bytes; a run takes at most "
+            f"{max_bytes:,} bytes of them. Send less of the application's state."
+        )
+
+
+def check_tool_results(state: ConversationState, message: SendMessageInput) -> None:
+    """Each result answers a call of a front-end tool that waits for one, once."""
+    waiting = {call.tool_call_id for call in state.client_calls}
+    given = [result.tool_call_id for result in message.tool_results]
+    if wrong := sorted({i for i in given if i not in waiting or given.count(i) > 1}):
+        expected = ", ".join(sorted(waiting)) or "none"
+        raise InvalidMessage(
+            f"tool result for {', '.join(wrong)}: no call of a front-end tool waits for "
+            f"it (or it is given twice); the calls waiting are: {expected}"
         )

@@ -102,6 +102,7 @@ class Ledger:
         result: ToolResult,
         audit_event: AuditEvent,
         detail: dict[str, Any] | None = None,
+        actor: str | None = None,
     ) -> None:
         """Give a tool call its one ToolMessage, event, audit entry and turn result. The
         ToolMessage holds what the model reads (a long result cut, with a note); the
@@ -129,7 +130,7 @@ class Ledger:
         self._events.tool_result(message.id or "", call.tool_call_id, envelope)
         self.audit(
             audit_event,
-            "worker" if audit_event in ("ran", "failed") else "parley",
+            actor or ("worker" if audit_event in ("ran", "failed") else "parley"),
             call.tool_call_id,
             call.name,
             {"status": result.status, **(detail or {})},

@@ -16,7 +16,7 @@ it refuses the decision; one that needs a reviewer leaves the call waiting.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from langchain_core.messages import AIMessage
@@ -24,9 +24,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from parley.contracts import (
-    PREVIEW_ARGS_CHARS,
     CallModelInput,
-    ClientContext,
     ConversationStart,
     ConversationState,
     DecideInput,
@@ -34,7 +32,6 @@ from parley.contracts import (
     ToolCall,
     ToolCatalogue,
     TurnResult,
-    args_hash,
     text_of,
 )
 from parley.errors import ErrorType
@@ -43,14 +40,16 @@ from parley.workflows.busy import Busy
 from parley.workflows.decisions import Decisions
 from parley.workflows.events import EventLog
 from parley.workflows.execution import ToolRunner, TurnFailed
-from parley.workflows.gate import own_run_id
-from parley.workflows.ledger import Ledger, error_result
+from parley.workflows.front_end import ClientRequest, FrontEnd
+from parley.workflows.gate import run_id_for
+from parley.workflows.ledger import Ledger
 from parley.workflows.model_calls import ModelCaller
 from parley.workflows.notifying import Notifier
+from parley.workflows.proposals import Proposals
 from parley.workflows.publishing import set_status
 from parley.workflows.streaming import ReplyStream
 from parley.workflows.subagents import Subagents
-from parley.workflows.triage import Proposal, Refuse, Run, Verdict, invalid_call_refusal, triage
+from parley.workflows.triage import Proposal, Verdict
 from parley.workflows.usage import UsageMeter
 
 
@@ -68,7 +67,8 @@ class TurnEngine:
         self._ledger = ledger
         self._events = events
         self._stream = stream
-        self.busy = Busy(state, ledger, events, stream)
+        self.front_end = FrontEnd(state, ledger)
+        self.busy = Busy(state, ledger, events, stream, self.front_end)
         self._usage = UsageMeter(state, events)
         self._model = ModelCaller(ledger, events, self._usage)
         self.notifier = Notifier(state, start, ledger, self._catalogue)
@@ -78,7 +78,7 @@ class TurnEngine:
             state, start, ledger, self.subagents, self._catalogue, self._proposal, self._tools
         )
         self._spend = self._decisions.spend
-        self._client_context: list[ClientContext] = []
+        self._proposals = Proposals(ledger, events, self._tools, self.front_end, self._proposal)
 
     async def run(
         self,
@@ -86,24 +86,29 @@ class TurnEngine:
         decisions: DecideInput | None = None,
         expired: list[PendingCall] | None = None,
         subagent_news: bool = False,
-        run_id: str | None = None,
-        context: list[ClientContext] | None = None,
+        client: ClientRequest | None = None,
+        opening: Callable[[], None] | None = None,
     ) -> TurnResult:
         """Run until the turn rests; the running flag is set for exactly that long
         (:meth:`_turn`). Edits that the rules refuse raise ``InvalidDecision`` before
-        anything is applied. ``run_id``/``context``: the client's (``SendMessageInput``)."""
+        anything is applied. ``client`` (else ``decisions``) names the run and gives it the
+        front end's context and tools; ``opening`` adds the turn's message once the run
+        has started."""
         state = self._state
         with self._turn():
             edits = await self._decisions.review_edits(decisions) if decisions is not None else {}
             state.runs += 1
-            run_id = run_id or own_run_id(state)
-            self._client_context = list(context or [])
+            client = client or decisions
+            run_id = run_id_for(state, client.run_id if client else None)
+            self.front_end.begin_turn(client)
             state.turn_results = []
             self._usage.begin_turn()
             pending_before = {call.tool_call_id for call in state.pending}
             if decisions is not None or expired:
                 self.notifier.cancel_all()  # the calls it announced are being answered
             self._events.run_started(run_id)
+            if opening is not None:
+                opening()
             set_status(state, "running")
             result = await self._rest(decisions, edits, expired or [], subagent_news)
         result.usage = self._usage.turn
@@ -156,6 +161,8 @@ class TurnEngine:
                 self.subagents.apply_news()
             if self._state.pending:
                 return self._ledger.turn_result("awaiting_approval")
+            if self.front_end.waiting:  # the client's results come with its next run
+                return self._ledger.turn_result("completed")
             if declined := self._spend.take_declined():
                 return self._ledger.turn_result("completed", reply=declined)
             return await self._model_loop(check_catalogue=decisions is None)
@@ -195,9 +202,11 @@ class TurnEngine:
             ai = await self.busy.call_model(self._call_model, check_catalogue and not call_number)
             if not ai.tool_calls and not ai.invalid_tool_calls:
                 return self._ledger.turn_result("completed", reply=text_of(ai))
-            await self._handle_proposals(ai)
+            await self._proposals.handle(ai)
             if self._state.pending:
                 return self._ledger.turn_result("awaiting_approval", reply=text_of(ai) or None)
+            if self.front_end.waiting:
+                return self._ledger.turn_result("completed", reply=text_of(ai) or None)
         raise TurnFailed(
             f"the model was called {self._start.max_model_calls_per_turn} times in this "
             "turn without coming to an answer; the turn was stopped. Send a new message "
@@ -223,7 +232,8 @@ class TurnEngine:
                     new_messages=new_messages,
                     catalogue_version=known,
                     subagent=self._start.subagent.name if self._start.subagent else None,
-                    client_context=self._client_context,
+                    client_context=self.front_end.context,
+                    client_tools=[] if self._start.subagent else self.front_end.offered,
                 )
             )
         except ActivityError as err:
@@ -252,49 +262,3 @@ class TurnEngine:
             owner=self._state.user_id,
             reviewers=self._state.reviewers,
         )
-
-    async def _handle_proposals(self, ai: AIMessage) -> None:
-        """Sort each proposed call (canonical arguments): refused, run now, or pending."""
-        to_run: list[tuple[ToolCall, Run]] = []
-        for broken in ai.invalid_tool_calls:  # not JSON, or arguments the tool refused
-            call = ToolCall(tool_call_id=broken["id"] or "", name=broken["name"] or "unknown")
-            raw = (broken["args"] or "")[:PREVIEW_ARGS_CHARS]
-            self._ledger.audit("proposed", "model", call.tool_call_id, call.name, {"raw": raw})
-            self._ledger.answer(
-                call, error_result(ErrorType.TOOL_INPUT, invalid_call_refusal(broken)), "refused"
-            )
-        proposal = self._proposal()
-        for proposed in ai.tool_calls:
-            call = ToolCall.of(proposed)
-            self._events.tool_call(call.tool_call_id, call.name, call.args, ai.id)
-            detail = {"args_hash": args_hash(call.args)}
-            self._ledger.audit("proposed", "model", call.tool_call_id, call.name, detail)
-            verdict = triage(call, proposal)
-            self._ledger.audit_policy(call, verdict.outcome)
-            if isinstance(verdict, Refuse):
-                self._ledger.answer(
-                    call, error_result(verdict.error_type, verdict.message), "refused"
-                )
-            elif isinstance(verdict, Run):
-                to_run.append((call, verdict))
-            else:
-                self._ledger.pending.add(verdict.call)
-        try:
-            for call, run in to_run:
-                remembered = run.remembered
-                if remembered is not None:  # the user's own earlier decision, recorded
-                    self._ledger.audit(
-                        "decided",
-                        remembered.decided_by,
-                        call.tool_call_id,
-                        call.name,
-                        {"action": "approve", "remembered_from": remembered.tool_call_id},
-                    )
-                await self._tools.execute(
-                    call,
-                    approved_by=remembered.decided_by if remembered else None,
-                    rule=run.outcome.rule,
-                )
-        except TurnFailed:
-            self._ledger.abandon_unanswered(ai)
-            raise

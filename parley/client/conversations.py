@@ -151,7 +151,8 @@ class Conversations(ConversationListing, LivenessWatch):
             ),
             static_summary=f"Parley conversation {session_id}",
         )
-        check_text(text, self._settings.max_message_bytes)
+        if text or not (run or {}).get("tool_results"):  # results alone need no text
+            check_text(text, self._settings.max_message_bytes)
         retry_hint = (
             f"Your message (id {message_id}) waits in Temporal and applies if a worker "
             f"takes it soon; to be sure, send it again with --message-id {message_id} once "

@@ -10,7 +10,7 @@ from typing import Literal, get_args
 
 from pydantic import Field
 
-from parley.contracts.model import ClientContext
+from parley.contracts.model import ClientContext, ClientTool
 from parley.contracts.payloads import Contract
 
 #: What a message that arrives while a turn runs does:
@@ -43,3 +43,4 @@ class QueuedMessage(Contract):
     #: an interrupting message joins the running turn, whose run id and context stay.
     run_id: str | None = None
     context: list[ClientContext] = Field(default_factory=list)
+    client_tools: list[ClientTool] = Field(default_factory=list)

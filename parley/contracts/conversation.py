@@ -14,7 +14,7 @@ from pydantic import (
 )
 
 from parley.contracts.busy import WhileBusy
-from parley.contracts.model import ClientContext, ContextRef
+from parley.contracts.model import ClientContext, ClientTool, ClientToolResult, ContextRef
 from parley.contracts.names import (
     ConversationStatus,
     DecisionAction,
@@ -66,6 +66,8 @@ class ClientRun(TypedDict, total=False):
 
     run_id: str | None
     context: list[ClientContext]
+    client_tools: list[ClientTool]
+    tool_results: list[ClientToolResult]
 
 
 class SendMessageInput(StrictInput):
@@ -80,6 +82,11 @@ class SendMessageInput(StrictInput):
     run_id: str | None = None
     #: Context for the model during this message's turn (``ClientContext``).
     context: list[ClientContext] = Field(default_factory=list)
+    #: The front end's own tools for this turn (``ClientTool``).
+    client_tools: list[ClientTool] = Field(default_factory=list)
+    #: The front end's answers to calls of its tools that wait for one
+    #: (``ConversationState.client_calls``); with them, ``text`` may be empty.
+    tool_results: list[ClientToolResult] = Field(default_factory=list)
 
 
 class Decision(StrictInput):
@@ -120,9 +127,10 @@ class DecideInput(StrictInput):
     #: Set by a client that sent this ``decide`` as ``decide_signal`` because no worker
     #: was there: the ``decide`` update of this id, sent again later, gets its result.
     request_id: str | None = None
-    #: As on ``SendMessageInput``: the run these decisions resume, and its context.
+    #: As on ``SendMessageInput``: the run these decisions resume, its context and tools.
     run_id: str | None = None
     context: list[ClientContext] = Field(default_factory=list)
+    client_tools: list[ClientTool] = Field(default_factory=list)
 
 
 class EndInput(StrictInput):

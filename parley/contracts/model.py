@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import ConfigDict, Field
 
 from parley.contracts.payloads import CompactAIMessage, Contract, Messages
@@ -18,6 +20,35 @@ class ClientContext(Contract):
 
     description: str
     value: str
+
+
+class ClientTool(Contract):
+    """A tool the front end runs itself (AG-UI ``RunAgentInput.tools``): offered to the
+    model for that run; a call to it ends the run with the call, and the client answers
+    it with a tool message in its next run. Not one of the worker's tools, so no gate:
+    nothing of it runs on Parley's side."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    #: Its arguments' JSON schema.
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+    def as_openai_tool(self) -> dict[str, Any]:
+        """The form ``bind_tools`` takes (OpenAI's function tool)."""
+        schema = self.parameters or {"type": "object", "properties": {}}
+        function = {"name": self.name, "description": self.description, "parameters": schema}
+        return {"type": "function", "function": function}
+
+
+class ClientToolResult(Contract):
+    """The front end's answer to a call of one of its tools (an AG-UI tool message)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool_call_id: str
+    content: str
 
 
 class Compaction(Contract):
@@ -69,6 +100,9 @@ class CallModelInput(Contract):
     #: The front end's context for this turn (``ClientContext``), shown to the model
     #: after the system prompt and never stored in the transcript.
     client_context: list[ClientContext] = Field(default_factory=list)
+    #: The front end's own tools for this turn (``ClientTool``), offered besides the
+    #: worker's (never to a subagent).
+    client_tools: list[ClientTool] = Field(default_factory=list)
 
 
 class CallModelOutput(Contract):

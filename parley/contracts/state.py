@@ -42,6 +42,7 @@ from parley.contracts.conversation import (
     RememberedDecision,
     SubagentReport,
     SubagentTask,
+    ToolCall,
     TurnResult,
 )
 from parley.contracts.limits import (
@@ -194,6 +195,9 @@ class ConversationState(Contract):
     #: The spending mark now, in total tokens (``parley.workflows.spending``); None: the
     #: policy file's ``[budget]`` step, if any.
     spend_mark: int | None = None
+    #: Calls of the front end's own tools (``ClientTool``) that wait for its result
+    #: (``parley.workflows.client_tools``): the model is not called while any waits.
+    client_calls: list[ToolCall] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod

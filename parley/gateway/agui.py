@@ -18,6 +18,7 @@ anything is decided.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Awaitable
 from typing import Any
@@ -27,7 +28,14 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
-from parley.contracts import ClientContext, ClientRun, Decision, TurnResult
+from parley.contracts import (
+    ClientContext,
+    ClientRun,
+    ClientTool,
+    ClientToolResult,
+    Decision,
+    TurnResult,
+)
 from parley.errors import ErrorType
 from parley.gateway.deps import Gateway, current_user, gateway, session
 from parley.gateway.errors import ApiError, describe
@@ -67,12 +75,23 @@ async def agui(
     session_id = session(run.thread_id)
     if not run.resume and not run.messages:
         return sse(_items(await reconnect_events(gw, session_id, user_id, run.run_id)))
-    client_run = ClientRun(run_id=run.run_id, context=client_context(run))
+    client_run = ClientRun(
+        run_id=run.run_id, context=client_context(run), client_tools=client_tools(run)
+    )
     if run.resume:
         decisions = decisions_from_resume(body["resume"])
 
         def call() -> Awaitable[TurnResult]:
             return gw.conversations.decide(session_id, user_id, decisions, run=client_run)
+    elif results := tool_results(run):
+        # The front end answers calls of its own tools: no text, an id made of the calls'.
+        client_run["tool_results"] = results
+        digest = hashlib.sha256(" ".join(r.tool_call_id for r in results).encode()).hexdigest()
+
+        def call() -> Awaitable[TurnResult]:
+            return gw.conversations.send(
+                session_id, user_id, "", message_id=f"results-{digest[:24]}", run=client_run
+            )
     else:
         text, message_id = last_user_message(run)
 
@@ -91,6 +110,30 @@ async def _items(items: list[StreamItem]) -> StreamItems:
 
 #: How the run's ``state`` is described to the model, beside its ``context`` entries.
 STATE_DESCRIPTION = "the application's state (AG-UI state), as JSON"
+
+
+def client_tools(run: RunAgentInput) -> list[ClientTool]:
+    """The front end's own tools (CopilotKit's frontend actions), offered to the model
+    for this run: a call of one ends the run with it, and the client answers it."""
+    return [
+        ClientTool(name=t.name, description=t.description or "", parameters=t.parameters or {})
+        for t in run.tools or []
+    ]
+
+
+def tool_results(run: RunAgentInput) -> list[ClientToolResult]:
+    """The run's trailing tool messages: the front end's results for its tools' calls."""
+    results: list[ClientToolResult] = []
+    for message in reversed(run.messages or []):
+        if getattr(message, "role", "") != "tool":
+            break
+        content = (
+            message.content
+            if isinstance(message.content, str)
+            else json.dumps(message.content, ensure_ascii=False)
+        )
+        results.insert(0, ClientToolResult(tool_call_id=message.tool_call_id, content=content))
+    return results
 
 
 def client_context(run: RunAgentInput) -> list[ClientContext]:

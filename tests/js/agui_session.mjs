@@ -8,8 +8,10 @@
 // Usage: node agui_session.mjs URL TOKEN THREAD_ID STEPS_JSON
 // STEPS_JSON is a list of steps: {"agent": name, "runId": id, and one of
 //   "text": a user message to add and run (with "context" and "state" if given),
+//   "toolResult": text answering every tool call of the agent's last assistant message,
 //   "resume": "approve" | "reject" (every pending interrupt of that agent),
-//   nothing: run with what the agent holds (a reloaded agent: no messages)}.
+//   nothing: run with what the agent holds (a reloaded agent: no messages)};
+// "tools" (front-end tools) may go with any step.
 import { HttpAgent } from "@ag-ui/client";
 
 const [url, token, threadId, stepsJson] = process.argv.slice(2);
@@ -33,6 +35,14 @@ for (const [step, spec] of steps.entries()) {
   if (spec.text !== undefined) {
     agent.addMessage({ id: `user-${spec.runId}`, role: "user", content: spec.text });
   }
+  if (spec.toolResult !== undefined) {
+    // The front end ran its tool: answer every call of the agent's last message.
+    const last = [...agent.messages].reverse().find((m) => m.role === "assistant");
+    for (const call of last?.toolCalls ?? []) {
+      agent.addMessage({ id: `tool-${call.id}`, role: "tool", toolCallId: call.id, content: spec.toolResult });
+    }
+  }
+  if (spec.tools) parameters.tools = spec.tools;
   if (spec.context) parameters.context = spec.context;
   if (spec.state) agent.setState(spec.state);
   if (spec.resume) {
