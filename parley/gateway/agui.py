@@ -41,15 +41,18 @@ from parley.gateway.deps import Gateway, current_user, gateway, session
 from parley.gateway.errors import ApiError, describe
 from parley.gateway.reconnect import reconnect_events
 from parley.gateway.rest import MESSAGE_ID, StrictDecision
+from parley.gateway.schemas import ERROR_RESPONSES, RUN_AGENT_INPUT_BODY, sse_reply
 from parley.gateway.streams import StreamItem, StreamItems, sse, turn_stream
 
-router = APIRouter()
+router = APIRouter(responses=ERROR_RESPONSES)
 
 
 @router.post(
     "/agui",
     tags=["ag-ui"],
-    responses={200: {"content": {"text/event-stream": {}}}},
+    response_class=StreamingResponse,
+    responses=sse_reply("The run's events"),
+    openapi_extra=RUN_AGENT_INPUT_BODY,
 )
 async def agui(
     request: Request,

@@ -5,6 +5,7 @@ Temporal through ``parley.client.Conversations``).
 - ``agui``: ``POST /agui``, the AG-UI protocol's runs and resumes;
 - ``streams``: turns and conversations as AG-UI Server-Sent Events;
 - ``errors``: one JSON error shape, ``{"error": {"type", "message"}}``;
+- ``schemas``: the OpenAPI document's error, response and ``/agui`` models;
 - ``guard``: authentication and a body-size limit, before any body is read;
 - ``deps``: the caller's user (from the bearer token), checked session ids;
 - and here: the approval page at ``/`` and ``/healthz``.
@@ -30,6 +31,7 @@ from parley.gateway.deps import Gateway
 from parley.gateway.errors import install_error_handlers
 from parley.gateway.feeds import Feeds
 from parley.gateway.guard import RefuseBeforeReading, max_body_bytes
+from parley.gateway.schemas import document
 
 
 def create_app(conversations: Conversations, tokens: TokenTable) -> FastAPI:
@@ -46,6 +48,9 @@ def create_app(conversations: Conversations, tokens: TokenTable) -> FastAPI:
         description="Parley conversations over HTTP: turns, decisions, AG-UI event "
         "streams, and an approval page at /.",
         lifespan=lifespan,
+        # Operation ids are the routes' names (post_message, get_conversation...), which
+        # a generated client names its functions by.
+        generate_unique_id_function=lambda route: route.name,
     )
     app.state.feeds = feeds
     app.state.gateway = Gateway(conversations=conversations, tokens=tokens, feeds=feeds)
@@ -70,4 +75,5 @@ def create_app(conversations: Conversations, tokens: TokenTable) -> FastAPI:
 
     app.include_router(rest.router)
     app.include_router(agui.router)
+    document(app)
     return app

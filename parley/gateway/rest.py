@@ -23,13 +23,21 @@ from parley.contracts.busy import WhileBusy
 from parley.errors import ErrorType
 from parley.gateway.deps import Gateway, current_user, gateway, guarded, session
 from parley.gateway.errors import ApiError
+from parley.gateway.schemas import (
+    ERROR_RESPONSES,
+    ConversationList,
+    ConversationListItem,
+    ConversationView,
+    Me,
+    sse_reply,
+)
 from parley.gateway.streams import follow, respond_to_turn, sse
 
 #: A message id a client picks (for retries): short, and usable in an update id.
 MESSAGE_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,64}$"
 MESSAGE_ID = re.compile(MESSAGE_ID_PATTERN)
 
-router = APIRouter()
+router = APIRouter(responses=ERROR_RESPONSES)
 
 
 class MessageBody(BaseModel):
@@ -71,18 +79,16 @@ class DecisionsBody(BaseModel):
     )
 
 
-@router.get("/v1/me", tags=["conversations"])
-async def me(
-    user_id: str = Depends(current_user), gw: Gateway = Depends(gateway)
-) -> dict[str, str]:
-    return {
-        "user_id": user_id,
-        "namespace": gw.settings.namespace,
-        "temporal_ui_url": gw.settings.temporal_ui_url,
-    }
+@router.get("/v1/me", tags=["conversations"], response_model=Me)
+async def me(user_id: str = Depends(current_user), gw: Gateway = Depends(gateway)) -> Me:
+    return Me(
+        user_id=user_id,
+        namespace=gw.settings.namespace,
+        temporal_ui_url=gw.settings.temporal_ui_url,
+    )
 
 
-@router.get("/v1/conversations", tags=["conversations"])
+@router.get("/v1/conversations", tags=["conversations"], response_model=ConversationList)
 async def list_conversations(
     user_id: str = Depends(current_user),
     gw: Gateway = Depends(gateway),
@@ -92,42 +98,44 @@ async def list_conversations(
     reviewing: bool = Query(
         default=False, description="Conversations of others that name you a reviewer."
     ),
-) -> dict[str, Any]:
+) -> ConversationList:
     """The caller's conversations from Temporal's visibility (search attributes),
     awaiting approval first."""
     try:
         found = await gw.conversations.list(user_id, reviewing=reviewing)
     except ConversationRefused as refusal:
         raise ApiError(502, refusal.error_type or ErrorType.REFUSED, refusal.message) from None
-    return {
-        "conversations": [
-            {**c.model_dump(mode="json"), "temporal_ui_url": gw.workflow_link(c.session_id)}
+    return ConversationList(
+        conversations=[
+            ConversationListItem(**dict(c), temporal_ui_url=gw.workflow_link(c.session_id))
             for c in found
             if status is None or c.status == status
         ]
-    }
+    )
 
 
-@router.get("/v1/conversations/{session_id}", tags=["conversations"])
+@router.get(
+    "/v1/conversations/{session_id}", tags=["conversations"], response_model=ConversationView
+)
 async def get_conversation(
     session_id: str = Depends(session),
     user_id: str = Depends(current_user),
     gw: Gateway = Depends(gateway),
     transcript_limit: int = Query(default=200, ge=0, le=1_000),
     audit_limit: int = Query(default=200, ge=0, le=1_000),
-) -> dict[str, Any]:
+) -> ConversationView:
     """Status, pending calls, the latest messages and the audit log (who decided
     what, when, with which args)."""
     query = StateQuery(user_id=user_id, transcript_limit=transcript_limit, audit_limit=audit_limit)
     snapshot = await guarded(session_id, gw.conversations.state(session_id, user_id, query))
-    return {**snapshot.model_dump(mode="json"), "temporal_ui_url": gw.workflow_link(session_id)}
+    return ConversationView(**dict(snapshot), temporal_ui_url=gw.workflow_link(session_id))
 
 
 @router.post(
     "/v1/conversations/{session_id}/messages",
     tags=["conversations"],
     response_model=TurnResult,
-    responses={200: {"content": {"text/event-stream": {}}}},
+    responses=sse_reply("With `Accept: text/event-stream`, the turn's events"),
 )
 async def post_message(
     body: MessageBody,
@@ -157,7 +165,7 @@ async def post_message(
     "/v1/conversations/{session_id}/decisions",
     tags=["conversations"],
     response_model=TurnResult,
-    responses={200: {"content": {"text/event-stream": {}}}},
+    responses=sse_reply("With `Accept: text/event-stream`, the turn's events"),
 )
 async def post_decisions(
     body: DecisionsBody,
@@ -180,7 +188,8 @@ async def post_decisions(
 @router.get(
     "/v1/conversations/{session_id}/events",
     tags=["conversations"],
-    responses={200: {"content": {"text/event-stream": {}}}},
+    response_class=StreamingResponse,
+    responses=sse_reply("The conversation's events from the offset on, as they come"),
 )
 async def follow_events(
     session_id: str = Depends(session),
