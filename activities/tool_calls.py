@@ -19,6 +19,7 @@ external storage, ``parley.storage``).
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -71,6 +72,22 @@ class ToolActivities:
             self._registry.rules, request.name, request.args, request.evaluated_at, "confirm"
         )
         return outcome.policy == "auto" and outcome.rule == request.rule
+
+    def _check_quorum(self, registered: ParleyTool, request: RunToolInput) -> None:
+        """A call this worker's own rules (evaluated when it was proposed) put under a
+        quorum runs only with that many distinct approvers, the requester not counted."""
+        if registered.policy != "confirm" or self._rule_made_auto(request):
+            return
+        at = request.proposed_at or datetime.now(UTC)
+        outcome = evaluate(self._registry.rules, request.name, request.args, at, "confirm")
+        approvers = set(request.approvals) - {request.user_id}
+        if outcome.approvals > 1 and len(approvers) < outcome.approvals:
+            raise ApplicationError(
+                f"refused to run {request.name}: rule `{outcome.rule}` on this worker needs "
+                f"{outcome.approvals} approvals by reviewers, and it has {len(approvers)}",
+                type=ErrorType.TOOL_FAILED,
+                non_retryable=True,
+            )
 
     def _tool(self, name: str, subagent: str | None) -> ParleyTool:
         """The registered tool, if this worker has it and the subagent (if any) may use
@@ -140,6 +157,7 @@ class ToolActivities:
                 type=ErrorType.TOOL_FAILED,
                 non_retryable=True,
             )
+        self._check_quorum(registered, request)
         self._check_canonical(registered, request)
         args = dict(request.args)
         if registered.wants_context:

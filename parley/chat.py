@@ -219,7 +219,9 @@ class _Chat:
                 while not message:
                     message = self._ask("your answer for the model: ")
                 return Decision(tool_call_id=call.tool_call_id, action="respond", message=message)
-            return Decision(tool_call_id=call.tool_call_id, action="approve")
+            return Decision(
+                tool_call_id=call.tool_call_id, action="approve", args_hash=call.args_hash or None
+            )
 
     def _ask_json(self, prompt: str) -> dict[str, Any]:
         while True:

@@ -109,6 +109,15 @@ def print_call(call: PendingCall, console: Console) -> None:
                 style="dim",
             )
         )
+    if call.approvals_needed > 1:
+        console.print(Text(f"    ({quorum_text(call)})", style="dim"))
+
+
+def quorum_text(call: PendingCall) -> str:
+    """ "1 of 2 approvals: bob", for a call under a rule's quorum."""
+    given = [approval.by for approval in call.approvals]
+    count = f"{len(given)} of {call.approvals_needed} approvals"
+    return f"{count}: {', '.join(given)}" if given else f"{count}, by reviewers"
 
 
 def print_snapshot(

@@ -20,6 +20,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from parley.contracts import (
     CANONICAL_ARGS,
     SPEND_CALL,
+    Approval,
     CanonicalArgsInput,
     CanonicalArgsOutput,
     ConversationStart,
@@ -101,6 +102,12 @@ class Decisions:
                 problems.append(f"edited args for {call.tool_call_id} are invalid: {why}")
                 continue
             edited = ToolCall(tool_call_id=call.tool_call_id, name=call.name, args=output.args)
+            if call.approvals_needed > 1 and output.args == call.args:
+                problems.append(
+                    f"the edit of {call.tool_call_id} leaves its arguments as they are "
+                    "(canonical form); approve it instead"
+                )
+                continue
             catalogue = self._catalogue()
             if call.subagent is not None:
                 catalogue = catalogue.for_subagent(call.subagent.name)
@@ -131,6 +138,9 @@ class Decisions:
                 metrics.decided(decision.action)
                 detail = decision.model_dump(exclude_none=True, exclude_defaults=True)
                 detail["args_hash"] = args_hash(edit[0].args) if edit else call.args_hash
+                if decision.action == "approve" and call.approvals_needed > 1:
+                    count = len(call.approvals) + 1
+                    detail["approvals"] = f"{count} of {call.approvals_needed}"
                 if call.subagent is not None:
                     detail["subagent"] = call.subagent.session_id
                     passed_on.setdefault(call.subagent.tool_call_id, []).append(decision)
@@ -172,6 +182,8 @@ class Decisions:
     ) -> None:
         if call.name == SPEND_CALL:
             self.spend.decide(call, decision, decided_by)
+        elif decision.action == "approve" and call.approvals_needed > 1:
+            await self._approve_quorum(call, decided_by)
         elif decision.action == "approve":
             await self._execute(call, approved_by=decided_by, edited_by=call.edited_by)
         elif decision.action == "edit" and edit is None:  # recorded before the patch
@@ -206,6 +218,22 @@ class Decisions:
             payload = {"decision": "respond", "message": decision.message}
             result = ToolResult(status="rejected", content=decision.message or "", payload=payload)
             self._ledger.answer(call, result, "decided")
+
+    async def _approve_quorum(self, call: PendingCall, decided_by: str) -> None:
+        """One more reviewer approves these arguments (the gate checked who may, and
+        that nobody approves twice): the call runs once the quorum is reached, else it
+        waits on, its approvals with it."""
+        approvals = [*call.approvals, Approval(by=decided_by, at=workflow.now())]
+        if len(approvals) < call.approvals_needed:
+            self._ledger.pending.add(call.model_copy(update={"approvals": approvals}))
+            return
+        await self._execute(
+            call,
+            approved_by=decided_by,
+            edited_by=call.edited_by,
+            approvals=[a.by for a in approvals],
+            proposed_at=call.proposed_at,
+        )
 
     def _ai_message_of(self, tool_call_id: str) -> AIMessage | None:
         for message in reversed(self._state.transcript.messages):

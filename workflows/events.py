@@ -157,7 +157,7 @@ class EventLog:
                         tool_call_id=call.tool_call_id,
                         expires_at=call.expires_at.isoformat(),
                         response_schema=decision_schema(call, catalogue),
-                        metadata={"name": call.name, "args": call.args},
+                        metadata=call.interrupt_metadata(),
                     )
                     for call in pending
                 ]

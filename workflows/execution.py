@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
@@ -67,6 +68,8 @@ class ToolRunner:
         approved_by: str | None = None,
         edited_by: str | None = None,
         rule: str | None = None,
+        approvals: list[str] | None = None,
+        proposed_at: datetime | None = None,
     ) -> None:
         """Run a tool with the call's (canonical) arguments, before or after a decision,
         and answer its call; a subagent's tool starts its conversation instead."""
@@ -85,6 +88,8 @@ class ToolRunner:
                     tool_call_id=call.tool_call_id,
                     user_id=self._state.user_id,
                     approved_by=approved_by,
+                    approvals=approvals or [],
+                    proposed_at=proposed_at,
                     rule=rule,
                     evaluated_at=workflow.now() if rule else None,
                     subagent=self._start.subagent.name if self._start.subagent else None,

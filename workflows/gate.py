@@ -227,6 +227,14 @@ def check_decisions(state: ConversationState, decision: DecideInput, now: dateti
                 f"rule `{call.reviewer_rule}` requires a reviewer other than the requester "
                 f"to approve {d.tool_call_id}"
             )
+        if call is not None and d.action == "approve" and call.approvals_needed > 1:
+            given_by = [a.by for a in call.approvals]
+            if decision.decided_by in given_by:
+                problems.append(
+                    f"{decision.decided_by} already approved {d.tool_call_id} "
+                    f"({len(given_by)} of {call.approvals_needed} approvals, by "
+                    f"{', '.join(given_by)}); another reviewer must approve it"
+                )
         if d.action == "edit" and d.tool_call_id in pending:
             error = args_error(catalogue, pending[d.tool_call_id].name, d.args or {})
             if error:

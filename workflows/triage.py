@@ -75,7 +75,8 @@ def triage(call: ToolCall, context: Proposal, *, edited_by: str | None = None) -
     """The verdict on ``call`` (canonical arguments). With ``edited_by``, the call is a
     person's edit of a pending call: a rule that needs a reviewer lets it run only if
     that person is a reviewer other than the owner; a ``confirm`` lets it run (the edit
-    is the editor's approval); ``deny`` refuses it."""
+    is the editor's approval); a quorum (``approvals`` > 1) makes it wait, its count
+    started again; ``deny`` refuses it."""
     catalogue = context.catalogue
     spec = catalogue.get(call.name)
     if spec is None:
@@ -96,8 +97,10 @@ def triage(call: ToolCall, context: Proposal, *, edited_by: str | None = None) -
         )
     if outcome.policy == "auto":
         return Run(outcome, remembered)
-    if edited_by is not None and not (
-        outcome.requires_reviewer and not is_other_reviewer(edited_by, context)
+    if (
+        edited_by is not None
+        and outcome.approvals <= 1  # a quorum's edit is a new proposal: counted again
+        and not (outcome.requires_reviewer and not is_other_reviewer(edited_by, context))
     ):
         return Run(outcome)
     on_timeout = on_timeout_of(outcome, context.expiry_seconds)
@@ -113,6 +116,8 @@ def triage(call: ToolCall, context: Proposal, *, edited_by: str | None = None) -
         on_timeout=on_timeout,
         reviewer_rule=outcome.rule if outcome.requires_reviewer else None,
         edited_by=edited_by,
+        approvals_needed=outcome.approvals,
+        proposed_at=context.now,
     )
     return Wait(pending, outcome)
 

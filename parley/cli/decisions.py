@@ -136,8 +136,18 @@ def decide(
             raise ConversationRefused(
                 f"edit needs one CALL_ID when {len(ids)} calls are pending: {', '.join(ids)}"
             )
+        # The arguments each was decided on, when read here: a stale decision is
+        # refused, and a call whose arguments changed is never answered by an old one.
+        seen = {p.tool_call_id: p.args_hash or None for p in pending}
         decisions = [
-            Decision(tool_call_id=i, action=action, args=args, message=message, remember=remember)
+            Decision(
+                tool_call_id=i,
+                action=action,
+                args=args,
+                message=message,
+                remember=remember,
+                args_hash=seen.get(i),
+            )
             for i in ids
         ]
         return await conv.decide(session, user, decisions)

@@ -425,7 +425,9 @@ class Conversations(ConversationListing, LivenessWatch):
 
 def _decision_id(user_id: str, decisions: Sequence[Decision]) -> str:
     """The same decisions by the same user, the same update id. Call ids are unique in
-    a conversation, so equal decisions are one intent, never two."""
+    a conversation, so equal decisions are one intent, never two, but for a call under a
+    quorum approved again after an edit: surfaces pin ``args_hash``, which tells the two
+    apart (an edit that changes nothing is refused there)."""
     ordered = sorted(
         (d.model_dump(mode="json") for d in decisions), key=lambda d: d["tool_call_id"]
     )

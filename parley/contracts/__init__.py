@@ -19,6 +19,7 @@ message's empty fields. Both read back to the same values.
 from __future__ import annotations
 
 from parley.contracts.conversation import (
+    Approval,
     AuditEntry,
     ClientRun,
     ConversationSnapshot,
@@ -173,6 +174,7 @@ __all__ = [
     "SUBAGENT_SESSION_PATTERN",
     "USER_ID_PATTERN",
     "WORKFLOW_ID_PREFIX",
+    "Approval",
     "AuditEntry",
     "AuditWindow",
     "CallModelInput",

@@ -170,6 +170,13 @@ class OnTimeout(Contract):
     escalated: bool = False
 
 
+class Approval(Contract):
+    """One reviewer's approval of a call that needs several (a rule's ``approvals``)."""
+
+    by: str
+    at: datetime
+
+
 class PendingCall(ToolCall):
     """A ``confirm`` call waiting for a decision. ``args`` are canonical (the tool's
     canonical form, the one the rules matched and the one that will run)."""
@@ -191,6 +198,25 @@ class PendingCall(ToolCall):
     #: Set on a parent's pending list for a call its subagent made: the decision is
     #: passed on to that subagent's conversation, which runs (or expires) the call.
     subagent: SubagentRef | None = None
+    #: A quorum (a rule's ``approvals`` > 1): how many distinct reviewers, never the
+    #: requester, must approve these very arguments before the call runs, and who has.
+    #: An edit is a new proposal (its count starts again); a rejection answers the call.
+    approvals_needed: int = 1
+    approvals: list[Approval] = Field(default_factory=list)
+    #: When it was proposed: the instant the rules were evaluated at (the worker
+    #: evaluates its own again with it before it runs a quorum call).
+    proposed_at: datetime | None = None
+
+    def interrupt_metadata(self) -> dict[str, Any]:
+        """What an AG-UI interrupt carries of the call: its name and arguments, and a
+        quorum's count (``approvals_needed``, who approved)."""
+        metadata: dict[str, Any] = {"name": self.name, "args": self.args}
+        if self.args_hash:  # a resume may pin it (``Decision.args_hash``)
+            metadata["args_hash"] = self.args_hash
+        if self.approvals_needed > 1:
+            metadata["approvals_needed"] = self.approvals_needed
+            metadata["approved_by"] = [approval.by for approval in self.approvals]
+        return metadata
 
 
 class SubagentReport(Contract):

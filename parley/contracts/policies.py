@@ -75,6 +75,10 @@ class PolicyRule(Contract):
     #: For ``confirm``: only one of the conversation's reviewers, not the user who
     #: asked, may approve or edit the call (anyone may reject it).
     requires_reviewer: bool = False
+    #: For ``confirm``: a quorum. The call runs once this many distinct reviewers (the
+    #: requester never counts) approved the same canonical arguments; above 1 it implies
+    #: ``requires_reviewer``.
+    approvals: int = Field(default=1, ge=1, le=16)
 
     @field_validator("hours")
     @classmethod
@@ -103,10 +107,10 @@ class PolicyRule(Contract):
         if self.on_timeout == "escalate" and not self.escalate_to:
             raise ValueError(f"rule {self.name!r}: on_timeout 'escalate' needs 'escalate_to'")
         timed = self.timeout_seconds is not None or self.on_timeout != "expire"
-        if (timed or self.requires_reviewer) and self.decide != "confirm":
+        if (timed or self.requires_reviewer or self.approvals > 1) and self.decide != "confirm":
             raise ValueError(
-                f"rule {self.name!r}: a timeout or a reviewer applies to calls that wait "
-                "(decide 'confirm')"
+                f"rule {self.name!r}: a timeout, a reviewer or approvals apply to calls "
+                "that wait (decide 'confirm')"
             )
         return self
 
@@ -142,6 +146,7 @@ class PolicyOutcome(Contract):
     timeout_reason: str | None = None
     escalate_to: str | None = None
     requires_reviewer: bool = False
+    approvals: int = 1
 
     def reason(self) -> str:
         if self.remembered:
@@ -163,7 +168,8 @@ def evaluate(
                 on_timeout=rule.on_timeout,
                 timeout_reason=rule.timeout_reason,
                 escalate_to=rule.escalate_to,
-                requires_reviewer=rule.requires_reviewer,
+                requires_reviewer=rule.requires_reviewer or rule.approvals > 1,
+                approvals=rule.approvals,
             )
     return PolicyOutcome(policy=default)
 

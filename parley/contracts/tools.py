@@ -185,6 +185,11 @@ class RunToolInput(Contract):
     #: the user asked to remember. The worker refuses a ``confirm`` tool without it,
     #: whatever the workflow's catalogue said, unless ``rule`` made it ``auto``.
     approved_by: str | None = None
+    #: A quorum call's approvers (distinct reviewers), and the instant it was proposed:
+    #: the worker evaluates its own rules at that instant and refuses fewer approvers
+    #: than the matching rule's ``approvals``.
+    approvals: list[str] = Field(default_factory=list)
+    proposed_at: datetime | None = None
     #: The policy rule that made this call ``auto``, and the instant it was evaluated
     #: at: the worker evaluates its own rules again with the same inputs.
     rule: str | None = None

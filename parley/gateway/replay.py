@@ -131,5 +131,5 @@ def interrupt_of(call: PendingCall) -> Interrupt:
         message=f"{call.name} waits for your decision: {call.description}",
         tool_call_id=call.tool_call_id,
         expires_at=call.expires_at.isoformat(),
-        metadata={"name": call.name, "args": call.args},
+        metadata=call.interrupt_metadata(),
     )

@@ -102,6 +102,7 @@ export function buildCard(p) {
     p.description ? el("p", { class: "desc", text: p.description }) : null,
     p.reason ? el("p", { class: "small muted reason", text: "Needs approval: " + p.reason }) : null,
     p.subagent ? subagentMark(p.subagent) : null,
+    (p.approvals_needed || 1) > 1 ? quorumMark(p) : null,
     el("label", { class: "small muted", text: "Arguments (JSON, editable)" }),
     textarea,
     argsError,
@@ -172,7 +173,7 @@ export function buildCard(p) {
 export function decisionFor(card, action) {
   const ui = card._parley;
   const id = ui.p.tool_call_id;
-  if (action === "approve") return { tool_call_id: id, action: "approve" };
+  if (action === "approve") return approval(ui.p);
   if (action === "edit") {
     let args;
     try {
@@ -228,7 +229,7 @@ export function approveAll() {
   if (state.busy) return;
   for (const p of currentPending()) {
     if (!state.choices.has(p.tool_call_id)) {
-      state.choices.set(p.tool_call_id, { tool_call_id: p.tool_call_id, action: "approve" });
+      state.choices.set(p.tool_call_id, approval(p));
     }
   }
   refreshCards();
@@ -321,4 +322,23 @@ function subagentMark(subagent) {
     "asked by subagent ",
     el("strong", { text: subagent.name || "?" }),
   );
+}
+
+// "1 of 2 approvals: bob": a rule's quorum, and who has approved these arguments.
+export function quorumText(call) {
+  const given = (call.approvals || []).map((a) => a.by);
+  const count = `${given.length} of ${call.approvals_needed} approvals`;
+  return given.length ? `${count}: ${given.join(", ")}` : `${count} (reviewers other than the requester)`;
+}
+
+function quorumMark(call) {
+  return el("p", { class: "small quorum", "data-testid": "approvals", text: quorumText(call) });
+}
+
+// An approval names the arguments it was given for (args_hash): a call whose arguments
+// changed since (an edit, under a quorum) is never approved by an old click.
+function approval(p) {
+  const decision = { tool_call_id: p.tool_call_id, action: "approve" };
+  if (p.args_hash) decision.args_hash = p.args_hash;
+  return decision;
 }

@@ -1,0 +1,204 @@
+"""Quorum approvals (issue 23, point 5): a rule may require ``approvals = 2``, M of the
+conversation's reviewers, the requester never counting. Against a real dev server and
+worker, through the client, the gateway and the ``parley`` CLI:
+
+- one reviewer's approve leaves the call waiting, "1 of 2 approvals: bob" on every
+  surface (the gateway's JSON, the AG-UI interrupt, ``parley show``); the same reviewer
+  cannot count twice; the owner cannot approve at all; a second reviewer's approve runs
+  it once, with the arguments both approved;
+- a rejection answers the call and its approvals go with it: the model's next proposal
+  of the very same call starts from 0; an edit is a new proposal, counted again;
+- the worker refuses to run a quorum call with fewer approvers, whatever it is told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+from temporalio.exceptions import ApplicationError
+
+from parley.activities.tool_calls import ToolActivities
+from parley.client import ConversationRefused
+from parley.contracts import Decision, PendingCall, PolicyRule, RunToolInput
+from parley.policies import load_policies
+from parley.tools import ToolRegistry, confirm
+from tests.support import call, script
+from tests.support.gateway import BOB_TOKEN, auth, serve_gateway
+from tests.support.policy_tools import push_branch
+from tests.support.processes import PARLEY
+from tests.support.transcripts import new_session, runs_in
+
+TWO_OF_THEM = PolicyRule(
+    name="two-reviewers-for-main",
+    tool="push_branch",
+    args={"branch": "main"},
+    decide="confirm",
+    approvals=2,
+)
+REVIEWERS = ["bob", "carol", "dave"]
+
+
+def registry() -> ToolRegistry:
+    return ToolRegistry([confirm(push_branch)], rules=[TWO_OF_THEM])
+
+
+def approve(call: PendingCall) -> list[Decision]:
+    """An approval of the arguments as shown, as every surface sends it."""
+    return [Decision(tool_call_id=call.tool_call_id, action="approve", args_hash=call.args_hash)]
+
+
+async def test_two_reviewers_are_needed_and_the_requester_never_counts(parley_worker) -> None:
+    model = script(
+        {"content": "", "tool_calls": [call("push_branch", "q1", branch="main")]},
+        {"content": "Pushed after two reviews."},
+    )
+    async with (
+        parley_worker(registry(), model) as conversations,
+        serve_gateway(conversations) as base,
+        httpx.AsyncClient(base_url=base, timeout=60) as http,
+    ):
+        sid = new_session()
+        turn = await conversations.send(sid, "alice", "push main", reviewers=REVIEWERS)
+        (pending,) = turn.pending
+        assert pending.approvals_needed == 2 and pending.approvals == []
+        with pytest.raises(ConversationRefused) as refused:  # the requester never counts
+            await conversations.decide(sid, "alice", approve(pending))
+        assert "requires a reviewer other than the requester" in refused.value.message
+
+        first = await conversations.decide(sid, "bob", approve(pending))
+        assert first.status == "awaiting_approval" and runs_in(sid, "push_branch") == []
+        (waiting,) = first.pending
+        assert [a.by for a in waiting.approvals] == ["bob"]
+        with pytest.raises(ConversationRefused) as twice:  # nobody counts twice
+            await conversations.decide(sid, "bob", approve(waiting), update_id="bob-again")
+        assert "bob already approved q1 (1 of 2 approvals, by bob)" in twice.value.message
+
+        # Every surface says so: the gateway's JSON, the interrupt the run ended with,
+        # and parley show.
+        shown = (await http.get(f"/v1/conversations/{sid}", headers=auth(BOB_TOKEN))).json()
+        (card,) = shown["pending"]
+        assert card["approvals_needed"] == 2 and [a["by"] for a in card["approvals"]] == ["bob"]
+        events = (await conversations.events(sid, "alice", limit=5_000)).events
+        interrupts = [
+            i
+            for e in events
+            if e.event["type"] == "RUN_FINISHED"
+            for i in e.event.get("outcome", {}).get("interrupts", [])
+        ]
+        assert interrupts[-1]["metadata"]["approved_by"] == ["bob"]
+        assert interrupts[-1]["metadata"]["approvals_needed"] == 2
+        env = {
+            **os.environ,
+            "TEMPORAL_ADDRESS": conversations.temporal.service_client.config.target_host,
+            "PARLEY_TASK_QUEUE": conversations.settings.task_queue,
+        }
+        show = await asyncio.to_thread(
+            subprocess.run,
+            [*PARLEY, "show", "--session", sid, "--user", "carol"],
+            env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert show.returncode == 0, show.stderr
+        assert "1 of 2 approvals: bob" in show.stdout, show.stdout
+
+        done = await conversations.decide(sid, "carol", approve(waiting))
+        assert done.status == "completed" and done.reply == "Pushed after two reviews."
+        assert [r["branch"] for r in runs_in(sid, "push_branch")] == ["main"]
+        state = await conversations.state(sid, "alice")
+        decided = [e for e in state.audit if e.event == "decided"]
+        assert [(e.actor, e.detail.get("approvals")) for e in decided] == [
+            ("bob", "1 of 2"),
+            ("carol", "2 of 2"),
+        ]
+
+
+async def test_a_rejection_answers_the_call_and_the_next_proposal_counts_from_zero(
+    parley_worker,
+) -> None:
+    model = script(
+        {"content": "", "tool_calls": [call("push_branch", "r1", branch="main")]},
+        {"content": "", "tool_calls": [call("push_branch", "r2", branch="main")]},
+        {"content": "Pushed."},
+    )
+    async with parley_worker(registry(), model) as conversations:
+        sid = new_session()
+        (first,) = (
+            await conversations.send(sid, "alice", "push main", reviewers=REVIEWERS)
+        ).pending
+        await conversations.decide(sid, "bob", approve(first))  # 1 of 2
+        rejected = await conversations.decide(
+            sid, "carol", [Decision(tool_call_id="r1", action="reject", message="not today")]
+        )
+        # The model read the rejection and proposed the very same call again: a new
+        # call, whose count starts from zero (bob's approval was of r1, now answered).
+        (again,) = rejected.pending
+        assert again.tool_call_id == "r2" and again.approvals == []
+        assert runs_in(sid, "push_branch") == []
+        still = await conversations.decide(sid, "bob", approve(again))
+        assert still.status == "awaiting_approval"  # 1 of 2 again, not 2
+        assert runs_in(sid, "push_branch") == []
+        await conversations.decide(sid, "dave", approve(again))
+        assert [r["branch"] for r in runs_in(sid, "push_branch")] == ["main"]
+
+
+async def test_an_edit_is_counted_again(parley_worker) -> None:
+    model = script(
+        {"content": "", "tool_calls": [call("push_branch", "e1", branch="main")]},
+        {"content": "Pushed."},
+    )
+    async with parley_worker(registry(), model) as conversations:
+        sid = new_session()
+        (first,) = (
+            await conversations.send(sid, "alice", "push main", reviewers=REVIEWERS)
+        ).pending
+        await conversations.decide(sid, "bob", approve(first))
+        unchanged = [Decision(tool_call_id="e1", action="edit", args={"branch": "main"})]
+        with pytest.raises(ConversationRefused) as noop:  # an edit that changes nothing
+            await conversations.decide(sid, "carol", unchanged)
+        assert "leaves its arguments as they are" in noop.value.message
+        edited = await conversations.decide(
+            sid, "carol", [Decision(tool_call_id="e1", action="edit", args={"branch": "Main"})]
+        )
+        # An edit is a new proposal: bob's approval does not carry over, and carol's
+        # edit did not run it.
+        (waiting,) = edited.pending
+        assert waiting.approvals == [] and waiting.edited_by == "carol"
+        assert runs_in(sid, "push_branch") == []
+        # bob approves again, the edited arguments: a decision of its own, never
+        # answered with his first approval's result.
+        again = await conversations.decide(sid, "bob", approve(waiting))
+        assert [a.by for a in again.pending[0].approvals] == ["bob"]
+        await conversations.decide(sid, "dave", approve(waiting))
+        assert [r["branch"] for r in runs_in(sid, "push_branch")] == ["Main"]
+
+
+async def test_the_worker_refuses_a_quorum_call_with_fewer_approvers() -> None:
+    """Whatever the workflow says, this worker's own rule wants two reviewers."""
+    activities = ToolActivities(registry())
+    request = RunToolInput(
+        name="push_branch",
+        args={"branch": "main"},
+        tool_call_id="w1",
+        user_id="alice",
+        approved_by="bob",
+        approvals=["bob", "alice"],  # the requester never counts
+        proposed_at=datetime.now(UTC),
+    )
+    with pytest.raises(ApplicationError) as refused:
+        await activities.run_tool(request)
+    assert "needs 2 approvals by reviewers, and it has 1" in refused.value.message
+
+
+def test_the_policy_file_takes_approvals(tmp_path) -> None:
+    path = tmp_path / "policies.toml"
+    path.write_text('[[rule]]\nname = "two"\ntool = "push_*"\ndecide = "confirm"\napprovals = 2\n')
+    (rule,) = load_policies(str(path)).rules
+    assert rule.approvals == 2
+    path.write_text('[[rule]]\nname = "two"\ntool = "push_*"\ndecide = "auto"\napprovals = 2\n')
+    with pytest.raises(ValueError) as bad:
+        load_policies(str(path))
+    assert "approvals apply to calls that wait" in str(bad.value)
