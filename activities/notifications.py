@@ -8,7 +8,12 @@ Temporal (``NOTIFY_ACTIVITY``). The webhook gets one JSON POST::
 
     {"event": "awaiting_decision", "session_id": ..., "user_id": ...,
      "pending": [{"tool_call_id", "name", "args", "description", "expires_at"}],
-     "url": "<gateway>/#c=<session_id>", "run_id": "run-N"}
+     "url": "<gateway>/#c=<session_id>", "run_id": "run-N",
+     "links": [{"tool_call_id", "user_id", "approve", "reject", "expires_at"}]}
+
+``links`` (with ``PARLEY_LINK_SECRET``): signed one-time links (``parley.links``) that
+approve or reject one call as one person (the owner, each reviewer, or the person an
+escalation goes to), for buttons in channels that carry no bearer token.
 
 with an ``Idempotency-Key`` header (``<workflow id>:<run_id>``, the same on every retry),
 so a receiver that saw the first attempt can drop the next. Failures follow the HTTP
@@ -33,6 +38,7 @@ from parley.activities.http import (
 from parley.activities.redaction import redact
 from parley.contracts import NOTIFY, NotifyInput, workflow_id_for
 from parley.errors import ErrorType, is_transient_status
+from parley.links import ApprovalLink
 
 
 class NotifyActivities:
@@ -43,9 +49,12 @@ class NotifyActivities:
         *,
         timeout: float = 10.0,
         http_client: httpx.AsyncClient | None = None,
+        link_secret: str | None = None,
     ) -> None:
-        """``http_client``: the worker's, which its entry point opens and closes."""
+        """``http_client``: the worker's, which its entry point opens and closes;
+        ``link_secret``: with it, the webhook gets signed approval links."""
         self._http_client = http_client
+        self._link_secret = link_secret
         self._webhook_url = webhook_url
         self._page_url = page_url.rstrip("/")
         self._timeout = timeout
@@ -62,6 +71,8 @@ class NotifyActivities:
         }
         if request.escalated_to:
             body["escalated_to"] = request.escalated_to
+        if self._link_secret:
+            body["links"] = self._links(request, self._link_secret)
         key = f"{workflow_id_for(request.session_id)}:{request.run_id}"
         try:
             response = await (self._http_client or shared_client()).post(
@@ -74,6 +85,30 @@ class NotifyActivities:
             raise _failure(HttpTransportError.from_httpx("POST", self._webhook_url, err)) from None
         if not response.is_success:
             raise _failure(HttpStatusError.from_response(response)) from None
+
+    def _links(self, request: NotifyInput, secret: str) -> list[dict[str, str]]:
+        """One approve and one reject link per call and per person who may decide it
+        (the owner and the reviewers; on an escalation, the person it goes to)."""
+        people = [request.user_id, *request.reviewers]
+        if request.escalated_to:
+            people = [request.escalated_to]
+        links = []
+        for call in request.pending:
+            for person in people:
+                entry = {"tool_call_id": call.tool_call_id, "user_id": person}
+                for action in ("approve", "reject"):
+                    link = ApprovalLink(
+                        session_id=request.session_id,
+                        tool_call_id=call.tool_call_id,
+                        args_hash=call.args_hash,
+                        user_id=person,
+                        action=action,
+                        expires=int(call.expires_at.timestamp()),
+                    )
+                    entry[action] = f"{self._page_url}/links/{link.sign(secret)}"
+                entry["expires_at"] = call.expires_at.isoformat()
+                links.append(entry)
+        return links
 
 
 def _failure(failure: HttpError) -> ApplicationError:

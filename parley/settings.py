@@ -204,6 +204,9 @@ class Settings:
     # --- notifications (worker) ---
     #: A webhook called when a conversation starts waiting for a decision.
     notify_url: str | None = None
+    #: The key that signs one-time approval links (``parley.links``), the same on the
+    #: workers (which put links in notifications) and the gateway (which takes them).
+    link_secret: str | None = None
 
     @property
     def gateway_url(self) -> str:
@@ -299,10 +302,21 @@ class Settings:
                 env.get("PARLEY_TEMPORAL_UI_URL", "").strip() or DEFAULT_TEMPORAL_UI_URL
             ),
             notify_url=env.get("PARLEY_NOTIFY_URL", "").strip() or None,
+            link_secret=_link_secret(env),
         )
 
 
 Env = os._Environ[str] | dict[str, str]
+
+
+def _link_secret(env: Env) -> str | None:
+    secret = env.get("PARLEY_LINK_SECRET", "").strip()
+    if secret and len(secret) < 32:
+        raise ValueError(
+            f"PARLEY_LINK_SECRET is {len(secret)} characters; use at least 32 random ones, "
+            "e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+        )
+    return secret or None
 
 
 def _positive_number(env: Env, name: str, default: float, *, example: str, most: float) -> float:

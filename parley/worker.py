@@ -135,7 +135,10 @@ def build_worker(
     ]
     if settings.notify_url:
         notify = NotifyActivities(
-            settings.notify_url, settings.gateway_url, http_client=http_client
+            settings.notify_url,
+            settings.gateway_url,
+            http_client=http_client,
+            link_secret=settings.link_secret,
         )
         activities.append(notify.notify)
     # The payload store's retention (the Schedule of PARLEY_STORE_GC_EVERY_SECONDS),

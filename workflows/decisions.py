@@ -125,6 +125,10 @@ class Decisions:
     async def apply(self, decide: DecideInput, edits: dict[str, tuple[ToolCall, Verdict]]) -> None:
         by_id = {d.tool_call_id: d for d in decide.decisions}
         pending = self._ledger.pending.take_all()
+        for call in pending:  # a decision by link names one call: the others wait on
+            if call.tool_call_id not in by_id:
+                self._ledger.pending.add(call)
+        pending = [call for call in pending if call.tool_call_id in by_id]
         self._state.counters.decisions += len(pending)
         own = [call for call in pending if call.subagent is None]
         owner_ai = self._ai_message_of(own[0].tool_call_id) if own else None
@@ -141,6 +145,8 @@ class Decisions:
                 if decision.action == "approve" and call.approvals_needed > 1:
                     count = len(call.approvals) + 1
                     detail["approvals"] = f"{count} of {call.approvals_needed}"
+                if decide.link is not None:
+                    detail["link"] = decide.link
                 if call.subagent is not None:
                     detail["subagent"] = call.subagent.session_id
                     passed_on.setdefault(call.subagent.tool_call_id, []).append(decision)

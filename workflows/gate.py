@@ -192,7 +192,9 @@ def check_decisions(state: ConversationState, decision: DecideInput, now: dateti
     unknown = [i for i in given if i not in pending and i not in expired]
     if unknown:
         problems.append(f"unknown or no longer pending: {', '.join(unknown)}")
-    missing = [i for i in pending if i not in given]
+    if decision.link is not None and len(given) != 1:
+        problems.append("a decision by link names exactly one call")
+    missing = [i for i in pending if i not in given] if decision.link is None else []
     if missing:
         problems.append(f"missing a decision for: {', '.join(missing)}")
     # Said only when the set of ids is what is wrong.

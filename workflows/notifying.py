@@ -59,6 +59,7 @@ class Notifier:
                 user_id=self._state.user_id,
                 pending=list(self._state.pending),
                 run_id=run_id,
+                reviewers=list(self._state.reviewers),
             )
         )
 

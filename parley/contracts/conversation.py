@@ -68,6 +68,7 @@ class ClientRun(TypedDict, total=False):
     context: list[ClientContext]
     client_tools: list[ClientTool]
     tool_results: list[ClientToolResult]
+    link: str
 
 
 class SendMessageInput(StrictInput):
@@ -127,6 +128,9 @@ class DecideInput(StrictInput):
     #: Set by a client that sent this ``decide`` as ``decide_signal`` because no worker
     #: was there: the ``decide`` update of this id, sent again later, gets its result.
     request_id: str | None = None
+    #: Set when the decision comes by a signed approval link (``parley.links``): the
+    #: link's id. Such a decision names one call; the others keep waiting.
+    link: str | None = None
     #: As on ``SendMessageInput``: the run these decisions resume, its context and tools.
     run_id: str | None = None
     context: list[ClientContext] = Field(default_factory=list)
@@ -302,6 +306,8 @@ class NotifyInput(Contract):
     run_id: str
     #: Set when no one decided in time and a rule escalates: the user now asked.
     escalated_to: str | None = None
+    #: The conversation's reviewers: they get approval links too (``parley.links``).
+    reviewers: list[str] = Field(default_factory=list)
 
 
 class ConversationSnapshot(Contract):

@@ -1,0 +1,144 @@
+"""``/links/{token}``: a signed one-time approval link (``parley.links``) as a person
+opens it from Slack, email or a pager. Client side (the gateway; no bearer token: the
+link's signature is its authority, for its one call, user and action).
+
+``GET`` only shows what the link would do (link previews and mail scanners fetch links,
+and must not decide anything): the call, its arguments and a button. ``POST`` decides:
+the call must still wait with the very arguments the link names, and the link must not
+have been used; the decision is the link's user's, audited with the link's id (channel
+``link``), and it names only that call. The update id is the link's, so two clicks at
+once decide once. Every refusal is a page that says why: 403 a link Parley did not make,
+410 an expired one, 409 one already used, a call decided otherwise or whose arguments
+changed, 404 a conversation that is gone.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from datetime import UTC, datetime
+
+from fastapi import APIRouter, Depends, Form
+from fastapi.responses import HTMLResponse
+
+from parley.client import ConversationRefused
+from parley.contracts import Decision, PendingCall, TurnResult
+from parley.errors import ErrorType
+from parley.gateway.deps import Gateway, gateway
+from parley.links import ApprovalLink, LinkRefused, verify
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/links/{token}")
+async def show_link(token: str, gw: Gateway = Depends(gateway)) -> HTMLResponse:
+    try:
+        link = _link(gw, token)
+        call = await _waiting_call(gw, link)
+    except LinkRefused as refused:
+        return _page(refused.status, "This link cannot decide", refused.reason)
+    verb = "Approve" if link.action == "approve" else "Reject"
+    reason = (
+        '<p><label>Reason (optional)<br><textarea name="message" rows="3" cols="60">'
+        "</textarea></label></p>"
+        if link.action == "reject"
+        else ""
+    )
+    body = (
+        f"<p>{html.escape(link.user_id)}, this link will <strong>{link.action}</strong> "
+        f"<code>{html.escape(call.name)}</code> in conversation "
+        f"<code>{html.escape(link.session_id)}</code>:</p>"
+        f"<pre>{html.escape(json.dumps(call.args, ensure_ascii=False, indent=2))}</pre>"
+        f'<form method="post">{reason}<button type="submit">{verb}</button></form>'
+        f"<p><small>It works once, until {link.expires_at():%Y-%m-%d %H:%M} UTC.</small></p>"
+    )
+    return _page(200, f"{verb} {call.name}?", body, raw=True)
+
+
+@router.post("/links/{token}")
+async def use_link(
+    token: str, message: str | None = Form(default=None), gw: Gateway = Depends(gateway)
+) -> HTMLResponse:
+    try:
+        link = _link(gw, token)
+        call = await _waiting_call(gw, link)
+        decision = Decision(
+            tool_call_id=call.tool_call_id,
+            action=link.action,
+            args_hash=link.args_hash,
+            message=(message or "").strip() or None if link.action == "reject" else None,
+        )
+        result = await gw.conversations.decide(
+            link.session_id,
+            link.user_id,
+            [decision],
+            update_id=f"link-{link.link_id}",
+            run={"link": link.link_id},
+        )
+    except LinkRefused as refused:
+        return _page(refused.status, "This link cannot decide", refused.reason)
+    except ConversationRefused as refusal:
+        return _page(409, "This link cannot decide", refusal.message)
+    return _page(200, "Decided", _outcome(link, call, result))
+
+
+def _link(gw: Gateway, token: str) -> ApprovalLink:
+    secret = gw.settings.link_secret
+    if not secret:
+        raise LinkRefused(404, "this gateway takes no approval links (PARLEY_LINK_SECRET)")
+    return verify(token, secret, datetime.now(UTC))
+
+
+async def _waiting_call(gw: Gateway, link: ApprovalLink) -> PendingCall:
+    """The call the link decides, if it still waits with the link's arguments."""
+    try:
+        snapshot = await gw.conversations.state(link.session_id, link.user_id)
+    except ConversationRefused as refusal:
+        if refusal.error_type in (ErrorType.NOT_FOUND, ErrorType.NOT_OWNER):
+            raise LinkRefused(404, f"conversation {link.session_id} is not there") from None
+        raise LinkRefused(503, refusal.message) from None
+    for call in snapshot.pending:
+        if call.tool_call_id == link.tool_call_id:
+            if call.args_hash != link.args_hash:
+                raise LinkRefused(
+                    409,
+                    f"the arguments of {call.name} changed since this link was made "
+                    f"(now {call.args_hash}); decide on the approval page",
+                )
+            return call
+    used = [
+        e for e in snapshot.audit if e.event == "decided" and e.detail.get("link") == link.link_id
+    ]
+    if used:
+        return_at = f"{used[0].at:%Y-%m-%d %H:%M} UTC"
+        raise LinkRefused(409, f"this link was already used, by {used[0].actor} at {return_at}")
+    raise LinkRefused(
+        409, f"call {link.tool_call_id} no longer waits for a decision (it was decided or expired)"
+    )
+
+
+def _outcome(link: ApprovalLink, call: PendingCall, result: TurnResult) -> str:
+    ran = next((r for r in result.results if r.tool_call_id == call.tool_call_id), None)
+    if link.action == "reject":
+        return f"You rejected {call.name}; it did not run."
+    if ran is not None:
+        return f"You approved {call.name}; it ran: {ran.status}."
+    waiting = next((p for p in result.pending if p.tool_call_id == call.tool_call_id), None)
+    if waiting is not None and waiting.approvals_needed > 1:
+        return (
+            f"You approved {call.name}: {len(waiting.approvals)} of "
+            f"{waiting.approvals_needed} approvals; it runs once enough reviewers approve."
+        )
+    return f"You approved {call.name}."
+
+
+def _page(status: int, title: str, body: str, *, raw: bool = False) -> HTMLResponse:
+    text = body if raw else f"<p>{html.escape(body)}</p>"
+    page = (
+        "<!doctype html><html lang=en><meta charset=utf-8>"
+        '<meta name=viewport content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)} · Parley</title>"
+        f'<body style="font-family: system-ui, sans-serif; max-width: 40rem; margin: 2rem auto">'
+        f"<h1>{html.escape(title)}</h1>{text}</body></html>"
+    )
+    return HTMLResponse(page, status_code=status, headers={"Cache-Control": "no-store"})
