@@ -79,16 +79,37 @@ class Ledger:
         name: str | None = None,
         detail: dict[str, Any] | None = None,
     ) -> None:
-        self._state.audit.entries.append(
-            AuditEntry(
-                at=workflow.now(),
-                event=event,  # type: ignore[arg-type]
-                actor=actor,
-                tool_call_id=tool_call_id,
-                name=name,
-                detail=detail or {},
-            )
+        """Append an entry, chained to the one before it (``AuditEntry.chained_hash``):
+        the history that carries the state is the chain's anchor. A ``decided`` entry
+        records how its decision arrived (``channel``)."""
+        detail = detail or {}
+        entry = AuditEntry(
+            at=workflow.now(),
+            event=event,  # type: ignore[arg-type]
+            actor=actor,
+            tool_call_id=tool_call_id,
+            name=name,
+            detail=detail,
+            channel=_decision_channel(detail) if event == "decided" else None,
         )
+        entry.prev_hash = self._audit_head()
+        entry.hash = entry.chained_hash(entry.prev_hash)
+        self._state.audit.entries.append(entry)
+
+    def _audit_head(self) -> str:
+        """The hash of the latest entry. Entries carried from a build before the chain
+        have none: they are chained now, in order, from the latest one that has (or from
+        the conversation's genesis)."""
+        entries = self._state.audit.entries
+        start = len(entries)
+        while start > 0 and entries[start - 1].hash is None:
+            start -= 1
+        head = entries[start - 1].hash if start else AuditEntry.genesis(self._state.session_id)
+        assert head is not None
+        for entry in entries[start:]:
+            entry.prev_hash = head
+            entry.hash = head = entry.chained_hash(head)
+        return head
 
     def audit_policy(self, call: ToolCall, outcome: PolicyOutcome | None) -> None:
         """Record which rule (or remembered decision) decided a call's policy."""
@@ -282,6 +303,18 @@ def page(
         budget -= cost
         end += 1
     return kept[start:end], kept_offset + start
+
+
+def _decision_channel(detail: dict[str, Any]) -> str:
+    """How a decision reached the conversation, as the workflow can tell: Parley applying
+    a remembered one, a client's ``decide`` update (the CLI, chat, the gateway's REST
+    route and page, AG-UI: the update does not say which), or ``decide_signal`` (a
+    decision kept while no worker was there, or a parent's passed on to its subagent)."""
+    if "remembered_from" in detail:
+        return "remembered"
+    if "link" in detail:  # a signed approval link (parley.links), through the gateway
+        return "link"
+    return "update" if workflow.current_update_info() is not None else "signal"
 
 
 def _duration(seconds: float) -> str:

@@ -7,15 +7,16 @@ command exits 1 with one clear line on stderr. ``TEMPORAL_ADDRESS`` and
 ``PARLEY_TASK_QUEUE`` pick the cluster and the worker.
 
 The commands live by area: ``servers`` (dev, gateway, plans-service, worker, deploy),
-``tools``, ``conversations`` (send, show, list, events, end, chat) and ``decisions``
-(approve, reject, respond, edit); what they share is ``parley.cli.app``. They are
-registered here, in the order ``parley --help`` lists them. Printing is
+``tools``, ``conversations`` (send, show, list, events, end, chat), ``decisions``
+(approve, reject, respond, edit) and ``audit`` (export, verify); what they share is
+``parley.cli.app``. They are registered here, in the order ``parley --help`` lists them. Printing is
 ``parley.rendering``; the interactive loop is ``parley.chat``.
 """
 
 from __future__ import annotations
 
 from parley.cli.app import app, fail, out, warn
+from parley.cli.audit import audit
 from parley.cli.conversations import chat, end, events, list_, send, show
 from parley.cli.decisions import approve, edit, reject, respond
 from parley.cli.servers import deploy, dev, gateway, plans_service, worker
@@ -36,6 +37,7 @@ app.command()(show)
 app.command("list")(list_)
 app.command()(events)
 app.command()(end)
+app.command()(audit)
 app.command()(chat)
 
 __all__ = ["app", "fail", "out", "warn"]

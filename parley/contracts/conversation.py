@@ -4,7 +4,9 @@ are in ``parley.contracts.state``.)"""
 
 from __future__ import annotations
 
-from datetime import datetime
+import hashlib
+import json
+from datetime import UTC, datetime
 from typing import Any, Literal, TypedDict
 
 from pydantic import (
@@ -12,6 +14,7 @@ from pydantic import (
     Field,
     model_validator,
 )
+from pydantic_core import to_jsonable_python
 
 from parley.contracts.busy import WhileBusy
 from parley.contracts.model import ClientContext, ClientTool, ClientToolResult, ContextRef
@@ -139,6 +142,35 @@ class DecideInput(StrictInput):
 
 class EndInput(StrictInput):
     user_id: str
+
+
+class TranscriptCut(Contract):
+    """The first ``at`` messages of a conversation, as a fork starts with them and a
+    rewind keeps them: ``context`` is one stored segment of exactly those messages
+    (written by the owner's client from the conversation's own chain,
+    ``parley.client.forks``), ``tail`` its last messages (bounded like the kept window),
+    which the state's pages show without reading the store."""
+
+    at: int = Field(ge=1)
+    context: ContextRef
+    tail: Messages = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TranscriptCut:
+        if self.context.length != self.at or len(self.tail) > self.at:
+            raise ValueError(f"the stored cut must hold exactly {self.at} messages")
+        return self
+
+
+class RewindInput(StrictInput):
+    """``rewind``: keep the first ``cut.at`` messages and go on from there in a new run.
+    ``seen_length`` and ``seen_context`` are what the client read the cut from: a
+    conversation that moved on since (a turn ran) refuses it."""
+
+    user_id: str
+    cut: TranscriptCut
+    seen_length: int
+    seen_context: ContextRef | None = None
 
 
 class EventsWait(StrictInput):
@@ -279,11 +311,48 @@ class AuditEntry(Contract):
         "unqueued",
         "compacted",
         "spending",
+        "forked",
+        "rewound",
     ]
     actor: str
     tool_call_id: str | None = None
     name: str | None = None
     detail: dict[str, Any] = Field(default_factory=dict)
+    #: How a ``decided`` entry's decision reached the conversation: ``update`` (a
+    #: client's ``decide`` update), ``signal`` (``decide_signal``) or ``remembered``.
+    channel: str | None = None
+    #: The audit chain (docs/design.md, "The audit chain"): the hash of the entry before
+    #: this one (entry 0: :meth:`genesis`), and :meth:`chained_hash` of this one. None
+    #: on entries recorded before the chain, until the workflow next appends one.
+    prev_hash: str | None = None
+    hash: str | None = None
+
+    @staticmethod
+    def genesis(session_id: str) -> str:
+        """The ``prev_hash`` of a conversation's first entry."""
+        return hashlib.sha256(f"parley-audit\n{session_id}".encode()).hexdigest()
+
+    def canonical(self) -> str:
+        """The entry as the chain hashes it: compact JSON with sorted keys, the time in
+        UTC to the microsecond, without the hash fields or any field left at None (so a
+        field added later leaves the older entries' hashes as they were)."""
+        at = self.at if self.at.tzinfo is not None else self.at.replace(tzinfo=UTC)
+        fields = {
+            "at": at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "event": self.event,
+            "actor": self.actor,
+            "tool_call_id": self.tool_call_id,
+            "name": self.name,
+            "channel": self.channel,
+            "detail": to_jsonable_python(self.detail),
+        }
+        kept = {k: v for k, v in fields.items() if v is not None}
+        return json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    def chained_hash(self, prev_hash: str) -> str:
+        """sha256 over the previous entry's hash and this entry's :meth:`canonical`."""
+        text = f"{prev_hash}\n{self.canonical()}"
+        return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
 
 
 class Counters(Contract):

@@ -5,6 +5,7 @@ Temporal through ``parley.client.Conversations``).
 - ``agui``: ``POST /agui``, the AG-UI protocol's runs and resumes;
 - ``streams``: turns and conversations as AG-UI Server-Sent Events;
 - ``links``: signed one-time approval links, opened without a bearer token;
+- ``audit``: the audit log's chained export;
 - ``errors``: one JSON error shape, ``{"error": {"type", "message"}}``;
 - ``schemas``: the OpenAPI document's error, response and ``/agui`` models;
 - ``guard``: authentication and a body-size limit, before any body is read;
@@ -26,7 +27,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from parley.client import Conversations
-from parley.gateway import agui, links, rest
+from parley.gateway import agui, audit, links, rest
 from parley.gateway.access import TokenTable
 from parley.gateway.deps import Gateway
 from parley.gateway.errors import install_error_handlers
@@ -77,5 +78,6 @@ def create_app(conversations: Conversations, tokens: TokenTable) -> FastAPI:
     app.include_router(rest.router)
     app.include_router(agui.router)
     app.include_router(links.router)
+    app.include_router(audit.router)
     document(app)
     return app

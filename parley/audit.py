@@ -1,0 +1,241 @@
+"""The audit log as a file: export a conversation's chained entries as JSON lines, and
+verify such a file, offline or against the live conversation. Client side (reads the
+conversation through ``parley.client.Conversations``; the chain itself is computed in
+the workflow, ``AuditEntry.chained_hash`` in ``parley.contracts``).
+
+An export is one header line, then one line per entry, oldest first::
+
+    {"kind": "parley.audit", "version": 1, "session_id", "run_id", "offset", "count",
+     "total", "anchor", "head", "exported_at"}
+    {"kind": "entry", "offset", "at", "event", "actor", "tool_call_id", "name",
+     "args_hash", "channel", "detail", "prev_hash", "hash"}
+
+Each entry's ``hash`` is sha256 over the entry before it's hash and its own canonical
+JSON, so an altered entry no longer matches its hash, and a removed one breaks the next
+one's ``prev_hash``. The header says where the export starts (``offset``, ``anchor``:
+the first entry's ``prev_hash``, the session's genesis at offset 0) and ends (``count``,
+``head``: the last entry's hash), so a removed first or last line is found too. A file
+rewritten whole (every hash recomputed) is consistent; only the conversation itself
+(``verify_live``) or a head kept elsewhere tells it apart.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.service import RPCError
+
+from parley.client import Conversations
+from parley.contracts import AuditEntry, StateQuery, workflow_id_for
+
+KIND = "parley.audit"
+VERSION = 1
+#: An entry's own fields, as the line carries them (the rest is derived or the chain).
+ENTRY_FIELDS = ("at", "event", "actor", "tool_call_id", "name", "channel", "detail")
+
+
+@dataclass
+class AuditLog:
+    """The entries a conversation keeps (``entries[0]`` is entry number ``offset``)."""
+
+    session_id: str
+    run_id: str | None
+    offset: int
+    entries: list[AuditEntry]
+
+
+class BrokenExport(Exception):
+    """An export that does not verify; the message names the first broken line."""
+
+
+async def read_log(conversations: Conversations, session_id: str, user_id: str) -> AuditLog:
+    """Every entry the conversation keeps, a page at a time (refusals as the ``state``
+    query's: ``ConversationRefused``)."""
+    entries: list[AuditEntry] = []
+    first: int | None = None
+    total: int | None = None
+    while total is None or first is None or first + len(entries) < total:
+        at = 0 if first is None else first + len(entries)
+        query = StateQuery(user_id=user_id, transcript_limit=0, audit_offset=at, audit_limit=1000)
+        page = await conversations.state(session_id, user_id, query)
+        if first is None:
+            first, total = page.audit_offset, page.audit_total
+        elif page.audit_offset != at:
+            raise BrokenExport("the audit log moved on while it was read; export again")
+        if not page.audit:
+            break
+        entries.extend(page.audit)
+    run_id: str | None = None
+    try:
+        run_id = (await conversations.handle(session_id).describe()).run_id
+    except RPCError:
+        pass
+    return AuditLog(session_id, run_id, first or 0, entries)
+
+
+def export_lines(log: AuditLog, now: datetime | None = None) -> list[str]:
+    """The export: its header, then one line per entry."""
+    entries = log.entries
+    header = {
+        "kind": KIND,
+        "version": VERSION,
+        "session_id": log.session_id,
+        "workflow_id": workflow_id_for(log.session_id),
+        "run_id": log.run_id,
+        "offset": log.offset,
+        "count": len(entries),
+        "total": log.offset + len(entries),
+        "anchor": entries[0].prev_hash if entries else None,
+        "head": entries[-1].hash if entries else None,
+        "exported_at": (now or datetime.now(UTC)).isoformat(),
+    }
+    lines = [_json(header)]
+    for number, entry in enumerate(entries, start=log.offset):
+        lines.append(_json(entry_record(entry, number)))
+    return lines
+
+
+def entry_record(entry: AuditEntry, offset: int) -> dict[str, Any]:
+    """One entry's line: its fields, its number, the call's argument hash, the chain."""
+    data = entry.model_dump(mode="json")
+    return {
+        "kind": "entry",
+        "offset": offset,
+        "at": data["at"],
+        "event": entry.event,
+        "actor": entry.actor,
+        "tool_call_id": entry.tool_call_id,
+        "name": entry.name,
+        "args_hash": entry.detail.get("args_hash"),
+        "channel": entry.channel,
+        "detail": data["detail"],
+        "prev_hash": entry.prev_hash,
+        "hash": entry.hash,
+    }
+
+
+@dataclass
+class Verified:
+    """A valid export: whose it is and which entries it holds."""
+
+    session_id: str
+    offset: int
+    count: int
+    head: str | None
+    hashes: dict[int, str]
+    line_of: dict[int, int]
+
+    def summary(self) -> str:
+        if not self.count:
+            return f"ok: conversation {self.session_id}, no entries"
+        last = self.offset + self.count - 1
+        return (
+            f"ok: conversation {self.session_id}, {self.count} entries ({self.offset}-{last}), "
+            f"the chain is whole up to {str(self.head)[:16]}"
+        )
+
+
+def verify(lines: Iterable[str]) -> Verified:
+    """Check an export offline; raise ``BrokenExport`` naming the first broken line."""
+    rows = [line for line in lines if line.strip()]
+    if not rows:
+        raise BrokenExport("the export is empty (no header line)")
+    header = _object(rows[0], 1)
+    if header.get("kind") != KIND:
+        raise BrokenExport(f"line 1: not a Parley audit header (kind {header.get('kind')!r})")
+    session_id, offset = header.get("session_id"), header.get("offset")
+    if not isinstance(session_id, str) or not isinstance(offset, int) or offset < 0:
+        raise BrokenExport("line 1: the header has no session_id or offset")
+    expected = header.get("anchor")
+    if offset == 0:
+        expected = AuditEntry.genesis(session_id)
+        if header.get("count") and header.get("anchor") != expected:
+            raise BrokenExport("line 1: the header's anchor is not this session's genesis")
+    hashes: dict[int, str] = {}
+    line_of: dict[int, int] = {}
+    for index, row in enumerate(rows[1:]):
+        number, at = offset + index, index + 2
+        record = _object(row, at)
+        name = f"line {at} (entry {number}, {record.get('event')})"
+        if record.get("offset") != number:
+            raise BrokenExport(
+                f"{name}: it says it is entry {record.get('offset')}: an entry before it "
+                "was removed or moved"
+            )
+        try:
+            entry = AuditEntry.model_validate({k: record.get(k) for k in ENTRY_FIELDS})
+        except ValidationError as err:
+            raise BrokenExport(f"{name}: not an audit entry ({_first_error(err)})") from None
+        if record.get("hash") is None:
+            raise BrokenExport(f"{name}: not chained (recorded before the audit chain)")
+        if record.get("hash") != entry.chained_hash(str(record.get("prev_hash"))):
+            raise BrokenExport(f"{name}: altered: its content does not match its hash")
+        if record.get("prev_hash") != expected:
+            why = "the header's anchor" if index == 0 else f"entry {number - 1}'s hash"
+            raise BrokenExport(
+                f"{name}: its prev_hash is not {why}: an entry before it was removed or altered"
+            )
+        if record.get("args_hash") != entry.detail.get("args_hash"):
+            raise BrokenExport(f"{name}: altered: args_hash is not its detail's")
+        expected = hashes[number] = record["hash"]
+        line_of[number] = at
+    count = len(rows) - 1
+    if header.get("count") != count or header.get("total") != offset + count:
+        raise BrokenExport(
+            f"line {count + 1}: the header says {header.get('count')} entries, the file has "
+            f"{count}: entries after it were removed (or the header was altered)"
+        )
+    if count and header.get("head") != expected:
+        raise BrokenExport(
+            f"line {count + 1} (entry {offset + count - 1}): its hash is not the header's "
+            "head: the last entries were removed or altered"
+        )
+    return Verified(session_id, offset, count, header.get("head"), hashes, line_of)
+
+
+def verify_live(verified: Verified, live: AuditLog) -> tuple[str | None, int]:
+    """Compare a verified export with the conversation's entries: the first difference
+    (naming its line) or None, and how many entries both hold."""
+    if live.session_id != verified.session_id:
+        return f"the export is of conversation {verified.session_id}, not {live.session_id}", 0
+    if verified.count and live.offset < verified.offset:
+        return (
+            f"line 2: the export starts at entry {verified.offset}, but the conversation "
+            f"still keeps entries from {live.offset}: entries at its start were removed"
+        ), 0
+    live_hashes = {live.offset + i: e.hash for i, e in enumerate(live.entries)}
+    shared = [n for n in verified.hashes if n in live_hashes]
+    for number in shared:
+        if live_hashes[number] != verified.hashes[number]:
+            return (
+                f"line {verified.line_of[number]} (entry {number}): it differs from the "
+                "conversation's entry: altered, and the hashes after it recomputed"
+            ), len(shared)
+    if verified.count and verified.offset + verified.count > live.offset + len(live.entries):
+        return "the export has entries the conversation never had", len(shared)
+    return None, len(shared)
+
+
+def _object(row: str, line: int) -> dict[str, Any]:
+    try:
+        value = json.loads(row)
+    except json.JSONDecodeError as err:
+        raise BrokenExport(f"line {line}: not JSON ({err.msg})") from None
+    if not isinstance(value, dict):
+        raise BrokenExport(f"line {line}: not a JSON object")
+    return value
+
+
+def _first_error(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"{where}: {first['msg']}"
+
+
+def _json(value: dict[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
