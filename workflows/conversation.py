@@ -8,6 +8,7 @@ update-with-start on the first message. The user talks to it through updates:
 - ``decide`` answers every pending call at once (approve, edit, reject, respond) and
   returns the ``TurnResult`` of the turn it resumes;
 - ``end`` closes the conversation once the turn in flight is done;
+- ``rewind`` keeps the first N messages and goes on in a new run (``rewind``: forks too);
 - ``wait_for_events`` returns once the AG-UI event log has an event after a given
   offset (a blocking read for the gateway's one subscription per conversation; the
   events themselves are read with the ``events`` query, so they do not enter history);
@@ -50,7 +51,6 @@ with workflow.unsafe.imports_passed_through():
         STREAM_DELTA_SIGNAL,
         ConversationSnapshot,
         ConversationStart,
-        ConversationState,
         DecideInput,
         EndInput,
         EventPage,
@@ -75,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
     from parley.workflows.followers import Followers
     from parley.workflows.ledger import Ledger
     from parley.workflows.publishing import publish_owner, publish_status
+    from parley.workflows.rewind import Rewinder, first_state
     from parley.workflows.run_loop import RunLoop
     from parley.workflows.signalled import SignalledDecisions
     from parley.workflows.streaming import ReplyStream
@@ -86,11 +87,7 @@ class ConversationWorkflow:
     @workflow.init
     def __init__(self, start: ConversationStart) -> None:
         self._start = start
-        self._state = start.carried_state or ConversationState(
-            session_id=start.session_id,
-            user_id=start.user_id,
-            reviewers=start.reviewers,
-        )
+        self._state = start.carried_state or first_state(start)
         self._events = EventLog(self._state, thread_id=start.session_id)
         self._ledger = Ledger(self._state, self._events)
         self._stream = ReplyStream(self._events)
@@ -104,6 +101,7 @@ class ConversationWorkflow:
             self._state, start, self._ledger, self._turns, self._signalled, self._followers
         )
         self._handover = self._loop.handover
+        self._rewinder = Rewinder(self._state, self._ledger, self._handover)
 
     # --- run: the conversation's lifetime -------------------------------------------
 
@@ -111,6 +109,7 @@ class ConversationWorkflow:
     async def run(self, start: ConversationStart) -> ConversationSnapshot:
         publish_owner(self._state)
         publish_status(self._state)
+        self._rewinder.record_fork(start)
         try:
             if start.subagent is not None and start.carried_state is None:
                 await self._loop.take_task(start.subagent)
@@ -227,6 +226,16 @@ class ConversationWorkflow:
         gate.check_owner(self._state, request.user_id)
         if self._state.ended:
             raise ConversationEnded("this conversation has ended")
+
+    @workflow.update
+    def rewind(self, raw: Any) -> ConversationSnapshot:
+        """Keep the first N messages; the run then continues as new (``rewind``)."""
+        self._handover.updates += 1
+        return self._rewinder.rewind(raw)
+
+    @rewind.validator
+    def _validate_rewind(self, raw: Any) -> None:
+        self._rewinder.check(raw)
 
     @workflow.update
     async def wait_for_events(self, raw: Any) -> int:

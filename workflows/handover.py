@@ -8,7 +8,8 @@ signals, or Temporal suggests it (history size or length). These counts start at
 in each run, so the hand-over never loops. The conversation's own history threshold
 (``continue_as_new_after_events``) applies only after a turn in the run, so a small
 threshold cannot loop either. A deploy (a newer worker build made current) moves the
-run too, once per build. Nothing moves while a turn, a queued decision, a notification
+run too, once per build, and so does a rewind (``rewind``: the run before keeps the
+history that was cut away). Nothing moves while a turn, a queued decision, a notification
 or a subagent is in flight: those belong to this run.
 """
 
@@ -37,6 +38,8 @@ class Handover:
         #: Updates and signals this run accepted (Temporal limits both per run).
         self.updates = 0
         self.signals = 0
+        #: A rewind cut the state: the next run starts from it (set by ``rewind``).
+        self.rewound = False
 
     @property
     def followers_refused(self) -> bool:
@@ -47,7 +50,7 @@ class Handover:
         run is in flight (a turn, a queued decision, a notification, a subagent)."""
         if busy:
             return False
-        if self.upgrade_due():
+        if self.rewound or self.upgrade_due():
             return True
         info = workflow.info()
         if (

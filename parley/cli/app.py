@@ -134,3 +134,15 @@ def _add_store_commands() -> None:
 
 
 _add_store_commands()
+
+
+def _add_fork_commands() -> None:
+    """``parley fork`` and ``parley rewind`` (``parley.cli.forks``), imported here as the
+    store's commands are."""
+    from parley.cli.forks import fork_, rewind_
+
+    app.command("fork", rich_help_panel="Fork and rewind")(fork_)
+    app.command("rewind", rich_help_panel="Fork and rewind")(rewind_)
+
+
+_add_fork_commands()

@@ -4,6 +4,8 @@ Client side (never imported by workflows). One module per job:
 
 - ``conversations``: ``Conversations``, the one client API every caller uses (send,
   decide, state, events, end);
+- ``forks``: ``fork`` and ``rewind`` (functions of a ``Conversations``): go on from a
+  conversation's first N messages, in a new conversation or in a new run of the same;
 - ``visibility``: listing conversations from Temporal's visibility, no worker needed;
 - ``liveness``: never wait on a task queue no worker serves;
 - ``connection``: connecting to the cluster, with a one-line answer when it cannot;
@@ -15,6 +17,7 @@ from __future__ import annotations
 from parley.client.connection import _connect_reason, connect
 from parley.client.conversations import Conversations
 from parley.client.errors import ConversationRefused, check_identity
+from parley.client.forks import Forked, Rewound, fork, rewind
 from parley.client.liveness import POLLER_FRESH_SECONDS
 from parley.client.visibility import ConversationSummary
 
@@ -23,7 +26,11 @@ __all__ = [
     "ConversationRefused",
     "ConversationSummary",
     "Conversations",
+    "Forked",
+    "Rewound",
     "_connect_reason",
     "check_identity",
     "connect",
+    "fork",
+    "rewind",
 ]

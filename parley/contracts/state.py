@@ -43,6 +43,7 @@ from parley.contracts.conversation import (
     SubagentReport,
     SubagentTask,
     ToolCall,
+    TranscriptCut,
     TurnResult,
 )
 from parley.contracts.limits import (
@@ -233,6 +234,15 @@ class ConversationState(Contract):
         return data
 
 
+class ForkOrigin(Contract):
+    """Where a forked conversation came from: the conversation and run it was cut from,
+    and the first ``cut.at`` messages it starts with (``parley.workflows.rewind``)."""
+
+    session_id: str
+    run_id: str
+    cut: TranscriptCut
+
+
 class ConversationStart(Contract):
     session_id: str
     user_id: str
@@ -253,6 +263,8 @@ class ConversationStart(Contract):
     while_busy: WhileBusy | None = None
     #: Set when a parent conversation starts this one as a subagent (a child workflow).
     subagent: SubagentTask | None = None
+    #: Set when ``parley fork`` starts this conversation from another one's first messages.
+    forked_from: ForkOrigin | None = None
     #: Set only by continue-as-new: everything the previous run held.
     carried_state: ConversationState | None = None
 

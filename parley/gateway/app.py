@@ -4,6 +4,7 @@ Temporal through ``parley.client.Conversations``).
 - ``rest``: the ``/v1`` routes (state, messages, decisions, a conversation's events);
 - ``agui``: ``POST /agui``, the AG-UI protocol's runs and resumes;
 - ``streams``: turns and conversations as AG-UI Server-Sent Events;
+- ``forks``: fork and rewind a conversation (``/v1/conversations/{id}/fork|rewind``);
 - ``links``: signed one-time approval links, opened without a bearer token;
 - ``audit``: the audit log's chained export;
 - ``errors``: one JSON error shape, ``{"error": {"type", "message"}}``;
@@ -27,7 +28,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from parley.client import Conversations
-from parley.gateway import agui, audit, links, rest
+from parley.gateway import agui, audit, forks, links, rest
 from parley.gateway.access import TokenTable
 from parley.gateway.deps import Gateway
 from parley.gateway.errors import install_error_handlers
@@ -76,6 +77,7 @@ def create_app(conversations: Conversations, tokens: TokenTable) -> FastAPI:
         return {"status": "ok"}
 
     app.include_router(rest.router)
+    app.include_router(forks.router)
     app.include_router(agui.router)
     app.include_router(links.router)
     app.include_router(audit.router)

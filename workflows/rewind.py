@@ -1,0 +1,199 @@
+"""Fork and rewind: a conversation cut to its first N messages. Workflow side
+(deterministic; the stored segment of the N messages is written by the owner's client,
+``parley.client.forks``, which holds the payload store as every client does).
+
+- :func:`cut_refusal` says whether keeping the first N messages leaves the model a tool
+  call without its answer, and names the nearest cuts that do not. Pure: the client runs
+  it over the whole transcript before it writes anything, the ``rewind`` validator over
+  the messages its run keeps.
+- :func:`first_state` is a conversation's first state: empty, or for a fork the first N
+  messages of another (``ConversationStart.forked_from``: their stored segment and the
+  last of them), recorded ``forked`` by :meth:`Rewinder.record_fork`.
+- :class:`Rewinder` is the ``rewind`` update: its checks (a refused rewind never enters
+  history) and the cut itself, after which the run continues as new (``handover``), so
+  the run before keeps the whole history, readable by its run id.
+
+Nothing runs again: the kept messages are data, the tools' results among them included.
+What is cut away is gone from the model's view; the audit log, the usage and the
+remembered decisions stay (they tell what happened, not what the model reads).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+
+    from parley.contracts import (
+        ConversationSnapshot,
+        ConversationStart,
+        ConversationState,
+        StateQuery,
+    )
+    from parley.contracts.conversation import RewindInput
+    from parley.contracts.state import TranscriptWindow
+    from parley.errors import (
+        ConversationEnded,
+        DecisionsOwed,
+        InvalidMessage,
+        TurnInProgress,
+    )
+    from parley.workflows import gate
+    from parley.workflows.handover import Handover
+    from parley.workflows.ledger import Ledger
+
+#: The ``CUSTOM`` events a front end sees: the transcript it shows was cut or copied.
+REWOUND_EVENT = "parley.rewound"
+FORKED_EVENT = "parley.forked"
+
+
+def unanswered(messages: list[AnyMessage], offset: int, at: int) -> list[str]:
+    """The ids of the tool calls that the first ``at`` messages leave without an answer,
+    as far as ``messages`` (message ``offset`` first) tell."""
+    called: dict[str, int] = {}
+    answered: dict[str, int] = {}
+    for i, message in enumerate(messages, start=offset):
+        if isinstance(message, AIMessage):
+            for call in [*message.tool_calls, *message.invalid_tool_calls]:
+                if call.get("id"):
+                    called[str(call["id"])] = i
+        elif isinstance(message, ToolMessage):
+            answered[message.tool_call_id] = i
+    late = [c for c, i in called.items() if i < at and answered.get(c, at) >= at]
+    # An answer kept out whose call is older than these messages: the call is kept in.
+    late += [c for c, j in answered.items() if j >= at and c not in called]
+    return late
+
+
+def cut_refusal(messages: list[AnyMessage], offset: int, at: int, total: int) -> str | None:
+    """Why keeping the first ``at`` of ``total`` messages is refused (None: it is not).
+    ``messages`` are the ones known, message ``offset`` first."""
+    if total == 0:
+        return "the conversation has no messages yet: nothing to cut"
+    if at < 1 or at > total:
+        return f"the conversation has {total} messages: keep 1 to {total} of them, not {at}"
+    late = unanswered(messages, offset, at)
+    if not late:
+        return None
+    lowest = max(offset, 1)
+    below = next(
+        (c for c in range(at - 1, lowest - 1, -1) if not unanswered(messages, offset, c)), None
+    )
+    above = next((c for c in range(at + 1, total + 1) if not unanswered(messages, offset, c)), None)
+    nearest = [_described(messages, offset, c, total) for c in (below, above) if c is not None]
+    return (
+        f"cannot keep the first {at} messages: the model's tool call {', '.join(late)} "
+        "would be left without its answer; the nearest cuts that leave none: "
+        + (" or ".join(nearest) or "none in the messages kept")
+    )
+
+
+def _described(messages: list[AnyMessage], offset: int, cut: int, total: int) -> str:
+    if cut == total:
+        return f"{cut} (all of them)"
+    following = messages[cut - offset] if 0 <= cut - offset < len(messages) else None
+    last = messages[cut - 1 - offset] if 0 <= cut - 1 - offset < len(messages) else None
+    if isinstance(following, HumanMessage):
+        return f"{cut} (before a user message)"
+    if isinstance(last, ToolMessage):
+        return f"{cut} (after the answers to the model's calls)"
+    if isinstance(last, HumanMessage):
+        return f"{cut} (after a user message)"
+    return f"{cut} (after the model's reply)"
+
+
+def first_state(start: ConversationStart) -> ConversationState:
+    """A new conversation's state; a fork's holds its first messages (by reference)."""
+    state = ConversationState(
+        session_id=start.session_id, user_id=start.user_id, reviewers=start.reviewers
+    )
+    if start.forked_from is not None:
+        cut = start.forked_from.cut
+        state.transcript = TranscriptWindow(
+            messages=list(cut.tail), offset=cut.at - len(cut.tail), model_context=cut.context
+        )
+    return state
+
+
+class Rewinder:
+    def __init__(self, state: ConversationState, ledger: Ledger, handover: Handover) -> None:
+        self._state = state
+        self._ledger = ledger
+        self._handover = handover
+
+    def record_fork(self, start: ConversationStart) -> None:
+        """A forked conversation's first audit entry says where it came from."""
+        origin = start.forked_from
+        if origin is None or start.carried_state is not None:
+            return
+        detail = {
+            "from_session": origin.session_id,
+            "at": origin.cut.at,
+            "from_run_id": origin.run_id,
+        }
+        self._ledger.audit("forked", start.user_id, detail=detail)
+        self._ledger.events.custom(FORKED_EVENT, detail)
+
+    def check(self, raw: Any) -> RewindInput:
+        """The rewind's checks, in its validator and again in its handler."""
+        request = gate.parse(RewindInput, raw, InvalidMessage)
+        gate.check_owner(self._state, request.user_id)
+        state = self._state
+        if state.ended:
+            raise ConversationEnded("this conversation has ended; fork it into a new session")
+        if state.turn_running or state.queued_messages or state.delegations.active:
+            raise TurnInProgress(
+                "a turn is still running in this conversation; rewind it once the turn is done"
+            )
+        if state.pending or state.dedup.queued_decisions:
+            ids = ", ".join(call.tool_call_id for call in state.pending) or "queued"
+            raise DecisionsOwed(
+                f"decisions are owed on calls {ids}: decide them first (a rewind never "
+                "drops a call someone may be deciding on)"
+            )
+        transcript = state.transcript
+        if request.seen_length != transcript.length or (
+            _claim(request.seen_context) != _claim(transcript.model_context)
+        ):
+            raise TurnInProgress(
+                "the conversation moved on since this rewind was prepared; run it again"
+            )
+        problem = cut_refusal(
+            transcript.messages, transcript.offset, request.cut.at, transcript.length
+        )
+        if problem:
+            raise InvalidMessage(problem)
+        return request
+
+    def rewind(self, raw: Any) -> ConversationSnapshot:
+        """Keep the first ``cut.at`` messages; the run then continues as new."""
+        request = self.check(raw)  # again: two updates may pass validation together
+        state, cut = self._state, request.cut
+        transcript = state.transcript
+        before = transcript.length
+        if cut.at >= transcript.offset:
+            del transcript.messages[cut.at - transcript.offset :]
+        else:  # the kept messages are older than the ones this run holds
+            transcript.messages = list(cut.tail)
+            transcript.offset = cut.at - len(cut.tail)
+        compaction = transcript.model_context.compaction if transcript.model_context else None
+        kept = compaction if compaction is not None and compaction.covers <= cut.at else None
+        transcript.model_context = cut.context.model_copy(update={"compaction": kept})
+        # What belonged to the messages cut away: nothing of it is owed any more.
+        state.client_calls = []
+        state.turn_results = []
+        state.last_turn = None
+        detail = {"to": cut.at, "from_length": before, "run_id": workflow.info().run_id}
+        self._ledger.audit("rewound", request.user_id, detail=detail)
+        self._ledger.events.custom(REWOUND_EVENT, detail)
+        self._handover.rewound = True
+        return self._ledger.snapshot(
+            StateQuery(user_id=request.user_id, transcript_limit=0, audit_limit=1)
+        )
+
+
+def _claim(ref: Any) -> Any:
+    return None if ref is None else (ref.claim, ref.length)
