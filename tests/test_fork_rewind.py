@@ -15,6 +15,7 @@ import httpx
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from playwright.async_api import Page, expect
 from pydantic import Field
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
@@ -26,6 +27,7 @@ from parley.errors import ErrorType, TurnInProgress
 from parley.storage import LocalFileStorageDriver
 from parley.workflows.rewind import Rewinder, cut_refusal
 from tests.support import registry
+from tests.support.browser import page_gateway, send
 from tests.support.cli import assert_one_line_error, parley
 from tests.support.gateway import ALICE_TOKEN, BOB_TOKEN, auth, serve_gateway
 from tests.support.processes import cli_env
@@ -323,3 +325,30 @@ async def test_the_client_refuses_to_fork_a_conversation_that_does_not_exist(par
             assert refused.error_type == ErrorType.NOT_FOUND
         else:
             raise AssertionError("rewound a conversation that does not exist")
+
+
+async def test_try_again_on_the_page_rewinds_to_just_before_the_message(
+    parley_worker, page: Page
+) -> None:
+    """Real Chromium: "try again from here" on the second message cuts the conversation
+    to just before it and puts its text back in the box; sending it edited goes on."""
+    async with page_gateway(parley_worker, registry(), ByLastMessage(), page) as (base, conv):
+        sid = new_session()
+        await conv.send(sid, "alice", "one")
+        await conv.send(sid, "alice", "two")
+        await page.goto(f"{base}/#token={ALICE_TOKEN}&c={sid}")
+        transcript = page.get_by_test_id("transcript")
+        await expect(transcript).to_contain_text("re: two")
+        retry = transcript.get_by_test_id("try-again")
+        await expect(retry).to_have_count(1)  # not on the first message: nothing before it
+        await retry.click()
+        await expect(page.get_by_test_id("message-input")).to_have_value("two")
+        await expect(transcript).not_to_contain_text("re: two")
+        await send(page, "two, again")
+        await expect(transcript).to_contain_text("re: two, again")
+        assert texts(await conv.transcript(sid, "alice")) == [
+            "one",
+            "re: one",
+            "two, again",
+            "re: two, again",
+        ]

@@ -18,7 +18,7 @@
 
 import { approveAll, sendChoices, tickExpiries } from "./approvals.js";
 import { hashParams, loadMe, showTokenForm, signOut, takeTokenFromHash } from "./auth.js";
-import { openConversation, renderChat, sendMessage } from "./conversation.js";
+import { openConversation, renderChat, retryFrom, sendMessage } from "./conversation.js";
 import { clearError, randomId } from "./dom.js";
 import { EVENTS, on } from "./events.js";
 import { renderList } from "./list.js";
@@ -32,6 +32,7 @@ function listen() {
   on(EVENTS.SNAPSHOT, renderChat);
   on(EVENTS.CONVERSATIONS, renderList);
   on(EVENTS.OPEN, openConversation);
+  on(EVENTS.RETRY, retryFrom);
 }
 
 // The clocks on the page: each card's expiry, and the list's "N min ago".

@@ -108,3 +108,29 @@ export async function sendMessage() {
     }
   }
 }
+
+// "Try again from here": the conversation goes back to just before message ``index``
+// (a rewind: a new run of the same conversation; the turns cut away stay readable in
+// the run before, in Temporal), and the message's text is back in the box to edit.
+export async function retryFrom(index, text) {
+  const sid = state.sid;
+  if (!sid || state.busy) return;
+  clearError();
+  setBusy(true);
+  try {
+    await api("POST", `${conversationPath(sid)}/rewind`, { to: index });
+    state.live.clear();
+    state.liveResults.clear();
+    const input = $("message-input");
+    input.value = text;
+    input.focus();
+  } catch (err) {
+    handleError(err);
+  } finally {
+    setBusy(false);
+    if (state.sid === sid) {
+      await loadSnapshot();
+      kickStream();
+    }
+  }
+}

@@ -7,6 +7,7 @@ export const EVENTS = Object.freeze({
   SNAPSHOT: "snapshot", // the open conversation's snapshot was read (or failed): render it
   CONVERSATIONS: "conversations", // the conversation list was read: render it
   OPEN: "open", // the reader asked to open a conversation: (sessionId)
+  RETRY: "retry", // "try again from here" on a user message: (its index, its text)
 });
 
 const known = new Set(Object.values(EVENTS));

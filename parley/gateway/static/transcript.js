@@ -2,6 +2,7 @@
 // indicator and the transcript.
 
 import { compactJSON, el, statusText, textOf } from "./dom.js";
+import { emit, EVENTS } from "./events.js";
 import { $, isEnded, state } from "./state.js";
 
 export function setStatus(status) {
@@ -83,7 +84,17 @@ export function renderTranscript({ toBottom = false } = {}) {
     if (m && m.type === "tool" && m.tool_call_id) resultIds.add(m.tool_call_id);
     for (const call of (m && m.tool_calls) || []) names.set(call.id, call.name);
   }
-  for (const m of messages) nodes.push(...renderMessage(m, names, open, closed));
+  // "Try again from here" on a user message: rewinds to just before it (only when a
+  // rewind can be taken: at rest, nothing owed, open; never on the very first message).
+  const base = (snap && snap.transcript_offset) || 0;
+  const retry = snap && !isEnded(snap) && !(snap.pending || []).length && !state.busy && !state.running;
+  messages.forEach((m, i) => {
+    const out = renderMessage(m, names, open, closed);
+    if (retry && m && m.type === "human" && base + i > 0 && out.length) {
+      out[0].append(retryButton(base + i, textOf(m.content)));
+    }
+    nodes.push(...out);
+  });
 
   // What the event stream has shown and the snapshot does not have yet.
   const pending = state.pendingText;
@@ -128,6 +139,18 @@ export function renderTranscript({ toBottom = false } = {}) {
   }
   box.replaceChildren(...nodes);
   if (atBottom || toBottom) scrollToBottom(box);
+}
+
+function retryButton(index, text) {
+  const button = el("button", {
+    type: "button",
+    class: "retry",
+    "data-testid": "try-again",
+    title: "Rewind the conversation to just before this message and put it back in the box",
+    text: "try again from here",
+  });
+  button.addEventListener("click", () => emit(EVENTS.RETRY, index, text));
+  return button;
 }
 
 export const countHumans = (messages) => messages.filter((m) => m && m.type === "human").length;
