@@ -58,29 +58,9 @@ class AguiRun:
 async def run_http_agent(gateway_url: str, token: str, thread_id: str, text: str) -> AguiRun:
     """One ``HttpAgent.runAgent`` of ``text`` on thread ``thread_id`` against the
     gateway's ``/agui``, with ``token`` as its bearer token."""
-    project = install_agui_client()
-    node = await asyncio.create_subprocess_exec(
-        "node",
-        str(project / "agui_run.mjs"),
-        f"{gateway_url}/agui",
-        token,
-        thread_id,
-        text,
-        cwd=project,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        async with asyncio.timeout(RUN_TIMEOUT):
-            stdout, stderr = await node.communicate()
-    except TimeoutError:
-        node.kill()
-        await node.wait()
-        raise
-    if node.returncode != 0:
-        raise AssertionError(f"the HttpAgent's run failed ({node.returncode}): {stderr.decode()}")
+    stdout = await _node("agui_run.mjs", RUN_TIMEOUT, f"{gateway_url}/agui", token, thread_id, text)
     run = AguiRun()
-    for line in stdout.decode().splitlines():
+    for line in stdout.splitlines():
         record = json.loads(line)
         if "event" in record:
             run.events.append((record["at"], record["event"]))
@@ -108,29 +88,10 @@ async def run_agui_session(
 ) -> list[AguiStep]:
     """Runs ``steps`` (see ``tests/js/agui_session.mjs``) with the official HttpAgent,
     one agent per name (a new name is a reloaded page); what each step saw."""
-    project = install_agui_client()
-    node = await asyncio.create_subprocess_exec(
-        "node",
-        str(project / "agui_session.mjs"),
-        f"{gateway_url}/agui",
-        token,
-        thread_id,
-        json.dumps(steps),
-        cwd=project,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        async with asyncio.timeout(RUN_TIMEOUT * len(steps)):
-            stdout, stderr = await node.communicate()
-    except TimeoutError:
-        node.kill()
-        await node.wait()
-        raise
-    if node.returncode != 0:
-        raise AssertionError(f"the AG-UI session failed ({node.returncode}): {stderr.decode()}")
+    args = (f"{gateway_url}/agui", token, thread_id, json.dumps(steps))
+    stdout = await _node("agui_session.mjs", RUN_TIMEOUT * len(steps), *args)
     seen = [AguiStep() for _ in steps]
-    for line in stdout.decode().splitlines():
+    for line in stdout.splitlines():
         record = json.loads(line)
         step = seen[record["step"]]
         if "event" in record:
@@ -141,3 +102,27 @@ async def run_agui_session(
             step.messages = record["messages"]
             step.pending_interrupts = record["pendingInterrupts"]
     return seen
+
+
+async def _node(script: str, seconds: float, *args: str) -> str:
+    """Run one of tests/js's scripts with ``args``; its standard output. A failed run
+    (or one past ``seconds``) is the test's failure, with what the script said."""
+    project = install_agui_client()
+    node = await asyncio.create_subprocess_exec(
+        "node",
+        str(project / script),
+        *args,
+        cwd=project,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(seconds):
+            stdout, stderr = await node.communicate()
+    except TimeoutError:
+        node.kill()
+        await node.wait()
+        raise
+    if node.returncode != 0:
+        raise AssertionError(f"{script} failed ({node.returncode}): {stderr.decode()}")
+    return stdout.decode()
