@@ -80,8 +80,16 @@ async def read_log(conversations: Conversations, session_id: str, user_id: str) 
 
 def export_lines(log: AuditLog, now: datetime | None = None) -> list[str]:
     """The export: its header, then one line per entry."""
+    return [_json(header_record(log, now))] + [
+        _json(entry_record(entry, number))
+        for number, entry in enumerate(log.entries, start=log.offset)
+    ]
+
+
+def header_record(log: AuditLog, now: datetime | None = None) -> dict[str, Any]:
+    """The export's first line: where it starts and ends (see the module docstring)."""
     entries = log.entries
-    header = {
+    return {
         "kind": KIND,
         "version": VERSION,
         "session_id": log.session_id,
@@ -94,10 +102,6 @@ def export_lines(log: AuditLog, now: datetime | None = None) -> list[str]:
         "head": entries[-1].hash if entries else None,
         "exported_at": (now or datetime.now(UTC)).isoformat(),
     }
-    lines = [_json(header)]
-    for number, entry in enumerate(entries, start=log.offset):
-        lines.append(_json(entry_record(entry, number)))
-    return lines
 
 
 def entry_record(entry: AuditEntry, offset: int) -> dict[str, Any]:

@@ -81,7 +81,13 @@ async def test_a_generated_client_drives_a_conversation_and_parses_every_error(
         client_module = load(tmp_path, "client")
         api = {
             name: load(tmp_path, f"api.conversations.{name}")
-            for name in ("post_message", "post_decisions", "get_conversation", "list_conversations")
+            for name in (
+                "post_message",
+                "post_decisions",
+                "get_conversation",
+                "list_conversations",
+                "export_audit",
+            )
         }
         models = load(tmp_path, "models")
         alice = client_module.AuthenticatedClient(base_url=base, token=ALICE_TOKEN, timeout=60)
@@ -148,6 +154,18 @@ async def test_a_generated_client_drives_a_conversation_and_parses_every_error(
         assert [entry.event for entry in view.audit].count("decided") == 1
         assert len(view.transcript) == 4 and view.temporal_ui_url
         assert b"model_context" not in shown.content  # internal: not sent, not documented
+
+        exported = await api["export_audit"].asyncio_detailed(
+            sid, client=alice, format_=models.ExportAuditFormat.JSON
+        )
+        export = exported.parsed
+        assert isinstance(export, models.AuditExport), exported.content
+        assert export.header.count == len(export.entries) == len(view.audit)
+        assert export.header.head == export.entries[-1].hash_
+        for before, entry in zip(export.entries, export.entries[1:], strict=False):
+            assert entry.prev_hash == before.hash_
+        (decision,) = [e for e in export.entries if e.event == "decided"]
+        assert (decision.actor, decision.channel) == ("alice", "update") and decision.args_hash
 
         listed = await api["list_conversations"].asyncio_detailed(client=alice)
         assert isinstance(listed.parsed, models.ConversationList)

@@ -4,12 +4,14 @@ gateway)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
-from fastapi.responses import Response
+from typing import Literal
 
-from parley.audit import export_lines, read_log
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import JSONResponse, Response
+
+from parley.audit import entry_record, export_lines, header_record, read_log
 from parley.gateway.deps import Gateway, current_user, gateway, guarded, session
-from parley.gateway.schemas import ERROR_RESPONSES
+from parley.gateway.schemas import ERROR_RESPONSES, AuditExport
 
 router = APIRouter(responses=ERROR_RESPONSES)
 
@@ -22,7 +24,11 @@ router = APIRouter(responses=ERROR_RESPONSES)
         200: {
             "description": "JSON lines: a header, then every audit entry the conversation "
             "keeps, oldest first, each chained to the one before by hash "
-            "(`parley audit --verify` checks a saved copy).",
+            "(`parley audit --verify` checks a saved copy); with `format=json`, the "
+            "same lines as one object.",
+            # With the model as application/json beside x-ndjson (which no generator
+            # knows), a generated client reads the JSON form (and asks format=json).
+            "model": AuditExport,
             "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
         }
     },
@@ -31,9 +37,19 @@ async def export_audit(
     session_id: str = Depends(session),
     user_id: str = Depends(current_user),
     gw: Gateway = Depends(gateway),
+    format_: Literal["jsonl", "json"] = Query(
+        default="jsonl",
+        alias="format",
+        description="jsonl (the file `parley audit` writes and verifies) or json (one "
+        "object: header and entries, for generated clients).",
+    ),
 ) -> Response:
     """Every decision with its call, argument hash, decider, channel and time, chained."""
     log = await guarded(session_id, read_log(gw.conversations, session_id, user_id))
+    if format_ == "json":
+        entries = [entry_record(e, n) for n, e in enumerate(log.entries, start=log.offset)]
+        export = AuditExport.model_validate({"header": header_record(log), "entries": entries})
+        return JSONResponse(export.model_dump(mode="json"))
     body = "".join(line + "\n" for line in export_lines(log))
     return Response(
         body,

@@ -69,6 +69,46 @@ class ConversationList(BaseModel):
     conversations: list[ConversationListItem]
 
 
+class AuditExportHeader(BaseModel):
+    """Where an audit export starts and ends (``parley.audit``'s header line)."""
+
+    kind: str
+    version: int
+    session_id: str
+    workflow_id: str
+    run_id: str | None
+    offset: int
+    count: int
+    total: int
+    anchor: str | None
+    head: str | None
+    exported_at: str
+
+
+class AuditExportEntry(BaseModel):
+    """One chained audit entry, as an export line carries it."""
+
+    kind: str
+    offset: int
+    at: str
+    event: str
+    actor: str | None
+    tool_call_id: str | None
+    name: str | None
+    args_hash: str | None
+    channel: str | None
+    detail: dict[str, Any]
+    prev_hash: str | None
+    hash: str | None
+
+
+class AuditExport(BaseModel):
+    """``GET .../audit?format=json``: the export's lines as one object."""
+
+    header: AuditExportHeader
+    entries: list[AuditExportEntry]
+
+
 class Me(BaseModel):
     user_id: str
     namespace: str
