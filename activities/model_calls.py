@@ -37,6 +37,7 @@ from langchain_core.messages import (
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from parley import tracing
 from parley.activities.compaction import (
     DEFAULT_CONTEXT_TOKENS,
     CompactionActivities,
@@ -53,6 +54,7 @@ from parley.contracts import (
     CALL_MODEL,
     STREAM_DELTA_SIGNAL,
     SUBAGENT_CALL_PREFIX,
+    WORKFLOW_ID_PREFIX,
     CallModelInput,
     CallModelOutput,
     ClientTool,
@@ -89,6 +91,7 @@ class ModelActivities:
         self._catalogue = registry.catalogue(notifications=notifications)
         self._transcripts = transcripts
         self._unbound = model
+        self._model_name = model_name(model)
         self._model = _bound(model, registry.langchain_tools())
         self._subagent_models = {
             spec.name: _bound(model, registry.langchain_tools(spec)) for spec in registry.subagents
@@ -105,12 +108,15 @@ class ModelActivities:
             if self._budgeted and (over := self.compaction.over_budget(view)):
                 return await self._over_budget(request, over)
             message_id = f"{ASSISTANT_MESSAGE_PREFIX}{uuid.uuid4().hex[:12]}"
-            try:
-                reply = await _streamed_reply(model, view, _signaller(), message_id)
-            except Exception as exc:
-                # Not chained: the SDK exception text may echo the request and its key,
-                # and a chained cause would be stored in workflow history.
-                raise _model_failure(exc, self._overload_codes) from None
+            session_id = activity.info().workflow_id.removeprefix(WORKFLOW_ID_PREFIX)
+            with tracing.model_span(self._model_name, session_id) as span:
+                try:
+                    reply = await _streamed_reply(model, view, _signaller(), message_id)
+                except Exception as exc:
+                    # Not chained: the SDK exception text may echo the request and its
+                    # key, and a chained cause would be stored in workflow history.
+                    raise _model_failure(exc, self._overload_codes) from None
+                tracing.record_usage(span, getattr(reply, "usage_metadata", None))
             if not isinstance(reply, AIMessage):
                 raise ApplicationError(
                     f"the model returned {type(reply).__name__}, not an AIMessage",
@@ -255,6 +261,14 @@ def _strict_arguments(message: Any, chunks: list[Any]) -> Any:
                 }
             )
     return message.model_copy(update={"tool_calls": calls, "invalid_tool_calls": invalid})
+
+
+def model_name(model: BaseChatModel) -> str:
+    """The model's name as its provider knows it (``gpt-4o-mini``), else its kind."""
+    for attribute in ("model_name", "model"):
+        if isinstance(name := getattr(model, attribute, None), str) and name:
+            return name
+    return getattr(model, "_llm_type", type(model).__name__)
 
 
 def _signaller() -> Send | None:

@@ -29,6 +29,7 @@ from langchain_core.tools import ToolException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from parley import tracing
 from parley.activities.heartbeat import heartbeating
 from parley.activities.redaction import redact
 from parley.contracts import (
@@ -165,36 +166,41 @@ class ToolActivities:
         tool = registered.tool
         extra = {"tool_call_id": request.tool_call_id, "tool": request.name}
         activity.logger.info("running tool %s", request.name, extra=extra)
-        async with heartbeating():
-            try:
-                if tool.response_format == "content_and_artifact":
-                    output: Any = await tool.ainvoke(
-                        {
-                            "type": "tool_call",
-                            "id": request.tool_call_id,
-                            "name": tool.name,
-                            "args": args,
-                        }
+        session_id = activity.info().workflow_id.removeprefix(WORKFLOW_ID_PREFIX)
+        with tracing.tool_span(request.name, request.tool_call_id, session_id) as span:
+            async with heartbeating():
+                try:
+                    if tool.response_format == "content_and_artifact":
+                        output: Any = await tool.ainvoke(
+                            {
+                                "type": "tool_call",
+                                "id": request.tool_call_id,
+                                "name": tool.name,
+                                "args": args,
+                            }
+                        )
+                    else:
+                        output = await tool.ainvoke(args)
+                except Exception as exc:
+                    failure = tool_failure(exc)
+                    activity.logger.warning(
+                        "tool %s failed: %s: %s",
+                        request.name,
+                        failure.type,
+                        failure.message,
+                        extra=extra,
                     )
-                else:
-                    output = await tool.ainvoke(args)
-            except Exception as exc:
-                failure = tool_failure(exc)
-                activity.logger.warning(
-                    "tool %s failed: %s: %s",
-                    request.name,
-                    failure.type,
-                    failure.message,
-                    extra=extra,
-                )
-                raise failure from exc
-            # From here on the tool has run: no failure may be left to Temporal's retry.
-            try:
-                envelope = envelope_of(output)
-            except Exception as exc:
-                envelope = _unstorable(f"{type(exc).__name__}: {exc}")
-            activity.logger.info("tool %s ran: %s", request.name, envelope.status, extra=extra)
-            return storable(RunToolOutput(result=envelope), self._max_result_bytes)
+                    tracing.record_status(span, "error", failure.type)
+                    raise failure from exc
+                # From here on the tool has run: no failure may be left to Temporal's retry.
+                try:
+                    envelope = envelope_of(output)
+                except Exception as exc:
+                    envelope = _unstorable(f"{type(exc).__name__}: {exc}")
+                activity.logger.info("tool %s ran: %s", request.name, envelope.status, extra=extra)
+                error_type = envelope.error.type if envelope.error else None
+                tracing.record_status(span, envelope.status, error_type)
+                return storable(RunToolOutput(result=envelope), self._max_result_bytes)
 
 
 def tool_context(request: RunToolInput) -> ToolContext:

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.text import Text
 from temporalio.testing import WorkflowEnvironment
 
+from parley import tracing
 from parley.activities.http import aclose_shared_client, new_http_client
 from parley.activities.toolsets.git import create_demo_projects
 from parley.binaries import temporal_cli
@@ -237,6 +238,7 @@ async def _run_temporal_and_worker(
         warn=lambda text: console.print(Text.assemble(("warning: ", "bold yellow"), text)),
         http_client=http_client,
     )
+    tracing.configure(settings, "dev")  # OTEL_EXPORTER_OTLP_ENDPOINT: traces (parley.tracing)
     try:
         env = await WorkflowEnvironment.start_local(
             namespace=settings.namespace,
@@ -249,6 +251,7 @@ async def _run_temporal_and_worker(
             # gRPC call) are not the user's to act on; its errors still show.
             dev_server_log_level="error",
             data_converter=data_converter(settings),
+            plugins=tracing.plugins(),
         )
     except RuntimeError as problem:
         raise ValueError(

@@ -243,7 +243,7 @@ async def run_worker(
         else load_registry(settings.tools, settings=settings, http_client=http_client)
     )
     model = model if model is not None else build_chat_model(settings.model, settings)
-    client = await connect(settings, runtime=metrics_runtime(settings))
+    client = await connect(settings, runtime=metrics_runtime(settings), role="worker")
     await ensure_search_attributes(client, settings.namespace)
     if settings.store_gc_every_seconds:
         store_of(client.data_converter)  # a store that cannot be listed: one clear line

@@ -82,7 +82,7 @@ def gateway(
     bind_port = port or config.gateway_port
 
     async def work() -> None:
-        conversations = Conversations(await connect(config), config)
+        conversations = Conversations(await connect(config, role="gateway"), config)
         out.print(f"gateway on http://{bind_host}:{bind_port} ({len(tokens)} token(s))")
         await run_gateway(conversations, tokens, bind_host, bind_port)
 

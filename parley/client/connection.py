@@ -10,20 +10,24 @@ import re
 from temporalio.client import Client
 from temporalio.runtime import Runtime
 
+from parley import tracing
 from parley.client.errors import ConversationRefused
 from parley.errors import ErrorType
 from parley.settings import Settings
 from parley.storage import data_converter
 
 
-async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
-    """A client for ``settings``' cluster; ``runtime`` (the worker's) may export metrics."""
+async def connect(settings: Settings, runtime: Runtime | None = None, role: str = "cli") -> Client:
+    """A client for ``settings``' cluster; ``runtime`` (the worker's) may export metrics.
+    With traces asked for (``parley.tracing``), it carries them, as ``parley-<role>``."""
+    tracing.configure(settings, role)
     try:
         return await Client.connect(
             settings.temporal_address,
             namespace=settings.namespace,
             data_converter=data_converter(settings),
             runtime=runtime,
+            plugins=tracing.plugins(),
         )
     except RuntimeError as err:
         raise ConversationRefused(

@@ -27,6 +27,7 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
+from parley import tracing
 from parley.client import Conversations
 from parley.gateway import agui, audit, forks, links, rest
 from parley.gateway.access import TokenTable
@@ -82,4 +83,5 @@ def create_app(conversations: Conversations, tokens: TokenTable) -> FastAPI:
     app.include_router(links.router)
     app.include_router(audit.router)
     document(app)
+    tracing.instrument_app(app)  # with traces on: each request a span (parley.tracing)
     return app

@@ -1,0 +1,165 @@
+"""Traces: OpenTelemetry through ``temporalio.contrib.opentelemetry``, off unless asked.
+
+Client side (the CLI, the gateway and the worker's processes set it up); the spans it
+adds are made in activities (``model_span``, ``tool_span``), never in workflow code:
+the workflow's own spans come from the SDK's interceptor, replay-safe.
+
+One trace follows a turn: the gateway's request span (or, from the CLI, the client's
+``StartWorkflowUpdate`` span) → the workflow's ``HandleUpdate`` → each activity's
+``StartActivity``/``RunActivity`` → Parley's ``chat <model>`` span (GenAI semantic
+conventions: ``gen_ai.usage.input_tokens``/``output_tokens``) and
+``execute_tool <name>`` span. A turn runs inside its update's handler, and the SDK's
+``OpenTelemetryPlugin`` takes the handler's context from the update's headers, so the
+turn's activities join the trace of the request that started the turn, not the
+conversation's start weeks before. (The older ``TracingInterceptor`` parents every
+workflow span under the workflow's start.)
+
+Tracing is on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``…_TRACES_ENDPOINT``) is set
+(``Settings.otlp_endpoint``): spans go by OTLP/HTTP in batches to that collector, under
+the service name ``OTEL_SERVICE_NAME`` or ``parley-<role>``; the exporter reads the
+other standard ``OTEL_EXPORTER_OTLP_*`` variables (headers, timeout) itself. Otherwise
+nothing is installed and the span helpers are OpenTelemetry's no-ops. A program that
+embeds Parley and has its own provider calls ``use(provider)`` before connecting.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from parley.settings import Settings
+
+TRACER_NAME = "parley"
+
+_provider: Any = None  # the provider traces go to, once installed (None: tracing off)
+
+
+def use(provider: Any) -> None:
+    """Trace to ``provider`` (an SDK ``TracerProvider``, made with
+    ``temporalio.contrib.opentelemetry.create_tracer_provider`` so that workflow spans
+    are replay-safe) from now on: it becomes the global provider unless one is set
+    already (OpenTelemetry takes one per process), and clients connected after this
+    carry the tracing plugin. ``None``: clients connected after this carry none."""
+    global _provider
+    if provider is not None and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        trace.set_tracer_provider(provider)
+        logging.getLogger("opentelemetry.context").addFilter(_evicted_workflow_detach)
+    _provider = provider
+
+
+def _evicted_workflow_detach(record: logging.LogRecord) -> bool:
+    """Drop OpenTelemetry's "Failed to detach context" traceback for a workflow the
+    worker evicts from its cache: the run's coroutine is closed (``GeneratorExit``) in
+    another context than the one its span was attached in, which is harmless (the span
+    is not ended on eviction) and logged at ERROR once per eviction
+    (temporalio/sdk-python#441, fixed for the older interceptor only)."""
+    if record.getMessage() != "Failed to detach context" or not record.exc_info:
+        return True
+    error = record.exc_info[1]
+    return not (isinstance(error, ValueError) and "different Context" in str(error))
+
+
+def configure(settings: Settings, role: str) -> None:
+    """Install the OTLP exporter when ``settings`` ask for traces and none is installed."""
+    if _provider is not None or not settings.otlp_endpoint:
+        return
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from temporalio.contrib.opentelemetry import create_tracer_provider
+
+    name = os.environ.get("OTEL_SERVICE_NAME", "").strip() or f"parley-{role}"
+    provider = create_tracer_provider(resource=Resource.create({"service.name": name}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(timeout=_timeout(role))))
+    use(provider)  # the SDK's provider flushes and shuts down at exit
+
+
+def _timeout(role: str) -> float | None:
+    """A command exports its spans as it exits: with a collector down, it waits 2 s,
+    not the exporter's 10, unless the user set a timeout (None: the exporter's own)."""
+    if role != "cli":
+        return None
+    if any(os.environ.get(f"OTEL_EXPORTER_OTLP{kind}_TIMEOUT") for kind in ("", "_TRACES")):
+        return None
+    return 2.0
+
+
+def plugins() -> list[Any]:
+    """The client plugins that carry traces across Temporal (none while tracing is off).
+    A worker built on such a client gets the plugin's interceptors too."""
+    if _provider is None:
+        return []
+    from temporalio.contrib.opentelemetry import OpenTelemetryPlugin
+
+    return [OpenTelemetryPlugin(add_temporal_spans=True)]
+
+
+def instrument_app(app: Any) -> None:
+    """The gateway's requests as spans, continuing a caller's ``traceparent``."""
+    if _provider is None:
+        return
+    from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+    FastAPIInstrumentor.instrument_app(
+        app, tracer_provider=_provider, excluded_urls="healthz,metrics,static"
+    )
+
+
+@contextmanager
+def model_span(model: str, session_id: str) -> Iterator[Span]:
+    """One model call (``chat <model>``); ``record_usage`` adds its token counts."""
+    attributes = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": model,
+        "parley.session_id": session_id,
+    }
+    with _span(f"chat {model}", attributes) as span:
+        yield span
+
+
+def record_usage(span: Span, usage: Mapping[str, Any] | None) -> None:
+    """A reply's ``usage_metadata`` as GenAI attributes (nothing when it has none)."""
+    if not usage:
+        return
+    for key, attribute in (
+        ("input_tokens", "gen_ai.usage.input_tokens"),
+        ("output_tokens", "gen_ai.usage.output_tokens"),
+        ("total_tokens", "parley.usage.total_tokens"),
+    ):
+        if isinstance(usage.get(key), int):
+            span.set_attribute(attribute, usage[key])
+
+
+@contextmanager
+def tool_span(name: str, tool_call_id: str, session_id: str) -> Iterator[Span]:
+    """One tool run (``execute_tool <name>``); ``record_status`` adds how it ended."""
+    attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": name,
+        "gen_ai.tool.call.id": tool_call_id,
+        "parley.session_id": session_id,
+    }
+    with _span(f"execute_tool {name}", attributes) as span:
+        yield span
+
+
+def record_status(span: Span, status: str, error_type: str | None = None) -> None:
+    """The envelope's status (``success``, ``error``, ``cut``) on the tool's span."""
+    span.set_attribute("parley.tool.status", status)
+    if error_type:
+        span.set_attribute("error.type", error_type)
+    if status != "success":
+        span.set_status(Status(StatusCode.ERROR, error_type or status))
+
+
+@contextmanager
+def _span(name: str, attributes: dict[str, Any]) -> Iterator[Span]:
+    tracer = trace.get_tracer(TRACER_NAME)
+    with tracer.start_as_current_span(name, kind=SpanKind.INTERNAL, attributes=attributes) as span:
+        yield span
