@@ -107,7 +107,11 @@ def instrument_app(app: Any) -> None:
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
     FastAPIInstrumentor.instrument_app(
-        app, tracer_provider=_provider, excluded_urls="healthz,metrics,static"
+        app,
+        tracer_provider=_provider,
+        excluded_urls="healthz,metrics,static",
+        # No span per ASGI message: an event stream would make one per event.
+        exclude_spans=["receive", "send"],
     )
 
 

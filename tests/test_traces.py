@@ -134,6 +134,7 @@ async def test_one_trace_follows_a_turn_from_the_gateway_to_the_model_and_the_to
         "RunActivity:parley.call_model",
         "chat gpt-test",
     } <= names, sorted(names)
+    assert not [n for n in names if n.endswith((" http send", " http receive"))]  # per message
     (tool,) = [s for s in turn if s.name == "execute_tool write_record"]
     assert tool.attributes["gen_ai.tool.call.id"] == pending["tool_call_id"]
     assert tool.attributes["parley.tool.status"] == "success"
