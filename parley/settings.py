@@ -178,8 +178,8 @@ class Settings:
     metrics_address: str | None = None
     #: ``text`` or ``json`` (one JSON object per line, with the session and tool call).
     log_format: str = "text"
-    #: The OTLP/HTTP collector traces go to (``parley.tracing``); None: no traces.
-    otlp_endpoint: str | None = None
+    #: The OTLP/HTTP URL traces are posted to (``parley.tracing``); None: no traces.
+    otlp_traces_url: str | None = None
     # --- the shipped toolsets (worker) ---
     #: The git project registry file (JSON or TOML), and where worktrees go.
     git_projects: str | None = None
@@ -277,7 +277,7 @@ class Settings:
             or DEFAULT_DEPLOYMENT_NAME,
             metrics_address=env.get("PARLEY_METRICS_ADDRESS", "").strip() or None,
             log_format=_choice(env, "PARLEY_LOG_FORMAT", ("text", "json")),
-            otlp_endpoint=_otlp_endpoint(env),
+            otlp_traces_url=_otlp_traces_url(env),
             git_projects=env.get("PARLEY_GIT_PROJECTS") or None,
             git_worktrees=env.get("PARLEY_GIT_WORKTREES") or None,
             plans_url=env.get("PARLEY_PLANS_URL", "").strip() or DEFAULT_PLANS_URL,
@@ -347,18 +347,19 @@ def _optional_number(env: Env, name: str, *, example: str, most: float) -> float
     return _positive_number(env, name, 1.0, example=example, most=most)
 
 
-def _otlp_endpoint(env: Env) -> str | None:
-    """OpenTelemetry's own variables: the traces endpoint, else the collector's; none
-    when the SDK is disabled (``OTEL_SDK_DISABLED``) or traces are (``…_EXPORTER=none``)."""
+def _otlp_traces_url(env: Env) -> str | None:
+    """OpenTelemetry's own variables: the traces endpoint as given, else the collector's
+    with ``/v1/traces``; none when the SDK is disabled (``OTEL_SDK_DISABLED``) or traces
+    are (``OTEL_TRACES_EXPORTER=none``)."""
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return None
     if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
         return None
-    return (
-        env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
-        or env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
-        or None
-    )
+    if traces := env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip():
+        return traces
+    if collector := env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip():
+        return f"{collector.rstrip('/')}/v1/traces"
+    return None
 
 
 def _optional_int(env: Env, name: str) -> int | None:

@@ -15,7 +15,7 @@ conversation's start weeks before. (The older ``TracingInterceptor`` parents eve
 workflow span under the workflow's start.)
 
 Tracing is on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``…_TRACES_ENDPOINT``) is set
-(``Settings.otlp_endpoint``): spans go by OTLP/HTTP in batches to that collector, under
+(``Settings.otlp_traces_url``): spans go by OTLP/HTTP in batches to that collector, under
 the service name ``OTEL_SERVICE_NAME`` or ``parley-<role>``; the exporter reads the
 other standard ``OTEL_EXPORTER_OTLP_*`` variables (headers, timeout) itself. Otherwise
 nothing is installed and the span helpers are OpenTelemetry's no-ops. A program that
@@ -67,7 +67,7 @@ def _evicted_workflow_detach(record: logging.LogRecord) -> bool:
 
 def configure(settings: Settings, role: str) -> None:
     """Install the OTLP exporter when ``settings`` ask for traces and none is installed."""
-    if _provider is not None or not settings.otlp_endpoint:
+    if _provider is not None or not settings.otlp_traces_url:
         return
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
@@ -76,7 +76,11 @@ def configure(settings: Settings, role: str) -> None:
 
     name = os.environ.get("OTEL_SERVICE_NAME", "").strip() or f"parley-{role}"
     provider = create_tracer_provider(resource=Resource.create({"service.name": name}))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(timeout=_timeout(role))))
+    provider.add_span_processor(
+        BatchSpanProcessor(
+            OTLPSpanExporter(endpoint=settings.otlp_traces_url, timeout=_timeout(role))
+        )
+    )
     use(provider)  # the SDK's provider flushes and shuts down at exit
 
 

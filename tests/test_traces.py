@@ -162,13 +162,15 @@ async def test_one_trace_follows_a_turn_from_the_gateway_to_the_model_and_the_to
 def test_without_an_otlp_endpoint_nothing_is_traced(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
-    assert Settings.from_env().otlp_endpoint is None
+    assert Settings.from_env().otlp_traces_url is None
     tracing.configure(Settings.from_env(), "test")
     assert tracing.plugins() == []
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
-    assert Settings.from_env().otlp_endpoint == "http://127.0.0.1:4318"
+    assert Settings.from_env().otlp_traces_url == "http://127.0.0.1:4318/v1/traces"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:9/traces")
+    assert Settings.from_env().otlp_traces_url == "http://127.0.0.1:9/traces"  # as given
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
-    assert Settings.from_env().otlp_endpoint is None
+    assert Settings.from_env().otlp_traces_url is None
 
 
 def wait_for(receiver: OtlpReceiver, trace_id: str, names: set[str]) -> list[Any]:
