@@ -6,7 +6,8 @@ and scripted model (``--turns`` confirmed turns per conversation); ``--side bare
 capacity (1,000 cached workflows). Prints ``ready`` once polling; SIGTERM shuts down.
 
     .venv/bin/python bench/_worker.py --side parley --address 127.0.0.1:7233 \\
-        --task-queue q --store-dir /tmp/store [--tool-delay S --tool-marker PATH]
+        --task-queue q --store-dir /tmp/store [--tool-delay S --tool-marker PATH] \\
+        [--otlp-url http://127.0.0.1:4318/v1/traces]
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import asyncio
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,12 +26,15 @@ if str(ROOT) not in sys.path:
 from temporalio.client import Client  # noqa: E402
 
 from bench import _harness  # noqa: E402
+from parley import tracing  # noqa: E402
 
 
 async def serve(args: argparse.Namespace) -> None:
     settings = _harness.bench_settings(args.task_queue, args.store_dir)
     converter, _ = _harness.data_converter(settings)
-    client = await Client.connect(args.address, data_converter=converter)
+    if args.otlp_url:  # traced (bench/tracing.py): the OTLP exporter and the plugin
+        tracing.configure(replace(settings, otlp_traces_url=args.otlp_url), "worker")
+    client = await Client.connect(args.address, data_converter=converter, plugins=tracing.plugins())
     if args.side == "parley":
         worker = _harness.parley_worker(client, settings, args.turns)
     else:
@@ -52,6 +57,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=1)
     parser.add_argument("--tool-delay", type=float, default=0.0)
     parser.add_argument("--tool-marker", default=None)
+    parser.add_argument("--otlp-url", default=None, help="trace to this OTLP/HTTP URL")
     args = parser.parse_args()
     _harness.TOOL_DELAY = args.tool_delay
     _harness.TOOL_MARKER = args.tool_marker
