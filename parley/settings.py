@@ -180,6 +180,8 @@ class Settings:
     log_format: str = "text"
     #: The OTLP/HTTP URL traces are posted to (``parley.tracing``); None: no traces.
     otlp_traces_url: str | None = None
+    #: The traces' ``service.name`` (``OTEL_SERVICE_NAME``); None: ``parley-<role>``.
+    otel_service_name: str | None = None
     # --- the shipped toolsets (worker) ---
     #: The git project registry file (JSON or TOML), and where worktrees go.
     git_projects: str | None = None
@@ -278,6 +280,7 @@ class Settings:
             metrics_address=env.get("PARLEY_METRICS_ADDRESS", "").strip() or None,
             log_format=_choice(env, "PARLEY_LOG_FORMAT", ("text", "json")),
             otlp_traces_url=_otlp_traces_url(env),
+            otel_service_name=env.get("OTEL_SERVICE_NAME", "").strip() or None,
             git_projects=env.get("PARLEY_GIT_PROJECTS") or None,
             git_worktrees=env.get("PARLEY_GIT_WORKTREES") or None,
             plans_url=env.get("PARLEY_PLANS_URL", "").strip() or DEFAULT_PLANS_URL,

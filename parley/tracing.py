@@ -16,8 +16,9 @@ workflow span under the workflow's start.)
 
 Tracing is on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``…_TRACES_ENDPOINT``) is set
 (``Settings.otlp_traces_url``): spans go by OTLP/HTTP in batches to that collector, under
-the service name ``OTEL_SERVICE_NAME`` or ``parley-<role>``; the exporter reads the
-other standard ``OTEL_EXPORTER_OTLP_*`` variables (headers, timeout) itself. Otherwise
+the service name ``OTEL_SERVICE_NAME`` or ``parley-<role>`` (both read by ``Settings``);
+the exporter reads the other standard ``OTEL_EXPORTER_OTLP_*`` variables (headers,
+timeout) itself, as OpenTelemetry defines them. Otherwise
 nothing is installed and the span helpers are OpenTelemetry's no-ops. A program that
 embeds Parley and has its own provider calls ``use(provider)`` before connecting.
 """
@@ -25,7 +26,6 @@ embeds Parley and has its own provider calls ``use(provider)`` before connecting
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -74,7 +74,7 @@ def configure(settings: Settings, role: str) -> None:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from temporalio.contrib.opentelemetry import create_tracer_provider
 
-    name = os.environ.get("OTEL_SERVICE_NAME", "").strip() or f"parley-{role}"
+    name = settings.otel_service_name or f"parley-{role}"
     provider = create_tracer_provider(resource=Resource.create({"service.name": name}))
     provider.add_span_processor(
         BatchSpanProcessor(
@@ -86,12 +86,8 @@ def configure(settings: Settings, role: str) -> None:
 
 def _timeout(role: str) -> float | None:
     """A command exports its spans as it exits: with a collector down, it waits 2 s,
-    not the exporter's 10, unless the user set a timeout (None: the exporter's own)."""
-    if role != "cli":
-        return None
-    if any(os.environ.get(f"OTEL_EXPORTER_OTLP{kind}_TIMEOUT") for kind in ("", "_TRACES")):
-        return None
-    return 2.0
+    not the exporter's 10 (None: the exporter's own, from ``OTEL_EXPORTER_OTLP_TIMEOUT``)."""
+    return 2.0 if role == "cli" else None
 
 
 def plugins() -> list[Any]:
