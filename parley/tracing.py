@@ -81,7 +81,14 @@ def configure(settings: Settings, role: str) -> None:
             OTLPSpanExporter(endpoint=settings.otlp_traces_url, timeout=_timeout(role))
         )
     )
-    use(provider)  # the SDK's provider flushes and shuts down at exit
+    use(provider)
+
+
+def shutdown() -> None:
+    """Export the spans still batched and stop exporting: the CLI calls it before it
+    ends the process with ``os._exit``, which skips the provider's own ``atexit``."""
+    if _provider is not None:
+        _provider.shutdown()
 
 
 def _timeout(role: str) -> float | None:
@@ -113,6 +120,13 @@ def instrument_app(app: Any) -> None:
         # No span per ASGI message: an event stream would make one per event.
         exclude_spans=["receive", "send"],
     )
+
+
+@contextmanager
+def command_span(command: str) -> Iterator[Span]:
+    """One CLI command (``parley send``): the root of its client calls' spans."""
+    with trace.get_tracer(TRACER_NAME).start_as_current_span(command, kind=SpanKind.CLIENT) as span:
+        yield span
 
 
 @contextmanager

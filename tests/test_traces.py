@@ -28,11 +28,13 @@ from temporalio.client import Client
 from temporalio.contrib.opentelemetry import create_tracer_provider
 
 from parley import tracing
+from parley.cli.app import command_name
 from parley.client import Conversations, connect
 from parley.settings import Settings
 from parley.storage import LocalFileStorageDriver
 from parley.worker import build_worker
 from tests.support import registry, runs_of
+from tests.support.dev import parley, running_dev_server, without_paths
 from tests.support.gateway import ALICE_TOKEN, TOKENS, auth, gateway_processes, serve_gateway
 from tests.support.openai_env import openai_model, serving_openai
 from tests.support.openai_fake import FakeOpenAI
@@ -230,3 +232,44 @@ async def test_worker_and_gateway_processes_export_one_trace_by_otlp(
     ids = {s.span_id for s in spans}
     (tool,) = [s for s in spans if s.name == "execute_tool slow_write"]
     assert tool.parent_span_id in ids and tool.attributes["gen_ai.tool.call.id"] == "f1"
+
+
+def test_parley_dev_and_the_cli_trace_one_turn(tmp_path: Path) -> None:
+    """The README's `OTEL_EXPORTER_OTLP_ENDPOINT=... parley dev`, and `parley send` from
+    another shell: the command's span is the root, the turn's spans are dev's worker's."""
+    with OtlpReceiver() as receiver:
+        otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+        with running_dev_server(tmp_path / "dev", otel) as server:
+            env = {**without_paths(server), **otel}
+            sid = new_session()
+            sent = parley(env, "send", "--session", sid, "--user", "alice", "hello")
+            assert sent.returncode == 0, sent.stderr
+            deadline = time.monotonic() + 30
+            while True:
+                cli = [s for s in receiver.spans if s.service == "parley-cli"]
+                turn = receiver.in_trace(cli[0].trace_id) if cli else []
+                if {"HandleUpdate:send_message", "RunActivity:parley.call_model"} <= {
+                    s.name for s in turn
+                }:
+                    break
+                assert time.monotonic() < deadline, sorted(
+                    {(s.service, s.name) for s in receiver.spans}
+                )
+                time.sleep(0.2)
+    (root,) = [s for s in turn if not s.parent_span_id]
+    assert (root.service, root.name) == ("parley-cli", "parley send")
+    by_id = {s.span_id: s for s in turn}
+    (handled,) = [s for s in turn if s.name == "HandleUpdate:send_message"]
+    started = by_id[handled.parent_span_id]  # the CLI's update call, under its command
+    assert (started.service, started.name) == (
+        "parley-cli",
+        "StartUpdateWithStartWorkflow:ConversationWorkflow",
+    )
+    assert started.parent_span_id == root.span_id and handled.service == "parley-dev"
+    assert any(s.name.startswith("chat ") and s.service == "parley-dev" for s in turn)
+
+
+def test_a_commands_span_is_named_by_its_commands_never_its_arguments() -> None:
+    assert command_name(["send", "--session", "s1", "hello"]) == "parley send"
+    assert command_name(["send", "pending"]) == "parley send"
+    assert command_name(["store", "gc", "--dry-run"]) == "parley store gc"

@@ -13,9 +13,11 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
+import typer.main
 from rich.console import Console
 from rich.text import Text
 
+from parley import tracing
 from parley.client import ConversationRefused, Conversations, check_identity, connect
 from parley.contracts import TurnResult
 from parley.rendering import print_pending, render_turn
@@ -26,7 +28,8 @@ class _Cli(typer.Typer):
     """The console script. It ends the process with ``os._exit`` once the command is
     done and its output flushed: the Temporal client's Rust threads can otherwise crash
     interpreter teardown ("Fatal Python error: PyGILState_Release", exit -6) after the
-    command has already succeeded (temporalio/sdk-python#300)."""
+    command has already succeeded (temporalio/sdk-python#300). ``os._exit`` skips
+    ``atexit``, so the spans still batched are exported first (``tracing.shutdown``)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -36,6 +39,7 @@ class _Cli(typer.Typer):
         if code is not None and not isinstance(code, int):
             print(code, file=sys.stderr)
             code = 1
+        tracing.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code or 0)
@@ -83,13 +87,32 @@ def warn(message: str) -> None:
     err.print(Text.assemble(("warning: ", "bold yellow"), message))
 
 
-def run_async(work: Callable[[], Awaitable[T]]) -> T:
+def run_async(work: Callable[[], Awaitable[T]], *, serves: bool = False) -> T:
+    """Run a command's work; a command that does not serve (``dev``, ``worker``,
+    ``gateway`` do) is one span when tracing is on, so its client calls are one trace."""
     try:
-        return asyncio.run(work())  # type: ignore[arg-type]
+        if serves:
+            return asyncio.run(work())  # type: ignore[arg-type]
+        tracing.configure(settings(), "cli")
+        with tracing.command_span(command_name(sys.argv[1:])):
+            return asyncio.run(work())  # type: ignore[arg-type]
     except ConversationRefused as refused:
         raise fail(refused.message) from None
     except (ValueError, FileNotFoundError) as problem:
         raise fail(str(problem)) from None
+
+
+def command_name(argv: list[str]) -> str:
+    """The command ``argv`` runs (``parley store gc``): its leading words that name
+    commands, never its arguments (a message's text is no span's name)."""
+    words, group = ["parley"], typer.main.get_command(app)
+    for word in argv:
+        command = getattr(group, "commands", {}).get(word)  # a group has commands
+        if command is None:
+            break
+        words.append(word)
+        group = command
+    return " ".join(words)
 
 
 def settings() -> Settings:

@@ -42,7 +42,8 @@ def dev(
             lambda: run_dev(
                 DevOptions(data_dir.resolve(), port, ui_port, plans_port, gateway_port, user),
                 out,
-            )
+            ),
+            serves=True,
         )  # returns once a SIGTERM has stopped everything
     except KeyboardInterrupt:
         pass
@@ -87,7 +88,7 @@ def gateway(
         await run_gateway(conversations, tokens, bind_host, bind_port)
 
     try:
-        run_async(work)
+        run_async(work, serves=True)
     except OSError as problem:
         raise fail(f"could not listen on {bind_host}:{bind_port}: {problem}") from None
     except KeyboardInterrupt:
@@ -124,7 +125,8 @@ def worker() -> None:
         raise fail(str(problem)) from None
     try:
         run_async(
-            lambda: run_worker(config, registry=registry, model=model, http_client=http_client)
+            lambda: run_worker(config, registry=registry, model=model, http_client=http_client),
+            serves=True,
         )
     except KeyboardInterrupt:
         out.print("stopped")
