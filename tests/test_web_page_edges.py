@@ -164,6 +164,9 @@ async def test_the_transcript_stays_readable_while_calls_are_pending(
         await expect(page.get_by_test_id("approval-card")).to_have_count(3)
         await screenshot(page, tmp_path, "three-pending")
 
+        # The send has answered (on a loaded machine, well after the cards came by the
+        # stream): what is measured below is the settled page.
+        await expect(page.get_by_test_id("send")).to_be_enabled(timeout=60_000)
         transcript = page.get_by_test_id("transcript")
         last = transcript.locator('[data-testid="proposed-call"][data-tool-call-id="c2"]')
         await expect(last).to_be_visible()

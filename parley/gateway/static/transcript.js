@@ -39,6 +39,10 @@ const scrollToBottom = (box) => {
   box.scrollTop = box.scrollHeight;
   scrolledTo = box.scrollTop;
 };
+// A reader's scroll whose event has not come yet: the box is no longer where the page
+// left it. A redraw in that frame leaves it there, as the event will.
+const scrolledByReader = (box) => scrolledTo !== null && Math.abs(box.scrollTop - scrolledTo) >= 2;
+const stayPinned = (box) => pinned && !scrolledByReader(box);
 
 export function keepTranscriptInView() {
   const box = $("transcript");
@@ -50,7 +54,7 @@ export function keepTranscriptInView() {
   });
   new ResizeObserver(() => {
     seenHeight = box.clientHeight;
-    if (pinned) scrollToBottom(box);
+    if (stayPinned(box)) scrollToBottom(box);
   }).observe(box);
 }
 
@@ -58,7 +62,7 @@ export function keepTranscriptInView() {
 // scrolled up stays where they are, whatever redraws meanwhile.
 export function renderTranscript({ toBottom = false } = {}) {
   const box = $("transcript");
-  const atBottom = pinned || nearBottom(box);
+  const atBottom = stayPinned(box) || nearBottom(box);
   const open = new Set(
     Array.from(box.querySelectorAll("details[open][data-tool-call-id]"), (d) => d.dataset.toolCallId),
   );
