@@ -52,6 +52,7 @@ from parley.activities.streaming import ReplyStreamer, Send
 from parley.contracts import (
     ASSISTANT_MESSAGE_PREFIX,
     CALL_MODEL,
+    REWOUND_CALL_ID,
     STREAM_DELTA_SIGNAL,
     SUBAGENT_CALL_PREFIX,
     WORKFLOW_ID_PREFIX,
@@ -130,7 +131,9 @@ class ModelActivities:
                 for call in message.tool_calls
             }
             tag = subagent_tag(activity.info().workflow_id)
-            reply = self._canonical(_with_unique_ids(reply, message_id, len(messages), used, tag))
+            reply = self._canonical(
+                _with_unique_ids(reply, message_id, len(messages), used, tag, request.rewinds)
+            )
             context = await self._transcripts.append(
                 request.context,
                 [*request.new_messages, reply],
@@ -292,26 +295,33 @@ def _with_unique_ids(
     transcript_length: int,
     used: set[str],
     subagent: str | None = None,
+    rewinds: int = 0,
 ) -> AIMessage:
     """Give the message an id of Parley's and every tool call (valid or not) an id
-    unique in the conversation and its subagents. Some providers omit ids, some
-    (Ollama, vLLM) restart at ``call_0`` every turn, and a subagent's model numbers its
-    calls as its parent's does; the gate, a decision's update id and the idempotency key
-    ``<workflow_id>:<tool_call_id>`` address calls by id, so a shared id would answer
-    one call with another's decision. ``subagent``: the conversation's ``<name>-<n>``."""
+    unique in the conversation and its subagents, over all its life. Some providers omit
+    ids, some (Ollama, vLLM) restart at ``call_0`` every turn, and a subagent's model
+    numbers its calls as its parent's does; the gate, a decision's update id and the
+    idempotency key ``<workflow_id>:<tool_call_id>`` address calls by id, so a shared id
+    would answer one call with another's decision. ``used``: the ids in the transcript;
+    ``rewinds``: how often it was cut, each cut a namespace of its own (``r<n>.``), so an
+    id cut away is never given again. ``subagent``: the conversation's ``<name>-<n>``."""
     base = f"m{transcript_length}"
-    prefix = f"{SUBAGENT_CALL_PREFIX}{subagent}-" if subagent else ""
+    prefix = f"{SUBAGENT_CALL_PREFIX}{subagent}-" if subagent else f"r{rewinds}." if rewinds else ""
     counter = iter(range(len(reply.tool_calls) + len(reply.invalid_tool_calls)))
 
     def unique(call: Any) -> Any:
         call_id = call.get("id") or ""
         index = next(counter)
-        if subagent:
-            call_id = f"{prefix}{call_id or f'call_{base}_{index}'}"
-        elif call_id.startswith(SUBAGENT_CALL_PREFIX):
-            call_id = ""  # the subagents' namespace
-        if not call_id or call_id in used:
-            call_id = f"{prefix}call_{base}_{index}"
+        if not subagent and (
+            call_id.startswith(SUBAGENT_CALL_PREFIX) or REWOUND_CALL_ID.match(call_id)
+        ):
+            call_id = ""  # Parley's own namespaces
+        if call_id:
+            call_id = f"{prefix}{call_id}"
+        k = 0
+        while not call_id or call_id in used:
+            call_id = f"{prefix}call_{base}_{index}" + (f".{k}" if k else "")
+            k += 1
         used.add(call_id)
         return {**call, "id": call_id}
 

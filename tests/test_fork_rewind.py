@@ -20,6 +20,7 @@ from pydantic import Field
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from parley.activities.model_calls import _with_unique_ids
 from parley.binaries import temporal_cli
 from parley.client import ConversationRefused, Conversations, fork, rewind
 from parley.contracts import ConversationState, Decision, workflow_id_for
@@ -235,6 +236,59 @@ async def test_a_rewind_keeps_the_first_messages_in_a_new_run_and_the_old_run_st
             parley, env, "rewind", "-s", sid, "--to", "2", "-u", "alice"
         )
         assert_one_line_error(ended, "has ended")
+
+
+async def test_a_call_proposed_again_after_a_rewind_is_a_new_call(parley_worker) -> None:
+    """ByLastMessage names every call ``w1``, as providers that number their calls afresh
+    each turn do. A rewind cuts the approved call away and the same request proposes it
+    again: it gets an id of its own, so its approval (the same decision, the same update
+    id) is not answered with the first one's result, and the tool runs again (a new
+    idempotency key) rather than handing back the old record."""
+    async with parley_worker(registry(), ByLastMessage()) as conv:
+        sid = new_session()
+        await conv.send(sid, "alice", "hello")
+        first = await conv.send(sid, "alice", "write Q1")
+        [call] = first.pending
+        approve = [Decision(tool_call_id=call.tool_call_id, action="approve")]
+        assert (await conv.decide(sid, "alice", approve)).reply == "written"
+        first_run = await run_id_of(conv, sid)
+        await rewind(conv, sid, "alice", 2)
+
+        async def new_run() -> bool:
+            return await run_id_of(conv, sid) != first_run
+
+        await eventually(new_run, what="the rewind's continue-as-new")
+        again = await conv.send(sid, "alice", "write Q1")
+        [call_again] = again.pending
+        assert call_again.tool_call_id != call.tool_call_id
+        assert call_again.args == call.args  # the same call, proposed anew
+        approve = [Decision(tool_call_id=call_again.tool_call_id, action="approve")]
+        decided = await conv.decide(sid, "alice", approve)
+        assert decided.status == "completed" and decided.reply == "written", decided
+        snapshot = await conv.state(sid, "alice")
+        assert snapshot.pending == []
+        runs = runs_in(sid, "write_record")
+        assert len(runs) == 2 and runs[0]["key"] != runs[1]["key"]
+        tool_messages(await conv.transcript(sid, "alice"))  # each call answered once
+
+
+def test_call_ids_stay_unique_over_rewinds_whatever_the_provider_gives() -> None:
+    """The namespaces are Parley's own: a provider's id in one (``r1.…``, ``sub-…``) is
+    never kept, and a generated id never lands on one the transcript holds."""
+    calls = [
+        {"name": "t", "args": {}, "id": "w1", "type": "tool_call"},
+        {"name": "t", "args": {}, "id": "r1.w1", "type": "tool_call"},
+        {"name": "t", "args": {}, "id": "sub-planner-1-x", "type": "tool_call"},
+        {"name": "t", "args": {}, "id": "", "type": "tool_call"},
+    ]
+    reply = AIMessage(content="", tool_calls=calls)
+    before = _with_unique_ids(reply, "m", 4, {"call_m4_3"})
+    after = _with_unique_ids(reply, "m", 4, set(), rewinds=1)
+    ids_before = [c["id"] for c in before.tool_calls]
+    ids_after = [c["id"] for c in after.tool_calls]
+    assert ids_before == ["w1", "call_m4_1", "call_m4_2", "call_m4_3.1"]
+    assert ids_after == ["r1.w1", "r1.call_m4_1", "r1.call_m4_2", "r1.call_m4_3"]
+    assert not set(ids_before) & set(ids_after)
 
 
 async def test_the_gateway_forks_and_rewinds_for_the_owner_only(parley_worker) -> None:

@@ -186,6 +186,7 @@ class Rewinder:
         state.client_calls = []
         state.turn_results = []
         state.last_turn = None
+        state.counters.rewinds += 1  # the next calls' ids are new (``REWOUND_CALL_ID``)
         detail = {"to": cut.at, "from_length": before, "run_id": workflow.info().run_id}
         self._ledger.audit("rewound", request.user_id, detail=detail)
         self._ledger.events.custom(REWOUND_EVENT, detail)

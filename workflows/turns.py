@@ -234,6 +234,7 @@ class TurnEngine:
                     subagent=self._start.subagent.name if self._start.subagent else None,
                     client_context=self.front_end.context,
                     client_tools=[] if self._start.subagent else self.front_end.offered,
+                    rewinds=state.counters.rewinds,
                 )
             )
         except ActivityError as err:

@@ -103,6 +103,9 @@ class CallModelInput(Contract):
     #: The front end's own tools for this turn (``ClientTool``), offered besides the
     #: worker's (never to a subagent).
     client_tools: list[ClientTool] = Field(default_factory=list)
+    #: How many times the conversation was rewound: the reply's call ids are made
+    #: unique across every rewind (``REWOUND_CALL_ID``), not only in the transcript.
+    rewinds: int = 0
 
 
 class CallModelOutput(Contract):
