@@ -25,12 +25,11 @@ from rich.text import Text
 from parley.client import ConversationRefused, Conversations, check_identity, connect
 from parley.contracts import Decision, DecisionAction, PendingCall, StateQuery, TurnResult
 from parley.errors import ErrorType
+from parley.live_reply import LiveReply, send_following
 from parley.rendering import (
-    LiveReply,
     print_call,
     print_snapshot,
     render_turn,
-    send_following,
 )
 from parley.settings import Settings
 

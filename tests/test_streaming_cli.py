@@ -10,6 +10,7 @@ turn's result), and the process ends as it did before streaming.
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import subprocess
 import time
@@ -18,6 +19,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from parley.client import Conversations
+from parley.contracts import TurnResult
+from parley.live_reply import YOUNGEST_CANCEL_SECONDS, LiveReply, send_following
 from tests.support import registry
 from tests.support.cli import assert_one_line_error
 from tests.support.openai_env import THIRTY_WORDS, openai_model, serving_openai, stored_reply
@@ -131,3 +134,114 @@ async def test_send_with_no_worker_says_what_the_send_says(parley_worker, client
     )
     assert_one_line_error(result, "no worker is serving task queue")
     assert "send it again with --message-id m-1" in result.stderr, result.stderr
+
+
+class RecordedWaits(Conversations):
+    """The real client, recording each ``wait_for_events``: its ``after``, when it was
+    sent, and when it was cancelled (None: it came back)."""
+
+    def __init__(self, conversations: Conversations) -> None:
+        super().__init__(conversations._client, conversations.settings)
+        self.waits: list[dict] = []
+
+    async def wait_for_events(self, session_id: str, user_id: str, after: int) -> int:
+        wait = {"after": after, "sent": time.monotonic(), "cancelled": None}
+        self.waits.append(wait)
+        try:
+            return await super().wait_for_events(session_id, user_id, after)
+        except asyncio.CancelledError:
+            wait["cancelled"] = time.monotonic()
+            raise
+
+
+@pytest.mark.parametrize("late", [0.0, 0.3, 0.8])
+async def test_a_followed_send_cancels_no_wait_temporal_is_still_taking(
+    parley_worker, fake, late: float
+) -> None:
+    """A wait cancelled while Temporal is still loading the conversation is an error line
+    in the server's log ("context canceled", which `parley dev`'s console showed when
+    the CLI's follower was cancelled as its send answered). Whenever the turn's answer
+    reaches the CLI (``late`` seconds after the update answered, as on a loaded
+    machine), the follower sends no wait after it, lets a wait its events answer come
+    back, and cancels only a wait no event would answer, and only once it is a second
+    old; the reply is still printed once, whole."""
+    sid = new_session()
+    async with parley_worker(registry(), openai_model()) as conversations:
+        recorded = RecordedWaits(conversations)
+        for n in range(4):
+            fake.reply(f"reply {n}: {THIRTY_WORDS}", chunk_delay=0.01)
+            answered: list[float] = []
+
+            async def send(n: int = n, answered: list[float] = answered) -> TurnResult:
+                result = await recorded.send(sid, "alice", f"message {n}")
+                await asyncio.sleep(late)
+                answered.append(time.monotonic())
+                return result
+
+            before = len(recorded.waits)
+            out = io.StringIO()
+            result = await send_following(recorded, sid, "alice", send, LiveReply(out))
+            assert result.reply and out.getvalue().count(result.reply) == 1, out.getvalue()
+            latest = (await recorded.events(sid, "alice", limit=1)).latest
+            waits = recorded.waits[before:]
+            assert waits, "the send was not followed"
+            assert all(wait["sent"] <= answered[0] for wait in waits), waits
+            for wait in waits:
+                if wait["cancelled"] is not None:
+                    assert wait["after"] >= latest, (latest, wait)
+                    assert wait["cancelled"] - wait["sent"] >= YOUNGEST_CANCEL_SECONDS, wait
+
+
+class WaitBackWhileStopReads(RecordedWaits):
+    """The in-flight wait comes back (as a refusal does when the conversation ends)
+    while ``stop`` is reading the log's latest offset: the race CI met, where ``stop``
+    read the wait it had just checked and found it gone."""
+
+    def __init__(self, conversations: Conversations) -> None:
+        super().__init__(conversations)
+        self.armed = False
+        self.came_back = asyncio.Event()
+        self._release = asyncio.Event()
+
+    async def events(self, session_id: str, user_id: str, after: int = -1, limit: int = 500):
+        if self.armed and limit == 1:
+            self._release.set()
+            await self.came_back.wait()
+        return await super().events(session_id, user_id, after, limit)
+
+    async def wait_for_events(self, session_id: str, user_id: str, after: int) -> int:
+        real = asyncio.ensure_future(super().wait_for_events(session_id, user_id, after))
+        released = asyncio.ensure_future(self._release.wait())
+        try:
+            await asyncio.wait({real, released}, return_when=asyncio.FIRST_COMPLETED)
+            if real.done():
+                return real.result()
+            return after
+        finally:
+            real.cancel()
+            released.cancel()
+            if self._release.is_set():
+                self.came_back.set()
+
+
+async def test_a_wait_that_comes_back_while_the_follower_stops_is_no_traceback(
+    parley_worker, fake
+) -> None:
+    """The send answers while a wait is in flight past the last event; the wait comes
+    back while ``stop`` reads the log. ``send_following`` returns the turn's result and
+    the reply once."""
+    sid = new_session()
+    async with parley_worker(registry(), openai_model()) as conversations:
+        spy = WaitBackWhileStopReads(conversations)
+        fake.reply(f"reply: {THIRTY_WORDS}", chunk_delay=0.01)
+
+        async def send() -> TurnResult:
+            result = await spy.send(sid, "alice", "hello")
+            await asyncio.sleep(1.5)  # well past the pause after the turn end: a wait is sent
+            spy.armed = True
+            return result
+
+        out = io.StringIO()
+        result = await send_following(spy, sid, "alice", send, LiveReply(out))
+        assert spy.came_back.is_set(), "the race was not staged"
+        assert result.reply and out.getvalue().count(result.reply) == 1, out.getvalue()

@@ -35,11 +35,10 @@ from parley.client import (
 )
 from parley.contracts import StateQuery, TurnResult, check_user_id
 from parley.contracts.busy import WHILE_BUSY_MODES
+from parley.live_reply import LiveReply, send_following
 from parley.rendering import (
-    LiveReply,
     print_conversation_list,
     print_snapshot,
-    send_following,
 )
 
 #: ``--while-busy``'s choices (``parley.contracts.busy.WhileBusy``).

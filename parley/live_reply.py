@@ -1,0 +1,222 @@
+"""The reply as it streams, for the command line and ``parley chat``. Client side.
+
+``send_following`` follows the conversation's event log (its ``wait_for_events`` update
+and ``events`` query, as the gateway's SSE does) while a message's or a decision's turn
+runs, and ``LiveReply`` writes each ``TEXT_MESSAGE_CONTENT`` delta as it comes. A
+streamed message whose model call was retried or cancelled ends with
+``parley.stream_discarded``: its partial text stays on screen (a terminal cannot take it
+back), followed by a line saying it was discarded, and the retry streams anew. The
+turn's result is printed afterwards as always (``parley.rendering``); its reply is not
+printed a second time when it was streamed whole.
+
+No wait is cancelled while Temporal is still loading the conversation: the server logs
+that as an error (a "context canceled" line in ``parley dev``'s console). Having read a
+turn's end, the follower pauses before it waits again (the turn's update answers
+meanwhile); once the update has answered it sends no further wait; the one in flight is
+let come back on its own if the log already holds an event past it (it does at once),
+and a wait no event will answer is cancelled only once it is a second old.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TextIO
+
+from parley.client import ConversationRefused, Conversations
+from parley.contracts import TurnResult
+from parley.errors import ErrorType
+
+#: The CUSTOM event that withdraws a streamed message (parley.workflows.events).
+STREAM_DISCARDED = "parley.stream_discarded"
+#: How long the follower waits before looking again for a conversation this message
+#: is starting (it does not exist until the send's update-with-start lands).
+NOT_STARTED_RETRY_SECONDS = 0.05
+#: How long the log's latest offset may take to read before the send goes on without
+#: following (a live worker answers a query at once).
+OFFSET_WAIT_SECONDS = 3.0
+#: After the turn's update answered, how long the follower has to finish on its own (a
+#: wait with events past it comes back at once) before it is cancelled.
+FOLLOWER_GRACE_SECONDS = 3.0
+#: The events that end a turn. Having read one, the follower pauses this long before it
+#: waits again: the turn's update answers meanwhile (when the turn was this send's), and
+#: no wait is sent that would only have to be cancelled.
+TURN_ENDS = ("RUN_FINISHED", "RUN_ERROR")
+TURN_END_PAUSE_SECONDS = 0.5
+#: A wait no event will answer is cancelled once it has been in flight this long, not
+#: sooner: Temporal has loaded the conversation by then, and logs no error for it.
+YOUNGEST_CANCEL_SECONDS = 1.0
+
+
+class LiveReply:
+    """Writes streamed text to ``out`` as its events come; remembers each message's text."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        #: The message whose text is on the current line (not yet ended).
+        self._open: str | None = None
+        #: Text streamed per message; a discarded message is dropped.
+        self._texts: dict[str, str] = {}
+        self._ended: set[str] = set()
+
+    def feed(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        message_id = event.get("messageId")
+        if kind == "TEXT_MESSAGE_CONTENT" and isinstance(message_id, str):
+            if self._open not in (None, message_id):
+                self._end_line()
+            self._open = message_id
+            self._texts[message_id] = self._texts.get(message_id, "") + event["delta"]
+            self._write(event["delta"])
+        elif kind == "TEXT_MESSAGE_END" and isinstance(message_id, str):
+            self._ended.add(message_id)
+            if self._open == message_id:
+                self._end_line()
+        elif kind == "CUSTOM" and event.get("name") == STREAM_DISCARDED:
+            value = event.get("value") or {}
+            discarded = value.get("messageId")
+            if discarded in self._texts:
+                del self._texts[discarded]
+                if self._open == discarded:
+                    self._end_line()
+                self._write(f"[discarded: {value.get('reason', 'the model call failed')}]\n")
+
+    def streamed_whole(self, text: str | None) -> bool:
+        """Whether ``text`` was shown whole as one ended streamed message."""
+        return bool(text) and any(self._texts.get(message_id) == text for message_id in self._ended)
+
+    def _end_line(self) -> None:
+        self._open = None
+        self._write("\n")
+
+    def _write(self, text: str) -> None:
+        self._out.write(text)
+        self._out.flush()
+
+
+async def send_following(
+    conversations: Conversations,
+    session_id: str,
+    user_id: str,
+    send: Callable[[], Awaitable[TurnResult]],
+    live: LiveReply,
+) -> TurnResult:
+    """``send()`` (the message's update), while the conversation's new events go to
+    ``live`` as they come; the events up to the turn's end are all fed before this
+    returns."""
+    try:
+        async with asyncio.timeout(OFFSET_WAIT_SECONDS):
+            after = await _latest_offset(conversations, session_id, user_id)
+    except (TimeoutError, ConversationRefused):
+        # No worker answers now: the send alone says what happens, as without streaming.
+        return await send()
+    follower = _Follower(conversations, session_id, user_id, after, live)
+    task = asyncio.create_task(follower.run())
+    try:
+        result = await send()
+    finally:
+        await follower.stop(task)
+    with contextlib.suppress(ConversationRefused):
+        await _read_on(conversations, session_id, user_id, follower.position, live)
+    return result
+
+
+async def _latest_offset(conversations: Conversations, session_id: str, user_id: str) -> int:
+    try:
+        return (await conversations.events(session_id, user_id, limit=1)).latest
+    except ConversationRefused as refused:
+        if refused.error_type == ErrorType.NOT_FOUND:
+            return -1  # this message starts the conversation
+        raise
+
+
+class _Follower:
+    """Waits for events past ``position[0]`` and feeds them, until stopped."""
+
+    def __init__(
+        self,
+        conversations: Conversations,
+        session_id: str,
+        user_id: str,
+        after: int,
+        live: LiveReply,
+    ) -> None:
+        self._conversations = conversations
+        self._session_id = session_id
+        self._user_id = user_id
+        self._live = live
+        self.position = [after]
+        self._stopping = asyncio.Event()
+        #: The wait in flight, if one is: its ``after`` and when it was sent.
+        self._waiting: tuple[int, float] | None = None
+
+    async def run(self) -> None:
+        while not self._stopping.is_set():
+            self._waiting = (self.position[0], time.monotonic())
+            try:
+                await self._conversations.wait_for_events(
+                    self._session_id, self._user_id, self.position[0]
+                )
+            except ConversationRefused as refused:
+                if refused.error_type != ErrorType.NOT_FOUND:
+                    return  # the result will say what went wrong
+                await asyncio.sleep(NOT_STARTED_RETRY_SECONDS)
+                continue
+            finally:
+                self._waiting = None
+            last = await _read_on(
+                self._conversations, self._session_id, self._user_id, self.position, self._live
+            )
+            if last in TURN_ENDS:
+                # The turn's update answers about now: no wait is sent if it does.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), TURN_END_PAUSE_SECONDS)
+
+    async def stop(self, task: asyncio.Task[None]) -> None:
+        """No further wait. The one in flight comes back on its own when an event is
+        past it; else it is cancelled, once Temporal has had time to take it. Anything
+        that outlasts the grace is cancelled."""
+        self._stopping.set()
+        waiting = self._waiting  # the wait may come back while the log is read
+        if waiting is not None and not await self._answered_soon(waiting[0]):
+            age = time.monotonic() - waiting[1]
+            await asyncio.wait({task}, timeout=max(0.0, YOUNGEST_CANCEL_SECONDS - age))
+            task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=FOLLOWER_GRACE_SECONDS)
+        if not done:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ConversationRefused):
+            await task
+
+    async def _answered_soon(self, waiting_after: int) -> bool:
+        """Whether the log already holds an event past ``waiting_after``."""
+        try:
+            async with asyncio.timeout(OFFSET_WAIT_SECONDS):
+                latest = await _latest_offset(self._conversations, self._session_id, self._user_id)
+        except (TimeoutError, ConversationRefused):
+            return False
+        return latest > waiting_after
+
+
+async def _read_on(
+    conversations: Conversations,
+    session_id: str,
+    user_id: str,
+    position: list[int],
+    live: LiveReply,
+) -> str | None:
+    """Feed the events past ``position[0]`` up to the latest; the type of the last one
+    fed, if any was."""
+    last = None
+    while True:
+        page = await conversations.events(session_id, user_id, after=position[0])
+        for item in page.events:
+            live.feed(item.event)
+            last = item.event.get("type")
+        if page.next_after == position[0]:
+            return last
+        position[0] = page.next_after
+        if page.next_after >= page.latest:
+            return last
