@@ -6,6 +6,8 @@ Client side (never imported by workflows). One module per job:
   decide, state, events, end);
 - ``forks``: ``fork`` and ``rewind`` (functions of a ``Conversations``): go on from a
   conversation's first N messages, in a new conversation or in a new run of the same;
+- ``starts``: a new conversation's start input and options, for a first message and a
+  fork alike;
 - ``visibility``: listing conversations from Temporal's visibility, no worker needed;
 - ``liveness``: never wait on a task queue no worker serves;
 - ``connection``: connecting to the cluster, with a one-line answer when it cannot;

@@ -13,7 +13,8 @@ import asyncio
 import hashlib
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from langchain_core.messages import AnyMessage
 from temporalio.client import (
@@ -26,12 +27,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.common import (
-    SearchAttributePair,
-    TypedSearchAttributes,
-    WorkflowIDConflictPolicy,
-    WorkflowIDReusePolicy,
-)
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -47,15 +43,13 @@ from parley.client.errors import (
     unreadable,
 )
 from parley.client.liveness import LivenessWatch, NoWorker
+from parley.client.starts import conversation_start, start_options
 from parley.client.visibility import ConversationListing
 from parley.contracts import (
     PARLEY_PENDING_TOOLS,
-    PARLEY_REVIEWERS,
-    PARLEY_STATUS,
     PARLEY_USER,
     ClientRun,
     ConversationSnapshot,
-    ConversationStart,
     DecideInput,
     Decision,
     EndInput,
@@ -67,6 +61,7 @@ from parley.contracts import (
     TurnResult,
 )
 from parley.contracts.busy import WhileBusy
+from parley.contracts.conversation import RewindInput
 from parley.errors import NOT_OWNER_MESSAGE, ErrorType
 from parley.settings import Settings
 from parley.storage import TranscriptStore, driver_of
@@ -75,6 +70,9 @@ from parley.workflows.conversation import ConversationWorkflow
 #: How an update (or an update-with-start) fails on the client's side; ``_refusal``
 #: turns each into one ``ConversationRefused``.
 UPDATE_FAILURES = (WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError, RPCError)
+
+#: The request of an owner's update that ends a run (``Conversations.ending_update``).
+EndingRequest = TypeVar("EndingRequest", EndInput, RewindInput)
 
 
 class Conversations(ConversationListing, LivenessWatch):
@@ -119,37 +117,18 @@ class Conversations(ConversationListing, LivenessWatch):
         reviewers = sorted({checked_user(reviewer) for reviewer in reviewers} - {user_id})
         message_id = message_id or uuid.uuid4().hex[:16]  # 64 random bits: unique enough
         workflow_id = checked_workflow_id(session_id, subagent=False)
-        # None is ``reject``, and costs no bytes in the start event.
-        default_while_busy = (
-            self._settings.while_busy if self._settings.while_busy != "reject" else None
-        )
+        begin = conversation_start(self._settings, session_id, user_id, reviewers)
         start = WithStartWorkflowOperation(
             ConversationWorkflow.run,
-            ConversationStart(
-                session_id=session_id,
-                user_id=user_id,
-                pending_expiry_seconds=self._settings.pending_expiry_seconds,
-                max_model_calls_per_turn=self._settings.max_model_calls_per_turn,
-                continue_as_new_after_events=self._settings.continue_as_new_after_events,
-                max_message_bytes=self._settings.max_message_bytes,
-                reviewers=reviewers,
-                while_busy=default_while_busy,
+            begin,
+            # A message to a conversation that runs joins it.
+            **start_options(
+                self._settings,
+                workflow_id,
+                begin,
+                conflict=WorkflowIDConflictPolicy.USE_EXISTING,
+                summary=f"Parley conversation {session_id}",
             ),
-            id=workflow_id,
-            task_queue=self._settings.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            # An ended conversation stays ended: a new message must not silently start
-            # an empty one under the same id.
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            # Set here, not upserted by the workflow: a start event costs fewer bytes.
-            search_attributes=TypedSearchAttributes(
-                [
-                    SearchAttributePair(PARLEY_USER, user_id),
-                    SearchAttributePair(PARLEY_STATUS, "idle"),
-                    *([SearchAttributePair(PARLEY_REVIEWERS, reviewers)] if reviewers else []),
-                ]
-            ),
-            static_summary=f"Parley conversation {session_id}",
         )
         if text or not (run or {}).get("tool_results"):  # results alone need no text
             check_text(text, self._settings.max_message_bytes)
@@ -341,14 +320,29 @@ class Conversations(ConversationListing, LivenessWatch):
     async def end(self, session_id: str, user_id: str) -> ConversationSnapshot:
         """End the conversation once in-flight handlers are done (an owner-checked
         update); pending calls are answered ``expired`` and never run."""
-        request = EndInput(user_id=checked_user(user_id))
+        return await self.ending_update(
+            session_id,
+            ConversationWorkflow.end,
+            EndInput(user_id=checked_user(user_id)),
+            "Run it again once a worker is running, or end it now with `parley end --force`.",
+        )
+
+    async def ending_update(
+        self,
+        session_id: str,
+        update: Callable[[ConversationWorkflow, EndingRequest], Awaitable[ConversationSnapshot]],
+        request: EndingRequest,
+        no_worker_hint: str,
+    ) -> ConversationSnapshot:
+        """An owner's update that ends a run (``end``, ``rewind``), under a fresh update
+        id: a worker that does not answer is ``no_worker_hint``, a run that has ended is
+        refused as ended."""
+        update_id = f"{update.__name__}-{uuid.uuid4().hex[:16]}"
         try:
             return await self._watch_worker(
                 session_id,
-                self.handle(session_id).execute_update(
-                    ConversationWorkflow.end, request, id=f"end-{uuid.uuid4().hex[:16]}"
-                ),
-                "Run it again once a worker is running, or end it now with `parley end --force`.",
+                self.handle(session_id).execute_update(update, request, id=update_id),
+                no_worker_hint,
             )
         except UPDATE_FAILURES as err:
             raise await self._refusal(

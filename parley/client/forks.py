@@ -18,36 +18,28 @@ existing or ended conversation is never overwritten.
 
 from __future__ import annotations
 
-import uuid
-
 from langchain_core.messages import AnyMessage
 from pydantic import BaseModel
 from temporalio.client import WorkflowExecutionDescription
-from temporalio.common import (
-    SearchAttributePair,
-    TypedSearchAttributes,
-    WorkflowIDConflictPolicy,
-    WorkflowIDReusePolicy,
-)
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from parley.client.conversations import UPDATE_FAILURES, Conversations
+from parley.client.conversations import Conversations
 from parley.client.errors import (
     OPEN_STATUSES,
     ConversationRefused,
     checked_user,
     checked_workflow_id,
 )
+from parley.client.starts import conversation_start, start_options
 from parley.contracts import (
     KEPT_TRANSCRIPT_CHARS,
     KEPT_TRANSCRIPT_MESSAGES,
     PARLEY_REVIEWERS,
-    PARLEY_STATUS,
     PARLEY_USER,
     ContextRef,
     ConversationSnapshot,
-    ConversationStart,
     StateQuery,
     message_chars,
 )
@@ -95,37 +87,23 @@ async def fork(
     context, tail = await _stored_cut(conversations, head, messages, at, target_id)
     settings = conversations.settings
     reviewers = sorted(description.typed_search_attributes.get(PARLEY_REVIEWERS) or [])
-    start = ConversationStart(
-        session_id=as_session,
-        user_id=user_id,
-        pending_expiry_seconds=settings.pending_expiry_seconds,
-        max_model_calls_per_turn=settings.max_model_calls_per_turn,
-        continue_as_new_after_events=settings.continue_as_new_after_events,
-        max_message_bytes=settings.max_message_bytes,
-        reviewers=reviewers,
-        while_busy=settings.while_busy if settings.while_busy != "reject" else None,
-        forked_from=ForkOrigin(
-            session_id=session_id,
-            run_id=description.run_id or "",
-            cut=TranscriptCut(at=at, context=context, tail=tail),
-        ),
+    origin = ForkOrigin(
+        session_id=session_id,
+        run_id=description.run_id or "",
+        cut=TranscriptCut(at=at, context=context, tail=tail),
     )
+    start = conversation_start(settings, as_session, user_id, reviewers, forked_from=origin)
     try:
         await conversations.temporal.start_workflow(
             ConversationWorkflow.run,
             start,
-            id=target_id,
-            task_queue=settings.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            search_attributes=TypedSearchAttributes(
-                [
-                    SearchAttributePair(PARLEY_USER, user_id),
-                    SearchAttributePair(PARLEY_STATUS, "idle"),
-                    *([SearchAttributePair(PARLEY_REVIEWERS, reviewers)] if reviewers else []),
-                ]
+            **start_options(
+                settings,
+                target_id,
+                start,
+                conflict=WorkflowIDConflictPolicy.FAIL,
+                summary=f"Parley conversation {as_session}, forked from {session_id}",
             ),
-            static_summary=f"Parley conversation {as_session}, forked from {session_id}",
         )
     except WorkflowAlreadyStartedError as err:
         raise _taken(as_session) from err
@@ -165,18 +143,12 @@ async def rewind(conversations: Conversations, session_id: str, user_id: str, to
         seen_length=head.transcript_total,
         seen_context=head.model_context,
     )
-    try:
-        snapshot = await conversations._watch_worker(
-            session_id,
-            conversations.handle(session_id).execute_update(
-                ConversationWorkflow.rewind, request, id=f"rewind-{uuid.uuid4().hex[:16]}"
-            ),
-            "Run it again once a worker is running (the same cut twice is one rewind).",
-        )
-    except UPDATE_FAILURES as err:
-        raise await conversations._refusal(
-            err, session_id, ended=f"conversation {session_id} has ended"
-        ) from err
+    snapshot = await conversations.ending_update(
+        session_id,
+        ConversationWorkflow.rewind,
+        request,
+        "Run it again once a worker is running (the same cut twice is one rewind).",
+    )
     entry = next((e for e in reversed(snapshot.audit) if e.event == "rewound"), None)
     previous = str(entry.detail.get("run_id", "")) if entry else description.run_id or ""
     return Rewound(session_id=session_id, to=to, previous_run_id=previous)
