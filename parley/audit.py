@@ -30,8 +30,11 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio.service import RPCError
 
-from parley.client import Conversations
+from parley.client import ConversationRefused, Conversations
 from parley.contracts import AuditEntry, StateQuery, workflow_id_for
+from parley.errors import ErrorType
+from parley.storage import driver_of
+from parley.storage.audit_archive import AuditArchive
 
 KIND = "parley.audit"
 VERSION = 1
@@ -54,28 +57,50 @@ class BrokenExport(Exception):
 
 
 async def read_log(conversations: Conversations, session_id: str, user_id: str) -> AuditLog:
-    """Every entry the conversation keeps, a page at a time (refusals as the ``state``
-    query's: ``ConversationRefused``)."""
+    """Every entry of the conversation: the audit archive's (from the payload store),
+    then the window's, a page at a time (refusals as the ``state`` query's:
+    ``ConversationRefused``). The archive is checked against the window: its last hash
+    must be the first kept entry's ``prev_hash``, so an archive changed in the store is
+    found even when its own chain was rewritten."""
+    query = StateQuery(user_id=user_id, transcript_limit=0, audit_offset=0, audit_limit=1000)
+    page = await conversations.state(session_id, user_id, query)
+    first, total = page.audit_offset, page.audit_total
+    archive = page.audit_archive
     entries: list[AuditEntry] = []
-    first: int | None = None
-    total: int | None = None
-    while total is None or first is None or first + len(entries) < total:
-        at = 0 if first is None else first + len(entries)
+    if archive is not None and archive.end >= first:
+        store = AuditArchive(driver_of(conversations.temporal.data_converter))
+        try:
+            entries = await store.load(archive)
+        except ValueError as err:
+            raise ConversationRefused(str(err), ErrorType.AUDIT_UNREADABLE) from None
+        first = archive.first
+    else:
+        entries = list(page.audit)
+    while first + len(entries) < total:
+        at = first + len(entries)
         query = StateQuery(user_id=user_id, transcript_limit=0, audit_offset=at, audit_limit=1000)
         page = await conversations.state(session_id, user_id, query)
-        if first is None:
-            first, total = page.audit_offset, page.audit_total
-        elif page.audit_offset != at:
-            raise BrokenExport("the audit log moved on while it was read; export again")
+        if page.audit_offset != at:
+            raise ConversationRefused(
+                "the audit log moved on while it was read; export again",
+                ErrorType.TURN_IN_PROGRESS,
+            )
         if not page.audit:
             break
+        if archive is not None and at == archive.end and entries:
+            if page.audit[0].prev_hash != entries[-1].hash:
+                raise ConversationRefused(
+                    f"entry {at - 1} of the audit archive is not the one the conversation "
+                    "chained its next entry to: the archive in the payload store was altered",
+                    ErrorType.AUDIT_UNREADABLE,
+                )
         entries.extend(page.audit)
     run_id: str | None = None
     try:
         run_id = (await conversations.handle(session_id).describe()).run_id
     except RPCError:
         pass
-    return AuditLog(session_id, run_id, first or 0, entries)
+    return AuditLog(session_id, run_id, first, entries)
 
 
 def export_lines(log: AuditLog, now: datetime | None = None) -> list[str]:

@@ -75,6 +75,9 @@ class ErrorType:
     UNREACHABLE = "Unreachable"
     INVALID_SESSION = "InvalidSession"
     INVALID_USER = "InvalidUser"
+    #: The audit archive in the payload store cannot be read, or is not the one the
+    #: conversation chained its entries to (``parley.audit``).
+    AUDIT_UNREADABLE = "AuditUnreadable"
     # A turn that could not come to rest.
     MODEL_CALL_LIMIT = "ModelCallLimitReached"
     # Tool results that are not a tool's own answer.

@@ -107,6 +107,15 @@ NOTIFY_ACTIVITY = ActivityOptions(
 )
 
 
+ARCHIVE_AUDIT_ACTIVITY = ActivityOptions(
+    # One write to the payload store. Bounded, so that a store that is down does not
+    # hold the run loop (deadlines, continue-as-new): the entries stay in the window
+    # and the next batch tries again.
+    start_to_close=timedelta(seconds=60),
+    retry=RetryPolicy(maximum_interval=timedelta(seconds=30), maximum_attempts=6),
+)
+
+
 def retry_delay(retry_after: float | None, options: ActivityOptions) -> timedelta | None:
     """The server's ``Retry-After`` as Temporal's next retry delay, capped at the policy's
     maximum interval: a header asking for a day must not hold a turn for a day."""

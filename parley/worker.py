@@ -32,6 +32,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
+from parley.activities.audit_archive import AuditArchiveActivities
 from parley.activities.compaction import ContextBudget, known_window
 from parley.activities.http import aclose_shared_client, new_http_client
 from parley.activities.model_calls import ModelActivities
@@ -46,6 +47,7 @@ from parley.logs import configure_logging
 from parley.redaction import remember_secrets
 from parley.settings import Settings
 from parley.storage import PayloadStore, TranscriptStore, driver_of, store_of
+from parley.storage.audit_archive import AuditArchive
 from parley.storage.schedule import ensure_gc_schedule
 from parley.tools import ToolRegistry, load_registry
 from parley.workflows.conversation import ConversationWorkflow
@@ -127,11 +129,13 @@ def build_worker(
         context_budget=context_budget(settings),
     )
     tool_activities = ToolActivities(registry, max_result_bytes=settings.max_tool_result_bytes)
+    audit_archive = AuditArchiveActivities(AuditArchive(driver_of(client.data_converter)))
     activities: list[Callable[..., Any]] = [
         model_activities.call_model,
         model_activities.compaction.compact_context,
         tool_activities.canonical_args,
         tool_activities.run_tool,
+        audit_archive.archive_audit,
     ]
     if settings.notify_url:
         notify = NotifyActivities(

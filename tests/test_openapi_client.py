@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -154,6 +155,7 @@ async def test_a_generated_client_drives_a_conversation_and_parses_every_error(
         assert [entry.event for entry in view.audit].count("decided") == 1
         assert len(view.transcript) == 4 and view.temporal_ui_url
         assert b"model_context" not in shown.content  # internal: not sent, not documented
+        assert b"audit_archive" not in shown.content
 
         exported = await api["export_audit"].asyncio_detailed(
             sid, client=alice, format_=models.ExportAuditFormat.JSON
@@ -173,4 +175,15 @@ async def test_a_generated_client_drives_a_conversation_and_parses_every_error(
 
     document = (tmp_path / "openapi.json").read_text()
     assert "model_context" not in document
+    view_fields = json.loads(document)["components"]["schemas"]["ConversationView"]["properties"]
+    assert "audit_archive" not in view_fields
     assert '"RunAgentInput"' in document and "text/event-stream" in document
+    error_shape = {"$ref": "#/components/schemas/ErrorResponse"}
+    for path, operations in json.loads(document)["paths"].items():
+        if not path.startswith(("/v1/", "/agui")):
+            continue
+        for method, operation in operations.items():
+            for status in ("401", "404", "409", "413", "422", "502", "503"):
+                answer = operation["responses"].get(status, {})
+                shape = answer.get("content", {}).get("application/json", {}).get("schema")
+                assert shape == error_shape, (method, path, status)

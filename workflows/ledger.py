@@ -42,6 +42,7 @@ from parley.contracts import (
     turn_tool_result,
 )
 from parley.errors import ErrorType, model_visible_text
+from parley.workflows.audit_archive import AUDIT_WINDOW_CAP
 from parley.workflows.events import EventLog
 from parley.workflows.pending import PendingCalls
 
@@ -233,7 +234,7 @@ class Ledger:
             chars -= message_chars(transcript.messages[drop])
             drop += 1
         transcript.drop_oldest(drop)
-        self._state.audit.keep_latest(KEPT_AUDIT_ENTRIES)
+        self._state.audit.keep_latest_archived(KEPT_AUDIT_ENTRIES, AUDIT_WINDOW_CAP)
         self._state.events.keep_latest(KEPT_EVENTS)
 
     def snapshot(self, query: StateQuery) -> ConversationSnapshot:
@@ -264,6 +265,7 @@ class Ledger:
             audit=audit,
             audit_offset=audit_offset,
             audit_total=s.audit.total,
+            audit_archive=s.audit.archive,
             counters=s.counters,
             event_count=s.events.total,
             last_turn=s.last_turn,

@@ -10,6 +10,8 @@ ready one, in this order (:meth:`RunLoop.steps`, one table):
 4. a decision that came by signal → apply it (``signalled``);
 4a. a message that waits for a turn, with no decision owed → its turn (``busy``);
 5. news from a subagent at work → a turn that applies it;
+5a. audit entries enough for a batch beyond the kept window → archive them
+    (``audit_archive``);
 6. time to hand over (``handover``) → continue as new with the carried state.
 
 The timer that wakes the loop always matches the earliest deadline. A subagent's
@@ -25,6 +27,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from temporalio import workflow
 
 from parley.contracts import ConversationStart, ConversationState, SubagentTask
+from parley.workflows.audit_archive import AuditArchiver
 from parley.workflows.deadlines import Deadlines
 from parley.workflows.followers import Followers
 from parley.workflows.handover import Handover, build_of_this_run
@@ -55,6 +58,7 @@ class RunLoop:
         self._followers = followers
         self.handover = Handover(state, start, ledger)
         self.deadlines = Deadlines(state, start, ledger, turns)
+        self.audit_archiver = AuditArchiver(state)
 
     def steps(self) -> list[Step]:
         state, idle = self._state, self._idle
@@ -65,6 +69,7 @@ class RunLoop:
             (lambda: idle() and state.dedup.queued_decisions != [], self._apply_signalled),
             (lambda: idle() and self._turns.busy.next_ready(), self._next_queued),
             (lambda: idle() and self._turns.subagents.has_news(), self._subagent_news),
+            (lambda: idle() and self.audit_archiver.due(), self._archive_audit),
             (self._should_continue_as_new, self._hand_over),
         ]
 
@@ -127,6 +132,10 @@ class RunLoop:
 
     async def _subagent_news(self) -> bool:
         await self._turns.run(subagent_news=True)
+        return False
+
+    async def _archive_audit(self) -> bool:
+        await self.audit_archiver.archive()
         return False
 
     def _should_continue_as_new(self) -> bool:

@@ -41,7 +41,7 @@ def audit(
         Path | None, typer.Option("--file", "-f", help="The export to verify ('-': stdin).")
     ] = None,
 ) -> None:
-    """Export every audit entry the conversation keeps (who decided what, when, on which
+    """Export every audit entry the conversation had (who decided what, when, on which
     arguments, by which channel), one JSON object a line after a header, each chained to
     the one before by hash; or, with --verify, check an export and name the first line
     that was altered, removed or added."""

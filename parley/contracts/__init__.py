@@ -8,7 +8,7 @@ LangChain messages travel inside models typed :data:`Messages` so that
 ``AIMessage.tool_calls`` survive the round trip.
 
 One module per part of the vocabulary (``names``, ``payloads``, ``tools``, ``model``,
-``limits``, ``conversation``, ``state``, ``usage``); import from this package, which
+``limits``, ``conversation``, ``audit``, ``state``, ``usage``); import from this package, which
 re-exports them all.
 
 History bytes are paid on every turn, so payloads are compact: :class:`PayloadConverter`
@@ -18,9 +18,9 @@ message's empty fields. Both read back to the same values.
 
 from __future__ import annotations
 
+from parley.contracts.audit import AuditArchiveRef, AuditEntry
 from parley.contracts.conversation import (
     Approval,
-    AuditEntry,
     ClientRun,
     ConversationSnapshot,
     Counters,
@@ -71,6 +71,7 @@ from parley.contracts.model import (
     StreamDelta,
 )
 from parley.contracts.names import (
+    ARCHIVE_AUDIT,
     ASSISTANT_MESSAGE_PREFIX,
     CALL_MODEL,
     CANONICAL_ARGS,
@@ -80,6 +81,7 @@ from parley.contracts.names import (
     PARLEY_REVIEWERS,
     PARLEY_STATUS,
     PARLEY_USER,
+    REWOUND_CALL_ID,
     RUN_TOOL,
     SEARCH_ATTRIBUTES,
     SESSION_ID_PATTERN,
@@ -118,6 +120,7 @@ from parley.contracts.policies import (
     evaluate,
 )
 from parley.contracts.state import (
+    ArchiveAuditInput,
     AuditWindow,
     ConversationStart,
     ConversationState,
@@ -143,6 +146,7 @@ from parley.contracts.tools import (
 from parley.contracts.usage import Usage
 
 __all__ = [
+    "ARCHIVE_AUDIT",
     "ASSISTANT_MESSAGE_PREFIX",
     "CALL_MODEL",
     "CANONICAL_ARGS",
@@ -163,6 +167,7 @@ __all__ = [
     "PAYLOAD_PREVIEW_BYTES",
     "PREVIEW_ARGS_CHARS",
     "PREVIEW_CHARS",
+    "REWOUND_CALL_ID",
     "RUN_TOOL",
     "SEARCH_ATTRIBUTES",
     "SESSION_ID_PATTERN",
@@ -175,6 +180,8 @@ __all__ = [
     "USER_ID_PATTERN",
     "WORKFLOW_ID_PREFIX",
     "Approval",
+    "ArchiveAuditInput",
+    "AuditArchiveRef",
     "AuditEntry",
     "AuditWindow",
     "CallModelInput",

@@ -4,9 +4,7 @@ are in ``parley.contracts.state``.)"""
 
 from __future__ import annotations
 
-import hashlib
-import json
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal, TypedDict
 
 from pydantic import (
@@ -14,8 +12,8 @@ from pydantic import (
     Field,
     model_validator,
 )
-from pydantic_core import to_jsonable_python
 
+from parley.contracts.audit import AuditArchiveRef, AuditEntry
 from parley.contracts.busy import WhileBusy
 from parley.contracts.model import ClientContext, ClientTool, ClientToolResult, ContextRef
 from parley.contracts.names import (
@@ -287,74 +285,6 @@ class TurnResult(Contract):
     usage: Usage | None = None
 
 
-class AuditEntry(Contract):
-    at: datetime
-    event: Literal[
-        "message",
-        "proposed",
-        "refused",
-        "decided",
-        "ran",
-        "failed",
-        "expired",
-        "turn_failed",
-        "decision_refused",
-        "notified",
-        "policy",
-        "remembered",
-        "escalated",
-        "upgraded",
-        "delegated",
-        "ended",
-        "enqueued",
-        "interrupted",
-        "unqueued",
-        "compacted",
-        "spending",
-        "forked",
-        "rewound",
-    ]
-    actor: str
-    tool_call_id: str | None = None
-    name: str | None = None
-    detail: dict[str, Any] = Field(default_factory=dict)
-    #: How a ``decided`` entry's decision reached the conversation: ``update`` (a
-    #: client's ``decide`` update), ``signal`` (``decide_signal``) or ``remembered``.
-    channel: str | None = None
-    #: The audit chain (docs/design.md, "The audit chain"): the hash of the entry before
-    #: this one (entry 0: :meth:`genesis`), and :meth:`chained_hash` of this one. None
-    #: on entries recorded before the chain, until the workflow next appends one.
-    prev_hash: str | None = None
-    hash: str | None = None
-
-    @staticmethod
-    def genesis(session_id: str) -> str:
-        """The ``prev_hash`` of a conversation's first entry."""
-        return hashlib.sha256(f"parley-audit\n{session_id}".encode()).hexdigest()
-
-    def canonical(self) -> str:
-        """The entry as the chain hashes it: compact JSON with sorted keys, the time in
-        UTC to the microsecond, without the hash fields or any field left at None (so a
-        field added later leaves the older entries' hashes as they were)."""
-        at = self.at if self.at.tzinfo is not None else self.at.replace(tzinfo=UTC)
-        fields = {
-            "at": at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-            "event": self.event,
-            "actor": self.actor,
-            "tool_call_id": self.tool_call_id,
-            "name": self.name,
-            "channel": self.channel,
-            "detail": to_jsonable_python(self.detail),
-        }
-        kept = {k: v for k, v in fields.items() if v is not None}
-        return json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-    def chained_hash(self, prev_hash: str) -> str:
-        """sha256 over the previous entry's hash and this entry's :meth:`canonical`."""
-        text = f"{prev_hash}\n{self.canonical()}"
-        return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
-
-
 class Counters(Contract):
     turns: int = 0
     model_calls: int = 0
@@ -362,6 +292,7 @@ class Counters(Contract):
     decisions: int = 0
     continued_as_new: int = 0
     subagents: int = 0
+    rewinds: int = 0
 
 
 class NotifyInput(Contract):
@@ -395,6 +326,8 @@ class ConversationSnapshot(Contract):
     audit: list[AuditEntry]
     audit_offset: int = 0
     audit_total: int = 0
+    #: Where entries before the ones this process keeps can be read (``parley.audit``).
+    audit_archive: AuditArchiveRef | None = None
     counters: Counters
     event_count: int
     last_turn: TurnResult | None = None

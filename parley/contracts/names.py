@@ -19,6 +19,8 @@ NOTIFY = "parley.notify"
 CANONICAL_ARGS = "parley.canonical_args"
 #: Summarizes the older part of a conversation for the model (a bounded context).
 COMPACT_CONTEXT = "parley.compact_context"
+#: Stores audit entries older than the kept window (the audit archive).
+ARCHIVE_AUDIT = "parley.archive_audit"
 #: The signal by which ``call_model`` streams its reply's text to its own workflow.
 STREAM_DELTA_SIGNAL = "stream_delta"
 
@@ -33,6 +35,12 @@ ASSISTANT_MESSAGE_PREFIX = "parley-ai-"
 #: A subagent's tool-call ids start so (``sub-<name>-<n>-``); a top-level conversation's
 #: never do, so a decision on one can never be taken for the other.
 SUBAGENT_CALL_PREFIX = "sub-"
+#: After a conversation's n-th rewind its tool-call ids start ``r<n>.``: a provider that
+#: numbers its calls afresh (``call_0``) would otherwise give a call cut away and the
+#: call proposed again the same id, and the second would be answered with the first's
+#: decision (the same update id) and result (the same idempotency key). Ids of this shape
+#: from a provider are never kept.
+REWOUND_CALL_ID = re.compile(r"\Ar[0-9]+\.")
 #: Joins a parent's session id and its subagent's name: a character no session id a
 #: user gives may hold, so no one can start (and so block) a conversation's subagent.
 SUBAGENT_SEPARATOR = "/"

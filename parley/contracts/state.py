@@ -32,9 +32,9 @@ from pydantic import (
     model_validator,
 )
 
+from parley.contracts.audit import AuditArchiveRef, AuditEntry
 from parley.contracts.busy import QueuedMessage, WhileBusy
 from parley.contracts.conversation import (
-    AuditEntry,
     Counters,
     DecideInput,
     Delegation,
@@ -98,11 +98,50 @@ class _LatestEntries:
             self.offset += extra
 
 
+class ArchiveAuditInput(Contract):
+    """``archive_audit``: store ``entries`` (entry number ``first`` first) after
+    ``parent``, the archive so far (None: a new archive starts at ``first``)."""
+
+    parent: AuditArchiveRef | None = None
+    first: int
+    entries: list[AuditEntry]
+
+
 class AuditWindow(_LatestEntries, Contract):
-    """The latest audit entries."""
+    """The latest audit entries, and the archive of the older ones (``archive``).
+
+    An entry leaves the window only once it is archived, so the audit log loses
+    nothing (``parley.workflows.audit_archive``); past ``cap`` entries (a run of a build
+    before the archive, whose history has no archive step) the oldest go regardless,
+    and the archive, if any, no longer meets the window."""
 
     entries: list[AuditEntry] = Field(default_factory=list)
     offset: int = 0
+    archive: AuditArchiveRef | None = None
+
+    def archive_meets_window(self) -> bool:
+        return self.archive is not None and self.archive.end >= self.offset
+
+    def archived_until(self) -> int:
+        """The number of the first entry not archived."""
+        if self.archive is not None and self.archive_meets_window():
+            return self.archive.end
+        return self.offset
+
+    def to_archive(self, keep: int) -> list[AuditEntry]:
+        """The entries older than the latest ``keep`` that are not archived yet."""
+        start, stop = self.archived_until(), self.total - keep
+        return self.entries[start - self.offset : stop - self.offset] if stop > start else []
+
+    def keep_latest_archived(self, keep: int, cap: int) -> None:
+        """Drop the oldest entries beyond the latest ``keep`` that are archived (past
+        ``cap`` entries, the oldest beyond ``keep`` whatever they are)."""
+        extra = len(self.entries) - keep
+        if extra > 0 and len(self.entries) <= cap:
+            extra = min(extra, self.archived_until() - self.offset)
+        if extra > 0:
+            del self.entries[:extra]
+            self.offset += extra
 
 
 class EventWindow(_LatestEntries, Contract):
@@ -141,6 +180,7 @@ _FLAT_FIELDS: dict[str, tuple[str, str]] = {
     "model_context": ("transcript", "model_context"),
     "audit": ("audit", "entries"),
     "audit_offset": ("audit", "offset"),
+    "audit_archive": ("audit", "archive"),
     "events": ("events", "entries"),
     "events_offset": ("events", "offset"),
     "delegations": ("delegations", "active"),

@@ -5,8 +5,8 @@ client can use it. Client side (the gateway).
   for every status the routes answer (``ERROR_RESPONSES``: 401, 404, 409, 413, 422,
   502, 503) in place of FastAPI's own validation-error schema, which is never sent;
 - response models for the conversation, the listing and ``/v1/me``
-  (``ConversationView`` leaves the internal ``model_context`` out, of the document and
-  of the answer);
+  (``ConversationView`` leaves the internal ``model_context`` and ``audit_archive``
+  out, of the document and of the answer);
 - ``/agui``'s ``RunAgentInput`` body and the ``text/event-stream`` replies
   (``SSE_REPLY``), which FastAPI cannot see in a route that reads its body itself.
 
@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from parley.client.visibility import ConversationSummary
-from parley.contracts import ContextRef, ConversationSnapshot
+from parley.contracts import AuditArchiveRef, ContextRef, ConversationSnapshot
 
 
 class ErrorDetail(BaseModel):
@@ -58,6 +58,7 @@ class ConversationView(ConversationSnapshot):
     """``GET /v1/conversations/{id}``: the conversation's page, and its Temporal UI link."""
 
     model_context: SkipJsonSchema[ContextRef | None] = Field(default=None, exclude=True)
+    audit_archive: SkipJsonSchema[AuditArchiveRef | None] = Field(default=None, exclude=True)
     temporal_ui_url: str | None = None
 
 

@@ -30,7 +30,8 @@ what no open or recently closed conversation can read (``parley store gc``, or t
 worker's Schedule, ``schedule``).
 
 Modules: ``base`` (the interface), ``local``, ``s3``, ``stores`` (choosing the store,
-the data converter), ``transcripts`` (the chain), ``retention``, ``schedule``.
+the data converter), ``transcripts`` (the chain), ``audit_archive`` (audit entries
+older than the kept window), ``retention``, ``schedule``.
 """
 
 from parley.storage.base import PayloadStore, Referrer, StoredObject

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from typing import TypeVar
 
 from langchain_core.messages import AnyMessage
 from pydantic import BaseModel, Field
@@ -21,6 +22,8 @@ from temporalio.converter import (
 )
 
 from parley.contracts import ContextRef, Messages, PayloadConverter, message_chars
+
+_Stored = TypeVar("_Stored", bound=BaseModel)
 
 #: Each time the transcript passes a multiple of this many messages, ``call_model``
 #: writes a checkpoint (the whole transcript in one segment, no parent): a segment holds
@@ -142,15 +145,23 @@ class TranscriptStore:
         return ref
 
     async def _read(self, ref: ContextRef) -> TranscriptSegment:
-        try:
-            [payload] = await self._driver.retrieve(
-                StorageDriverRetrieveContext(), [StorageDriverClaim(claim_data=ref.claim)]
-            )
-        except Exception as err:
-            raise ValueError(
-                f"transcript segment {ref.claim} could not be read from store "
-                f"{self._driver.name()!r} ({type(err).__name__}: {err}): every worker and "
-                "client must use the same PARLEY_PAYLOAD_STORE"
-            ) from err
-        [segment] = self._converter.from_payloads([payload], [TranscriptSegment])
-        return segment
+        return await read_stored(self._driver, ref.claim, TranscriptSegment, "transcript segment")
+
+
+async def read_stored(
+    driver: StorageDriver, claim: dict[str, str], model: type[_Stored], what: str
+) -> _Stored:
+    """One stored object of Parley's own (a transcript or audit archive segment), read
+    back as ``model``; a store that cannot give it raises ``ValueError`` saying so."""
+    try:
+        [payload] = await driver.retrieve(
+            StorageDriverRetrieveContext(), [StorageDriverClaim(claim_data=claim)]
+        )
+    except Exception as err:
+        raise ValueError(
+            f"{what} {claim} could not be read from store {driver.name()!r} "
+            f"({type(err).__name__}: {err}): every worker and client must use the same "
+            "PARLEY_PAYLOAD_STORE"
+        ) from err
+    [stored] = PayloadConverter().from_payloads([payload], [model])
+    return stored
