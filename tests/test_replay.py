@@ -14,7 +14,6 @@ blocking event read, the ``upgrade`` wake-up, an expiry and continue-as-new.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from pathlib import Path
@@ -28,6 +27,7 @@ from parley.storage import LocalFileStorageDriver, data_converter
 from parley.workflows.conversation import ConversationWorkflow
 from tests.support import call, registry, script
 from tests.support.transcripts import new_session, tool_messages
+from tests.support.waiting import eventually
 
 FIXTURE = Path(__file__).parent / "histories" / "conversation.json"
 FIXTURE_WORKFLOW_ID = "conversation-replay-fixture"
@@ -153,16 +153,20 @@ async def hold_channels(conversations: Conversations, sid: str) -> None:
     await handle.signal("decide_signal", approve)
     await handle.signal("decide_signal", approve)  # stale now: recorded as refused
     await handle.signal("upgrade")
-    for _ in range(100):
+
+    async def refused_and_at_rest() -> bool:
         state = await conversations.state(sid, "alice")
-        if [e.event for e in state.audit].count("decision_refused") == 1:
-            break
-        await asyncio.sleep(0.1)
+        refused = [e.event for e in state.audit].count("decision_refused") == 1
+        return refused and state.status == "idle"  # the approved call's turn is over
+
+    await eventually(refused_and_at_rest, 60, "the stale signal refused, the turn over")
     await conversations.send(sid, "alice", "write Q2")
-    for _ in range(100):  # the pending call expires (a 2 s deadline)
-        if not (await conversations.state(sid, "alice")).pending:
-            break
-        await asyncio.sleep(0.1)
+
+    async def expired_and_at_rest() -> bool:  # a 2 s deadline, then the turn that says so
+        state = await conversations.state(sid, "alice")
+        return not state.pending and state.status == "idle"
+
+    await eventually(expired_and_at_rest, 60, "the pending call expired, the turn over")
     await conversations.send(sid, "alice", "hello")
     await conversations.send(sid, "alice", "are you there")
     await conversations.end(sid, "alice")
