@@ -168,24 +168,27 @@ async def test_the_transcript_stays_readable_while_calls_are_pending(
         # stream): what is measured below is the settled page.
         await expect(page.get_by_test_id("send")).to_be_enabled(timeout=60_000)
         transcript = page.get_by_test_id("transcript")
-        last = transcript.locator('[data-testid="proposed-call"][data-tool-call-id="c2"]')
+        last_call = '[data-testid="proposed-call"][data-tool-call-id="c2"]'
+        last = transcript.locator(last_call)
         await expect(last).to_be_visible()
         box = await transcript.bounding_box()
         assert box is not None and box["height"] >= 180, box
         # The last message is inside the transcript's visible part, not under the panel.
-        shown = [await transcript.element_handle(), await last.element_handle()]
-        await page.wait_for_function(INSIDE, arg=shown, timeout=10_000)
+        # (Found afresh at each check: a redraw replaces the transcript's nodes.)
+        await page.wait_for_function(INSIDE, arg=last_call, timeout=10_000)
         # ...and the first is reached by scrolling.
-        first = transcript.locator('.msg[data-type="human"]').first
         await transcript.evaluate("(box) => { box.scrollTop = 0; }")
-        scrolled = [shown[0], await first.element_handle()]
-        await page.wait_for_function(INSIDE, arg=scrolled, timeout=10_000)
-        assert not await page.evaluate(INSIDE, shown)
+        await page.wait_for_function(INSIDE, arg='.msg[data-type="human"]', timeout=10_000)
+        assert not await page.evaluate(INSIDE, last_call)
         await screenshot(page, tmp_path, "scrolled-to-the-first")
 
 
-#: Whether the item is wholly within the box's visible part (in the page, as it paints).
-INSIDE = """([box, item]) => {
+#: Whether the transcript's first item matching the selector is wholly within its
+#: visible part (in the page, as it paints).
+INSIDE = """(selector) => {
+  const box = document.querySelector('[data-testid="transcript"]');
+  const item = box && box.querySelector(selector);
+  if (!item) return false;
   const outer = box.getBoundingClientRect(), inner = item.getBoundingClientRect();
   return inner.top >= outer.top - 1 && inner.bottom <= outer.bottom + 1;
 }"""
