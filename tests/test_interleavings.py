@@ -44,6 +44,7 @@ from parley.settings import Settings
 from parley.worker import build_worker
 from tests.support import RUNS, registry
 from tests.support.transcripts import new_session, tool_messages
+from tests.support.waiting import eventually
 
 OWNER = "olive"
 STRANGER = "mallory"
@@ -163,11 +164,11 @@ async def play(client: Client, steps: list[tuple]) -> None:
         body = {"decisions": [d.model_dump(mode="json") for d in decisions], "decided_by": user}
         await handle.signal("decide_signal", body)
         ledger.signals += 1
-        for _ in range(150):  # applied or refused: either way the audit log grows
-            if await audit_total() > before:
-                return
-            await asyncio.sleep(0.1)
-        raise AssertionError("a decision signal left no trace in the audit log")
+
+        async def traced() -> bool:  # applied or refused: either way the audit log grows
+            return await audit_total() > before
+
+        await eventually(traced, 60, "a decision signal's trace in the audit log")
 
     started = False
     running = worker()
@@ -231,12 +232,11 @@ async def play(client: Client, steps: list[tuple]) -> None:
                 running = worker()  # a fresh cache: the conversation replays from history
                 await running.__aenter__()
             elif kind == "let_calls_expire" and pending:
-                for _ in range(int(EXPIRY_SECONDS * 10) + 100):
-                    if not await pending_ids():
-                        break
-                    await asyncio.sleep(0.1)
-                else:
-                    raise AssertionError("pending calls outlived their deadline")
+
+                async def expired() -> bool:
+                    return not await pending_ids()
+
+                await eventually(expired, EXPIRY_SECONDS + 60, "the pending calls' expiry")
         if not started:
             return  # no message was ever sent: there is no conversation to check
         await conv.end(sid, OWNER)

@@ -22,6 +22,7 @@ from parley.contracts import Decision
 from parley.workflows.handover import UPDATES_PER_RUN
 from tests.support import call, registry, script
 from tests.support.transcripts import new_session, runs_in
+from tests.support.waiting import eventually
 
 WRITE = {"content": "", "tool_calls": [call("write_record", "c1", title="Q1")]}
 
@@ -86,11 +87,11 @@ async def test_a_followed_idle_run_hands_over_before_the_update_limit(parley_wor
             await asyncio.gather(
                 *(conversations.wait_for_events(sid, "alice", after=-1) for _ in range(8))
             )
-        for _ in range(200):
-            if (await handle.describe()).run_id != first_run:
-                break
-            await asyncio.sleep(0.1)
-        assert (await conversations.handle(sid).describe()).run_id != first_run
+
+        async def handed_over() -> bool:
+            return (await handle.describe()).run_id != first_run
+
+        await eventually(handed_over, 60, "the run continued as new")
         old = conversations.handle(sid)._client.get_workflow_handle(
             f"conversation-{sid}", run_id=first_run
         )

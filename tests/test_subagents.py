@@ -9,20 +9,19 @@ call. Ending the parent cancels it, and what it waited for never runs.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
 from langchain_core.messages import SystemMessage
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 
 from parley.activities.models.scripted import ScriptedChatModel
 from parley.activities.tool_calls import ToolActivities
 from parley.client import ConversationRefused
-from parley.contracts import Decision, RunToolInput, workflow_id_for
+from parley.contracts import ConversationSnapshot, Decision, RunToolInput, workflow_id_for
 from parley.errors import ErrorType
 from parley.policies import load_policies
 from tests.support import OFFERED, ByConversation, call, script
@@ -30,6 +29,7 @@ from tests.support.policy_tools import planner_model
 from tests.support.policy_tools import planner_registry as registry
 from tests.support.processes import PARLEY, ROOT
 from tests.support.transcripts import new_session, runs_in, tool_messages
+from tests.support.waiting import eventually
 
 
 async def test_a_subagents_confirm_call_is_approved_from_the_parent(parley_worker) -> None:
@@ -73,11 +73,11 @@ async def test_a_subagents_confirm_call_is_approved_from_the_parent(parley_worke
 
         # `parley list` shows the parent, waiting; the subagent's conversation is not
         # listed (its calls are decided on the parent's list).
-        for _ in range(100):
+        async def listing() -> dict[str, str]:
             listed = {c.session_id: c.status for c in await conversations.list("alice")}
-            if sid in listed:
-                break
-            await asyncio.sleep(0.1)
+            return listed if sid in listed else {}
+
+        listed = await eventually(listing, 60, "the parent listed")
         assert listed.get(sid) == "awaiting_approval"
         assert child not in listed
 
@@ -193,11 +193,12 @@ async def test_ending_the_parent_cancels_its_subagent(parley_worker) -> None:
         assert "subagent planner was stopped" in str(answers["p1"].content)
 
         handle = conversations.handle(child)
-        for _ in range(100):
+
+        async def closed() -> WorkflowExecutionDescription | None:
             description = await handle.describe()
-            if description.status != WorkflowExecutionStatus.RUNNING:
-                break
-            await asyncio.sleep(0.1)
+            return description if description.status != WorkflowExecutionStatus.RUNNING else None
+
+        description = await eventually(closed, 60, "the subagent's workflow closed")
         assert description.status == WorkflowExecutionStatus.CANCELED
         assert runs_in(child, "create_plan") == []
 
@@ -224,12 +225,12 @@ async def test_a_subagent_call_nobody_decides_on_expires_and_the_parent_goes_on(
         sid = new_session()
         turn = await conversations.send(sid, "alice", "get the Q3 plan done")
         assert [c.tool_call_id for c in turn.pending] == ["sub-planner-1-c3"]
-        for _ in range(150):
+
+        async def at_rest() -> ConversationSnapshot | None:
             state = await conversations.state(sid, "alice")
-            if state.status == "idle":
-                break
-            await asyncio.sleep(0.1)
-        assert state.status == "idle"
+            return state if state.status == "idle" else None
+
+        state = await eventually(at_rest, 60, "the parent at rest after the expiry")
         assert state.pending == []
         assert state.last_turn is not None
         assert state.last_turn.reply == "The planner could not record it."
