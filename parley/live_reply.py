@@ -119,7 +119,7 @@ async def send_following(
     finally:
         await follower.stop(task)
     with contextlib.suppress(ConversationRefused):
-        await _read_on(conversations, session_id, user_id, follower.position, live)
+        await follower.read_on()
     return result
 
 
@@ -133,7 +133,7 @@ async def _latest_offset(conversations: Conversations, session_id: str, user_id:
 
 
 class _Follower:
-    """Waits for events past ``position[0]`` and feeds them, until stopped."""
+    """Waits for events past ``position`` and feeds them, until stopped."""
 
     def __init__(
         self,
@@ -147,17 +147,18 @@ class _Follower:
         self._session_id = session_id
         self._user_id = user_id
         self._live = live
-        self.position = [after]
+        #: The offset of the last event fed.
+        self.position = after
         self._stopping = asyncio.Event()
         #: The wait in flight, if one is: its ``after`` and when it was sent.
         self._waiting: tuple[int, float] | None = None
 
     async def run(self) -> None:
         while not self._stopping.is_set():
-            self._waiting = (self.position[0], time.monotonic())
+            self._waiting = (self.position, time.monotonic())
             try:
                 await self._conversations.wait_for_events(
-                    self._session_id, self._user_id, self.position[0]
+                    self._session_id, self._user_id, self.position
                 )
             except ConversationRefused as refused:
                 if refused.error_type != ErrorType.NOT_FOUND:
@@ -166,13 +167,28 @@ class _Follower:
                 continue
             finally:
                 self._waiting = None
-            last = await _read_on(
-                self._conversations, self._session_id, self._user_id, self.position, self._live
-            )
+            last = await self.read_on()
             if last in TURN_ENDS:
                 # The turn's update answers about now: no wait is sent if it does.
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), TURN_END_PAUSE_SECONDS)
+
+    async def read_on(self) -> str | None:
+        """Feed the events past ``position`` up to the latest; the type of the last one
+        fed, if any was."""
+        last = None
+        while True:
+            page = await self._conversations.events(
+                self._session_id, self._user_id, after=self.position
+            )
+            for item in page.events:
+                self._live.feed(item.event)
+                last = item.event.get("type")
+            if page.next_after == self.position:
+                return last
+            self.position = page.next_after
+            if page.next_after >= page.latest:
+                return last
 
     async def stop(self, task: asyncio.Task[None]) -> None:
         """No further wait. The one in flight comes back on its own when an event is
@@ -198,25 +214,3 @@ class _Follower:
         except (TimeoutError, ConversationRefused):
             return False
         return latest > waiting_after
-
-
-async def _read_on(
-    conversations: Conversations,
-    session_id: str,
-    user_id: str,
-    position: list[int],
-    live: LiveReply,
-) -> str | None:
-    """Feed the events past ``position[0]`` up to the latest; the type of the last one
-    fed, if any was."""
-    last = None
-    while True:
-        page = await conversations.events(session_id, user_id, after=position[0])
-        for item in page.events:
-            live.feed(item.event)
-            last = item.event.get("type")
-        if page.next_after == position[0]:
-            return last
-        position[0] = page.next_after
-        if page.next_after >= page.latest:
-            return last
