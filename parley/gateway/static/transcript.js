@@ -48,7 +48,7 @@ export function keepTranscriptInView() {
   const box = $("transcript");
   seenHeight = box.clientHeight;
   box.addEventListener("scroll", () => {
-    if (scrolledTo !== null && Math.abs(box.scrollTop - scrolledTo) < 2) return;
+    if (scrolledTo !== null && !scrolledByReader(box)) return; // the page's own scroll
     scrolledTo = null;
     pinned = nearBottom(box, seenHeight || box.clientHeight);
   });
