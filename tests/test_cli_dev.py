@@ -224,12 +224,13 @@ def test_decisions_with_several_pending_calls_are_clear(two_call_worker) -> None
 
     edit = parley(env, "edit", *who, "--args", "{}")
     assert_one_line_error(edit, "edit needs one CALL_ID when 2 calls are pending")
-    one = parley(env, "approve", *who, "call-web")
-    assert_one_line_error(one, "missing a decision for")
+    one = json.loads(parley(env, "approve", *who, "call-web", "--json").stdout)
+    assert [r["tool_call_id"] for r in one["results"]] == ["call-web"]
+    assert [p["tool_call_id"] for p in one["pending"]] == ["call-api"]  # it keeps waiting
 
-    both = json.loads(parley(env, "approve", *who, "--json").stdout)
-    assert [r["status"] for r in both["results"]] == ["success", "success"]
-    assert both["reply"] == "both done"
+    rest = json.loads(parley(env, "approve", *who, "--json").stdout)
+    assert [r["tool_call_id"] for r in rest["results"]] == ["call-api"]
+    assert rest["reply"] == "both done"
 
 
 # --- list, send -------------------------------------------------------------------------

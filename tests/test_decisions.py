@@ -136,12 +136,14 @@ THREE_WRITES = {
 @pytest.mark.parametrize(
     "decided",
     [
-        pytest.param(["c1", "c2"], id="missing"),
+        pytest.param([], id="none"),
         pytest.param(["c1", "c2", "c3", "c9"], id="unknown"),
         pytest.param(["c1", "c2", "c3", "c1"], id="duplicate"),
     ],
 )
-async def test_one_decision_for_every_pending_call(parley_worker, decided: list[str]) -> None:
+async def test_a_malformed_set_of_decisions_applies_nothing(
+    parley_worker, decided: list[str]
+) -> None:
     async with parley_worker(registry(), script(THREE_WRITES, DONE)) as conversations:
         sid = new_session()
         turn = await conversations.send(sid, "alice", "write three")

@@ -104,10 +104,11 @@ async def test_reject_with_a_reason(parley_worker, page: Page, tmp_path: Path) -
         await screenshot(page, tmp_path, "rejected")
 
 
-async def test_several_pending_calls_are_decided_together(
+async def test_each_card_decides_its_own_call_and_the_others_wait(
     parley_worker, page: Page, tmp_path: Path
 ) -> None:
-    """Each card records its choice; one request goes when every card has one."""
+    """A card's button decides its call at once; the other card keeps waiting, and the
+    model goes on once every call is answered."""
     RUNS.clear()
     sid = f"web-{uuid.uuid4().hex[:10]}"
     model = script(
@@ -126,25 +127,26 @@ async def test_several_pending_calls_are_decided_together(
 
         cards = page.get_by_test_id("approval-card")
         await expect(cards).to_have_count(2)
-        first = page.locator('[data-testid="approval-card"][data-tool-call-id="c1"]')
         second = page.locator('[data-testid="approval-card"][data-tool-call-id="c2"]')
+        first = page.locator('[data-testid="approval-card"][data-tool-call-id="c1"]')
         await first.get_by_test_id("approve").click()
-        await expect(first).to_contain_text("will approve")
-        await expect(first.get_by_test_id("approve")).to_be_disabled()
-        await screenshot(page, tmp_path, "one-of-two-chosen")
-        assert runs_of("write_record") == []  # nothing is sent before every card has a choice
+
+        transcript = page.get_by_test_id("transcript")
+        await expect(
+            transcript.locator('[data-testid="tool-result"][data-tool-call-id="c1"]')
+        ).to_have_attribute("data-status", "success")
+        await expect(cards).to_have_count(1)  # c2 keeps waiting
+        await expect(second).to_have_count(1)
         await expect(page.get_by_test_id("status")).to_have_attribute(
             "data-status", "awaiting_approval"
         )
+        await screenshot(page, tmp_path, "one-of-two-decided")
+        assert [r["title"] for r in runs_of("write_record")] == ["a"]
 
         await second.get_by_test_id("reject-reason").fill("not b")
         await second.get_by_test_id("reject").click()
 
-        transcript = page.get_by_test_id("transcript")
         await expect(transcript).to_contain_text("Wrote a, left b alone.")
-        await expect(
-            transcript.locator('[data-testid="tool-result"][data-tool-call-id="c1"]')
-        ).to_have_attribute("data-status", "success")
         await expect(
             transcript.locator('[data-testid="tool-result"][data-tool-call-id="c2"]')
         ).to_have_attribute("data-status", "rejected")

@@ -163,8 +163,12 @@ class ConversationWorkflow:
     def _validate_send_message(self, raw: Any) -> None:
         message = gate.parse(SendMessageInput, raw, InvalidMessage)
         gate.check_owner(self._state, message.user_id)
-        if not self._results.earlier():
-            self._check_message(message)
+        if not self._results.earlier() and self._check_message(message):
+            if self._handover.pressing():  # queued, it would keep the run from resting
+                raise ConversationHandingOver(
+                    "this conversation moves to a new run once the turn in flight is "
+                    "done; send the message again then"
+                )
 
     def _check_message(self, message: SendMessageInput) -> bool:
         """Whether the message may start a turn now (False) or waits for one (True)."""
@@ -185,7 +189,7 @@ class ConversationWorkflow:
     async def decide(self, raw: Any) -> TurnResult:
         self._handover.updates += 1
         decision = gate.parse(DecideInput, raw, InvalidDecision)
-        gate.check_member(self._state, decision.decided_by)
+        gate.check_decider(self._state, decision)
         if replayed := self._results.earlier():
             return replayed
         if self._results.signalled():  # sent by signal first, when no worker was there
@@ -196,7 +200,7 @@ class ConversationWorkflow:
     @decide.validator
     def _validate_decide(self, raw: Any) -> None:
         decision = gate.parse(DecideInput, raw, InvalidDecision)
-        gate.check_member(self._state, decision.decided_by)
+        gate.check_decider(self._state, decision)
         if not self._results.earlier() and not self._results.signalled():
             self._check_decisions(decision)
 
@@ -275,7 +279,9 @@ class ConversationWorkflow:
 
     @workflow.signal(name=STREAM_DELTA_SIGNAL)
     def stream_delta(self, delta: StreamDelta) -> None:
-        """A batch of the reply in flight, from ``call_model`` (``streaming``)."""
+        """A batch of the reply in flight, from ``call_model`` (``streaming``). Counted
+        with the run's other signals: Temporal's limit counts every one."""
+        self._handover.signals += 1
         self._stream.add(delta)
 
     @workflow.signal
@@ -291,7 +297,9 @@ class ConversationWorkflow:
 
     @workflow.query
     def state(self, query: StateQuery) -> ConversationSnapshot:
-        gate.check_member(self._state, query.user_id)
+        escalated = gate.check_reader(self._state, query.user_id)
+        if escalated is not None:  # the person a call was escalated to: that call only
+            return self._ledger.escalated_snapshot(escalated)
         return self._ledger.snapshot(query)
 
     @workflow.query

@@ -12,6 +12,7 @@ on to its conversation, and a remembered decision is kept for later calls of its
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from langchain_core.messages import AIMessage
 from temporalio import workflow
@@ -125,7 +126,7 @@ class Decisions:
     async def apply(self, decide: DecideInput, edits: dict[str, tuple[ToolCall, Verdict]]) -> None:
         by_id = {d.tool_call_id: d for d in decide.decisions}
         pending = self._ledger.pending.take_all()
-        for call in pending:  # a decision by link names one call: the others wait on
+        for call in pending:  # the calls this decision does not name wait on
             if call.tool_call_id not in by_id:
                 self._ledger.pending.add(call)
         pending = [call for call in pending if call.tool_call_id in by_id]
@@ -133,6 +134,8 @@ class Decisions:
         own = [call for call in pending if call.subagent is None]
         owner_ai = self._ai_message_of(own[0].tool_call_id) if own else None
         passed_on: dict[str, list[Decision]] = {}
+        #: A subagent's calls are audited once it applied (or refused) the decisions.
+        passed_calls: list[tuple[PendingCall, dict[str, Any]]] = []
         try:
             for call in pending:
                 decision = by_id[call.tool_call_id]
@@ -147,14 +150,14 @@ class Decisions:
                     detail["approvals"] = f"{count} of {call.approvals_needed}"
                 if decide.link is not None:
                     detail["link"] = decide.link
-                if call.subagent is not None:
+                if call.subagent is not None:  # its conversation applies (and remembers) it
                     detail["subagent"] = call.subagent.session_id
                     passed_on.setdefault(call.subagent.tool_call_id, []).append(decision)
+                    passed_calls.append((call, detail))
+                    continue
                 self._ledger.audit(
                     "decided", decide.decided_by, call.tool_call_id, call.name, detail
                 )
-                if call.subagent is not None:
-                    continue  # the subagent's conversation applies it (and remembers it)
                 if decision.remember:
                     self._remember(call, decision, decide.decided_by)
                 await self._apply_one(call, decision, decide.decided_by, edit)
@@ -163,7 +166,19 @@ class Decisions:
                 self._ledger.abandon_unanswered(owner_ai)
             raise
         if passed_on:
-            await self._subagents.pass_on(passed_on, decide.decided_by)
+            refused = await self._subagents.pass_on(passed_on, decide.decided_by)
+            for call, detail in passed_calls:
+                assert call.subagent is not None
+                why = refused.get(call.subagent.tool_call_id)
+                if why is None:
+                    self._ledger.audit(
+                        "decided", decide.decided_by, call.tool_call_id, call.name, detail
+                    )
+                    continue
+                detail = {**detail, "type": InvalidDecision.error_type, "message": why}
+                self._ledger.audit(
+                    "decision_refused", decide.decided_by, call.tool_call_id, call.name, detail
+                )
 
     def _remember(self, call: PendingCall, decision: Decision, decided_by: str) -> None:
         """Later calls of this shape take this decision without asking (bounded)."""

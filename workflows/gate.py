@@ -70,11 +70,54 @@ def check_owner(state: ConversationState, user_id: str) -> None:
         raise NotOwner(NOT_OWNER_MESSAGE)
 
 
+def is_member(state: ConversationState, user_id: str) -> bool:
+    return user_id == state.user_id or user_id in state.reviewers
+
+
 def check_member(state: ConversationState, user_id: str) -> None:
     """The owner or one of the conversation's reviewers: they may read it and decide
     on its calls (only the owner sends messages and ends it)."""
-    if user_id != state.user_id and user_id not in state.reviewers:
+    if not is_member(state, user_id):
         raise NotOwner(NOT_OWNER_MESSAGE)
+
+
+def escalated_to(state: ConversationState, user_id: str) -> set[str]:
+    """The calls escalated to ``user_id`` (their rule's ``escalate_to``, once their first
+    deadline passed): waiting now, or recorded ``escalated`` in the kept audit log."""
+    ids = {
+        call.tool_call_id
+        for call in state.pending
+        if call.on_timeout is not None
+        and call.on_timeout.escalated
+        and call.on_timeout.escalate_to == user_id
+    }
+    ids |= {
+        entry.tool_call_id
+        for entry in state.audit.entries
+        if entry.event == "escalated" and entry.tool_call_id and entry.detail.get("to") == user_id
+    }
+    return ids
+
+
+def check_reader(state: ConversationState, user_id: str) -> set[str] | None:
+    """Who may read the conversation: a member reads all of it (None); the person a
+    call was escalated to reads those calls only (their ids); anyone else is refused."""
+    if is_member(state, user_id):
+        return None
+    escalated = escalated_to(state, user_id)
+    if not escalated:
+        raise NotOwner(NOT_OWNER_MESSAGE)
+    return escalated
+
+
+def may_review(state: ConversationState, call: PendingCall, user_id: str) -> bool:
+    """Whether ``user_id`` counts as a reviewer of ``call``: one of the conversation's
+    reviewers, or the person the call was escalated to; never its requester."""
+    if user_id == state.user_id:
+        return False
+    timeout = call.on_timeout
+    escalated = timeout is not None and timeout.escalated and timeout.escalate_to == user_id
+    return user_id in state.reviewers or escalated
 
 
 def check_open(state: ConversationState) -> None:
@@ -155,14 +198,29 @@ def check_message(
     return False
 
 
+def check_decider(state: ConversationState, decision: DecideInput) -> None:
+    """A member decides any call; the person a call was escalated to, only that call."""
+    escalated = check_reader(state, decision.decided_by)
+    if escalated is None:
+        return
+    others = [d.tool_call_id for d in decision.decisions if d.tool_call_id not in escalated]
+    if others:
+        raise InvalidDecision(
+            f"decision refused: {decision.decided_by} may decide only the calls escalated "
+            f"to them ({', '.join(sorted(escalated))}), not {', '.join(others)}"
+        )
+
+
 def expired_calls(pending: list[PendingCall], now: datetime) -> list[PendingCall]:
     return [call for call in pending if call.expires_at <= now]
 
 
 def check_decisions(state: ConversationState, decision: DecideInput, now: datetime) -> None:
-    """One decision for every pending call, no more, no unknown or expired ids, edited
-    args that fit the tool's schema (no keys it does not name, unless it opts in)."""
-    check_member(state, decision.decided_by)
+    """A decision for one or more pending calls (the calls it does not name keep
+    waiting), each named once, no unknown or expired ids, edited args that fit the
+    tool's schema (no keys it does not name, unless it opts in). The person a call was
+    escalated to decides that call, and nothing else."""
+    check_decider(state, decision)
     # A call past its deadline is expired even if the timer has not fired yet (the
     # decision and the timer may arrive in the same workflow task): never run it. One
     # the timer already answered says so too, even while that answer's turn runs.
@@ -192,13 +250,13 @@ def check_decisions(state: ConversationState, decision: DecideInput, now: dateti
     unknown = [i for i in given if i not in pending and i not in expired]
     if unknown:
         problems.append(f"unknown or no longer pending: {', '.join(unknown)}")
+    if not given:
+        problems.append("no tool call is named")
     if decision.link is not None and len(given) != 1:
         problems.append("a decision by link names exactly one call")
-    missing = [i for i in pending if i not in given] if decision.link is None else []
-    if missing:
-        problems.append(f"missing a decision for: {', '.join(missing)}")
     # Said only when the set of ids is what is wrong.
-    hint = " Send one decision for every pending call." if problems else ""
+    waiting = ", ".join(pending)
+    hint = f" The calls that wait: {waiting}." if problems else ""
     catalogue = state.tools or ToolCatalogue(tools=[])
     for d in decision.decisions:
         if d.remember and d.action not in ("approve", "reject"):
@@ -223,7 +281,7 @@ def check_decisions(state: ConversationState, decision: DecideInput, now: dateti
             call is not None
             and call.reviewer_rule
             and d.action == "approve"  # an edit is a new proposal: the rules judge it
-            and (decision.decided_by == state.user_id or decision.decided_by not in state.reviewers)
+            and not may_review(state, call, decision.decided_by)
         ):
             problems.append(
                 f"rule `{call.reviewer_rule}` requires a reviewer other than the requester "

@@ -28,6 +28,7 @@ from parley.contracts import (
     AuditEntry,
     ConversationSnapshot,
     ConversationState,
+    Counters,
     PendingCall,
     PolicyOutcome,
     StateQuery,
@@ -270,6 +271,24 @@ class Ledger:
             event_count=s.events.total,
             last_turn=s.last_turn,
             usage=s.usage or Usage(),
+        )
+
+    def escalated_snapshot(self, tool_call_ids: set[str]) -> ConversationSnapshot:
+        """What the person some calls were escalated to may read: those calls while they
+        wait, and their audit entries (who decided them, and how); no message, no other
+        call, no usage."""
+        s = self._state
+        audit = [e for e in s.audit.entries if e.tool_call_id in tool_call_ids]
+        return ConversationSnapshot(
+            session_id=s.session_id,
+            user_id=s.user_id,
+            status=s.status,
+            pending=[c for c in s.pending if c.tool_call_id in tool_call_ids],
+            transcript=[],
+            audit=audit,
+            audit_total=len(audit),
+            counters=Counters(),
+            event_count=0,
         )
 
 

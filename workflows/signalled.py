@@ -75,7 +75,8 @@ class SignalledDecisions:
             self._results.refused(request.request_id, refusal)
             self.record_refused(request.decided_by, refusal, request)
             if self._start.subagent is not None:
-                await self._turns.subagents.report_to_parent()  # so the parent stops waiting
+                # So the parent stops waiting, and records the decision refused.
+                await self._turns.subagents.report_to_parent(refused=refusal.message)
         finally:
             self._results.applying = None
 

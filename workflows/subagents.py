@@ -110,9 +110,13 @@ class Subagents:
         await self._wait_for_subagents([call.tool_call_id])
         self.apply_news()
 
-    async def pass_on(self, decisions: dict[str, list[Decision]], decided_by: str) -> None:
+    async def pass_on(
+        self, decisions: dict[str, list[Decision]], decided_by: str
+    ) -> dict[str, str]:
         """Send each subagent the decisions on its calls (by the call that started it),
-        then wait until each has come to rest again."""
+        then wait until each has come to rest again. Returns why, by the call that
+        started it, each subagent that refused its decisions did so (nothing of them
+        was applied there)."""
         from parley.workflows.conversation import ConversationWorkflow  # a cycle otherwise
 
         for tool_call_id, given in decisions.items():
@@ -127,7 +131,13 @@ class Subagents:
             except Exception as err:  # it ended meanwhile: its end is applied below
                 workflow.logger.info("could not pass decisions on to a subagent: %s", err)
         await self._wait_for_subagents(list(decisions))
+        refused = {
+            r.tool_call_id: r.refused
+            for r in self._state.delegations.reports
+            if r.refused is not None and r.tool_call_id in decisions
+        }
         self.apply_news()
+        return refused
 
     async def _wait_for_subagents(self, tool_call_ids: list[str]) -> None:
         await workflow.wait_condition(lambda: all(self._news_from(i) for i in tool_call_ids))
@@ -231,9 +241,12 @@ class Subagents:
         state.delegations.reports = []
         self._ledger.pending.remove_subagents()
 
-    async def report_to_parent(self, results: list[TurnToolResult] | None = None) -> None:
+    async def report_to_parent(
+        self, results: list[TurnToolResult] | None = None, refused: str | None = None
+    ) -> None:
         """In a subagent's conversation: tell the parent which calls wait for a decision
-        (``subagent_report``). A parent that has ended is told nothing."""
+        (``subagent_report``), and why the decisions it passed on were refused, if they
+        were. A parent that has ended is told nothing."""
         state = self._state
         task = self._start.subagent
         assert task is not None
@@ -245,6 +258,7 @@ class Subagents:
             sequence=state.delegations.reports_sent,
             pending=list(state.pending),
             results=results or [],
+            refused=refused,
         )
         try:
             await workflow.get_external_workflow_handle(task.parent_workflow_id).signal(

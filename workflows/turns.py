@@ -52,6 +52,10 @@ from parley.workflows.subagents import Subagents
 from parley.workflows.triage import Proposal, Verdict
 from parley.workflows.usage import UsageMeter
 
+#: The patch under which a decision on some of the pending calls leaves the webhook's
+#: announcement of the others going; histories recorded before it cancelled it.
+PARTIAL_DECISIONS_KEEP_NOTICES = "partial-decisions-keep-notices"
+
 
 class TurnEngine:
     def __init__(
@@ -104,7 +108,7 @@ class TurnEngine:
             state.turn_results = []
             self._usage.begin_turn()
             pending_before = {call.tool_call_id for call in state.pending}
-            if decisions is not None or expired:
+            if expired or (decisions is not None and self._answers_every_call(decisions)):
                 self.notifier.cancel_all()  # the calls it announced are being answered
             self._events.run_started(run_id)
             if opening is not None:
@@ -131,6 +135,14 @@ class TurnEngine:
         if self._start.subagent is not None and result.status == "awaiting_approval":
             await self.subagents.report_to_parent(result.results)
         return result
+
+    def _answers_every_call(self, decisions: DecideInput) -> bool:
+        """Whether a decision names every pending call; one that names some leaves the
+        announcement of the others going (recorded before that: it always stopped)."""
+        named = {d.tool_call_id for d in decisions.decisions}
+        if named >= {call.tool_call_id for call in self._state.pending}:
+            return True
+        return not workflow.patched(PARTIAL_DECISIONS_KEEP_NOTICES)
 
     @contextmanager
     def _turn(self) -> Iterator[None]:

@@ -22,7 +22,14 @@ from parley.cli.app import (
     run_async,
 )
 from parley.client import ConversationRefused
-from parley.contracts import Decision, DecisionAction, PendingCall, TurnResult
+from parley.contracts import (
+    AuditEntry,
+    Decision,
+    DecisionAction,
+    PendingCall,
+    TurnResult,
+    refusal_of,
+)
 from parley.errors import ErrorType
 
 Message = Annotated[
@@ -114,15 +121,13 @@ def decide(
 
     async def work() -> TurnResult:
         conv = await conversations(session, user)
-        pending: list[PendingCall] = []
-        if not call_ids:
-            state = await conv.state(session, user)
-            if state.status == "ended":
-                raise ConversationRefused(
-                    f"conversation {session} has ended; its calls will never run",
-                    ErrorType.CONVERSATION_ENDED,
-                )
-            pending = state.pending
+        state = await conv.state(session, user)
+        if state.status == "ended":
+            raise ConversationRefused(
+                f"conversation {session} has ended; its calls will never run",
+                ErrorType.CONVERSATION_ENDED,
+            )
+        pending: list[PendingCall] = state.pending
         if tool_pattern is not None:
             pending = [p for p in pending if fnmatch.fnmatchcase(p.name, tool_pattern)]
             if not pending:
@@ -150,9 +155,23 @@ def decide(
             )
             for i in ids
         ]
-        return await conv.decide(session, user, decisions)
+        result = await conv.decide(session, user, decisions)
+        left = [p for p in pending if p.tool_call_id in ids and result.left_waiting(p)]
+        if left:  # refused on the way (by a subagent): say so, never "decided"
+            after = await conv.state(session, user)
+            raise ConversationRefused(not_applied(left, after.audit), ErrorType.INVALID_DECISION)
+        return result
 
     print_turn(run_async(work), as_json, session, user)
+
+
+def not_applied(calls: list[PendingCall], audit: list[AuditEntry]) -> str:
+    """One line: the decisions on ``calls`` were not applied, and why, so nobody reads
+    "decided" for a call that still waits."""
+    why = refusal_of(audit, {c.tool_call_id for c in calls})
+    reason = f" ({why})" if why else ""
+    names = ", ".join(c.tool_call_id for c in calls)
+    return f"not decided{reason}: {names} still waiting for a decision"
 
 
 def parse_args_option(raw: str | None) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ message's empty fields. Both read back to the same values.
 
 from __future__ import annotations
 
-from parley.contracts.audit import AuditArchiveRef, AuditEntry
+from parley.contracts.audit import AuditArchiveRef, AuditEntry, refusal_of
 from parley.contracts.conversation import (
     Approval,
     ClientRun,
@@ -252,6 +252,7 @@ __all__ = [
     "evaluate",
     "message_chars",
     "model_view",
+    "refusal_of",
     "subagent_session_id",
     "subagent_tag",
     "text_of",

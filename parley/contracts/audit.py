@@ -96,3 +96,14 @@ class AuditArchiveRef(Contract):
     @property
     def end(self) -> int:
         return self.first + self.length
+
+
+def refusal_of(audit: list[AuditEntry], tool_call_ids: set[str]) -> str | None:
+    """Why the latest decision on one of ``tool_call_ids`` was refused after it was
+    accepted (a subagent refused it: ``decision_refused``), or None."""
+    for entry in reversed(audit):
+        if entry.event == "decision_refused" and entry.tool_call_id in tool_call_ids:
+            message = entry.detail.get("message")
+            if message:
+                return str(message)
+    return None

@@ -262,6 +262,9 @@ class SubagentReport(Contract):
     sequence: int
     pending: list[PendingCall] = Field(default_factory=list)
     results: list[TurnToolResult] = Field(default_factory=list)
+    #: Set when the subagent refused the decisions its parent passed on (why, in one
+    #: line): the parent records them refused, never decided.
+    refused: str | None = None
 
 
 class RememberedDecision(Contract):
@@ -283,6 +286,17 @@ class TurnResult(Contract):
     error: str | None = None
     #: The tokens of this turn's model calls (None: it called no model).
     usage: Usage | None = None
+
+    def left_waiting(self, call: PendingCall) -> bool:
+        """Whether the decision on ``call`` that led here left it waiting just as it
+        was (same arguments, no approval more): nothing of it was applied, as when a
+        subagent refused it. A surface says "decided" only when this is False."""
+        now = next((p for p in self.pending if p.tool_call_id == call.tool_call_id), None)
+        return (
+            now is not None
+            and now.args_hash == call.args_hash
+            and len(now.approvals) == len(call.approvals)
+        )
 
 
 class Counters(Contract):

@@ -22,7 +22,7 @@ from fastapi import APIRouter, Depends, Form
 from fastapi.responses import HTMLResponse
 
 from parley.client import ConversationRefused
-from parley.contracts import Decision, PendingCall, TurnResult
+from parley.contracts import Decision, PendingCall, TurnResult, refusal_of
 from parley.errors import ErrorType
 from parley.gateway.deps import Gateway, gateway
 from parley.links import ApprovalLink, LinkRefused, verify
@@ -79,7 +79,17 @@ async def use_link(
         return _page(refused.status, "This link cannot decide", refused.reason)
     except ConversationRefused as refusal:
         return _page(409, "This link cannot decide", refusal.message)
+    if result.left_waiting(call):
+        why = await _refusal_of(gw, link)
+        return _page(409, "Not decided", f"{why} {call.name} still waits for a decision.")
     return _page(200, "Decided", _outcome(link, call, result))
+
+
+async def _refusal_of(gw: Gateway, link: ApprovalLink) -> str:
+    """Why the decision on the link's call was not applied, as the audit log says."""
+    snapshot = await gw.conversations.state(link.session_id, link.user_id)
+    why = refusal_of(snapshot.audit, {link.tool_call_id})
+    return f"The decision was refused: {why}." if why else "The decision was not applied."
 
 
 def _link(gw: Gateway, token: str) -> ApprovalLink:
@@ -129,7 +139,7 @@ def _outcome(link: ApprovalLink, call: PendingCall, result: TurnResult) -> str:
             f"You approved {call.name}: {len(waiting.approvals)} of "
             f"{waiting.approvals_needed} approvals; it runs once enough reviewers approve."
         )
-    return f"You approved {call.name}."
+    return f"You approved {call.name}; it no longer waits for a decision."
 
 
 def _page(status: int, title: str, body: str, *, raw: bool = False) -> HTMLResponse:

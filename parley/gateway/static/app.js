@@ -16,7 +16,7 @@
 // Untrusted text (messages, tool output, arguments, ids) only ever reaches the DOM
 // through textContent / attribute setters, never innerHTML.
 
-import { approveAll, sendChoices, tickExpiries } from "./approvals.js";
+import { approveAll, tickExpiries } from "./approvals.js";
 import { hashParams, loadMe, showTokenForm, signOut, takeTokenFromHash } from "./auth.js";
 import { openConversation, renderChat, retryFrom, sendMessage } from "./conversation.js";
 import { clearError, randomId } from "./dom.js";
@@ -110,7 +110,6 @@ function wire() {
   });
   keepTranscriptInView();
   $("approve-all").addEventListener("click", approveAll);
-  $("send-decisions").addEventListener("click", sendChoices);
   window.addEventListener("hashchange", onHashChange);
   setInterval(tickClocks, 30000);
 }

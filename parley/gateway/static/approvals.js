@@ -1,5 +1,7 @@
-// The approval cards: one per pending call, its decision (approve, edit, reject,
-// respond), and sending the decisions together.
+// The approval cards: one per pending call. A card's button (approve, edit, reject,
+// respond) decides its own call at once, and the others keep waiting; "Approve all"
+// approves every call. A card that is still there after its decision was not applied,
+// and the page says so.
 
 import { api, conversationPath, handleError } from "./api.js";
 import { el, expiryText, showError } from "./dom.js";
@@ -15,7 +17,6 @@ export function renderCards(pending) {
     if (!ids.has(id)) {
       card.remove();
       state.cards.delete(id);
-      state.choices.delete(id);
     }
   }
   for (const p of pending) {
@@ -30,7 +31,7 @@ export function renderCards(pending) {
   $("approvals-title").textContent =
     pending.length === 1
       ? "1 tool call needs your decision"
-      : `${pending.length} tool calls need your decision — decide each, they are sent together`;
+      : `${pending.length} tool calls need your decision — each card decides its own call`;
   refreshCards();
 }
 
@@ -82,9 +83,6 @@ export function buildCard(p) {
     title: "Answer the model yourself: the tool does not run",
   });
   const answerError = el("div", { class: "field-error", "data-testid": "respond-error", hidden: true });
-  const choice = el("span", { class: "choice-text", "data-testid": "choice" });
-  const change = el("button", { type: "button", class: "link-button", text: "change" });
-  const choiceRow = el("div", { class: "choice", hidden: true }, choice, change);
   const expiry = el("span", { class: "expiry", "data-expires-at": p.expires_at || "" });
   expiry.textContent = p.expires_at ? expiryText(p.expires_at) : "";
 
@@ -118,7 +116,6 @@ export function buildCard(p) {
     ),
     el("div", { class: "card-actions respond-row" }, answer, respond),
     answerError,
-    choiceRow,
   );
   card._parley = {
     p,
@@ -133,8 +130,6 @@ export function buildCard(p) {
     answer,
     respond,
     answerError,
-    choice,
-    choiceRow,
   };
 
   textarea.addEventListener("input", () => {
@@ -162,10 +157,6 @@ export function buildCard(p) {
       e.preventDefault();
       choose(p.tool_call_id, "respond", card);
     }
-  });
-  change.addEventListener("click", () => {
-    state.choices.delete(p.tool_call_id);
-    refreshCards();
   });
   return card;
 }
@@ -215,63 +206,26 @@ export function choose(toolCallId, action, card) {
   // Check the arguments first: a mistake is shown even if a request is in flight.
   const decision = decisionFor(card, action);
   if (!decision || state.busy) return;
-  const pending = currentPending();
-  if (pending.length <= 1) {
-    submitDecisions([decision]);
-    return;
-  }
-  state.choices.set(toolCallId, decision);
-  refreshCards();
-  if (pending.every((p) => state.choices.has(p.tool_call_id))) sendChoices();
+  submitDecisions([decision]);
 }
 
 export function approveAll() {
   if (state.busy) return;
-  for (const p of currentPending()) {
-    if (!state.choices.has(p.tool_call_id)) {
-      state.choices.set(p.tool_call_id, approval(p));
-    }
-  }
-  refreshCards();
-  sendChoices();
-}
-
-export function sendChoices() {
-  const decisions = currentPending().map((p) => state.choices.get(p.tool_call_id));
-  if (decisions.some((d) => !d)) return;
-  submitDecisions(decisions);
-}
-
-export function choiceText(d) {
-  if (d.action === "approve") return "✓ will approve";
-  if (d.action === "edit") return "✎ will approve with edited arguments";
-  if (d.action === "respond") return `↩ will respond: “${d.message}”`;
-  return d.message ? `✕ will reject: “${d.message}”` : "✕ will reject";
+  submitDecisions(currentPending().map(approval));
 }
 
 export function refreshCards() {
   const pending = currentPending();
-  const several = pending.length > 1;
-  const chosen = pending.filter((p) => state.choices.has(p.tool_call_id)).length;
   for (const card of state.cards.values()) {
     const ui = card._parley;
-    const d = state.choices.get(ui.p.tool_call_id);
-    card.classList.toggle("chosen", Boolean(d));
-    card.dataset.choice = d ? d.action : "";
-    ui.choiceRow.hidden = !d;
-    ui.choice.textContent = d ? choiceText(d) : "";
-    for (const b of [ui.approve, ui.edit, ui.reject, ui.respond]) b.disabled = state.busy || Boolean(d);
-    ui.textarea.readOnly = state.busy || Boolean(d);
-    ui.reason.disabled = state.busy || Boolean(d);
-    ui.answer.disabled = state.busy || Boolean(d);
-    ui.choiceRow.querySelector("button").disabled = state.busy;
+    for (const b of [ui.approve, ui.edit, ui.reject, ui.respond]) b.disabled = state.busy;
+    ui.textarea.readOnly = state.busy;
+    ui.reason.disabled = state.busy;
+    ui.answer.disabled = state.busy;
   }
   const approveAllButton = $("approve-all");
-  approveAllButton.hidden = !several;
-  approveAllButton.textContent = chosen ? "Approve the rest" : "Approve all";
-  approveAllButton.disabled = state.busy || chosen === pending.length;
-  const sendButton = $("send-decisions");
-  sendButton.hidden = !(several && chosen === pending.length && !state.busy);
+  approveAllButton.hidden = pending.length < 2;
+  approveAllButton.disabled = state.busy;
   $("approvals").classList.toggle("busy", state.busy);
 }
 
@@ -280,10 +234,15 @@ export async function submitDecisions(decisions) {
   if (!sid || state.busy) return;
   setBusy(true);
   try {
+    const asked = new Map(currentPending().map((p) => [p.tool_call_id, p]));
     const turn = await api("POST", `${conversationPath(sid)}/decisions`, { decisions });
-    if (state.sid === sid) {
-      for (const d of decisions) state.choices.delete(d.tool_call_id);
-      if (turn && turn.status === "failed") showError(`The turn failed: ${turn.error || "no detail"}`);
+    if (state.sid === sid && turn) {
+      if (turn.status === "failed") showError(`The turn failed: ${turn.error || "no detail"}`);
+      const left = decisions.filter((d) => leftWaiting(asked.get(d.tool_call_id), turn));
+      if (left.length) {
+        const ids = left.map((d) => d.tool_call_id).join(", ");
+        showError(`Not decided: ${ids} still waits; the decision was refused on the way (see the audit log).`);
+      }
     }
   } catch (err) {
     handleError(err);
@@ -337,6 +296,16 @@ function quorumMark(call) {
 
 // An approval names the arguments it was given for (args_hash): a call whose arguments
 // changed since (an edit, under a quorum) is never approved by an old click.
+// The decision on `call` left it waiting just as it was: nothing of it was applied
+// (TurnResult.left_waiting on the server's side).
+function leftWaiting(call, turn) {
+  if (!call) return false;
+  const now = (turn.pending || []).find((p) => p.tool_call_id === call.tool_call_id);
+  return Boolean(
+    now && now.args_hash === call.args_hash && (now.approvals || []).length === (call.approvals || []).length,
+  );
+}
+
 function approval(p) {
   const decision = { tool_call_id: p.tool_call_id, action: "approve" };
   if (p.args_hash) decision.args_hash = p.args_hash;

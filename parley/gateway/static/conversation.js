@@ -23,7 +23,6 @@ export function openConversation(sid) {
   stopStream();
   state.sid = sid;
   state.snapshot = null;
-  state.choices.clear();
   state.cards.clear();
   $("cards").replaceChildren();
   state.live.clear();

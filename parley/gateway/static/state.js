@@ -18,7 +18,6 @@ export const state = {
   snapshot: null, // its latest snapshot (null: not created yet)
   snapshotSeq: 0, // guards against an older snapshot answer landing last
   conversations: [],
-  choices: new Map(), // tool_call_id -> decision recorded on its card
   cards: new Map(), // tool_call_id -> card element
   busy: false, // a send or a decision request is in flight
   running: false, // between RUN_STARTED and RUN_FINISHED / RUN_ERROR
