@@ -174,6 +174,8 @@ class Decisions:
                     self._ledger.audit(
                         "decided", decide.decided_by, call.tool_call_id, call.name, detail
                     )
+                    if call.name == SPEND_CALL and by_id[call.tool_call_id].action == "approve":
+                        self.spend.raise_mark(call)  # the mark holds for the whole tree
                     continue
                 detail = {**detail, "type": InvalidDecision.error_type, "message": why}
                 self._ledger.audit(

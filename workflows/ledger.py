@@ -37,7 +37,6 @@ from parley.contracts import (
     ToolResult,
     TurnResult,
     TurnStatus,
-    Usage,
     message_chars,
     model_view,
     turn_tool_result,
@@ -270,7 +269,8 @@ class Ledger:
             counters=s.counters,
             event_count=s.events.total,
             last_turn=s.last_turn,
-            usage=s.usage or Usage(),
+            usage=s.tree_usage(),
+            subagent_usage=s.delegations.usage(),
         )
 
     def escalated_snapshot(self, tool_call_ids: set[str]) -> ConversationSnapshot:

@@ -2,7 +2,9 @@
 Workflow side (deterministic).
 
 The policy file's ``[budget] confirm_over_tokens = N`` reaches the workflow with the
-worker's catalogue. Before each model call, once the conversation's model calls have
+worker's catalogue. Before each model call, once the conversation's tree (its own model
+calls and its subagents', ``ConversationState.tree_usage``; in a subagent's
+conversation, counted from what its parent's tree had used when the task began) has
 used N tokens in all (``parley.workflows.usage``), the call does not happen: a pending
 call named ``parley_continue_spending`` asks the owner (or a reviewer), on every
 surface that shows pending calls, and is audited like any other. Approve raises the
@@ -55,8 +57,9 @@ class SpendGate:
     def must_ask(self) -> bool:
         """Before a model call: whether it must wait (a spending call is then pending)."""
         step = self._step()
-        used = self._state.usage.total_tokens if self._state.usage else 0
-        mark = self._state.spend_mark or step
+        task = self._start.subagent
+        used = self._state.tree_usage().total_tokens + (task.spent_before if task else 0)
+        mark = self._state.spend_mark or (task.spend_mark if task else None) or step
         if step is None or mark is None or used < mark:
             return False
         args = {"total_tokens": used, "mark": mark}
@@ -81,11 +84,7 @@ class SpendGate:
         """Approve raises the mark by one step; reject ends the turn."""
         detail = {"action": decision.action, **call.args}
         if decision.action == "approve":
-            # Up by whole steps, past what is used: the approved call always happens.
-            step, mark = self._step() or 1, int(call.args["mark"])
-            used = int(call.args["total_tokens"])
-            self._state.spend_mark = mark + step * ((used - mark) // step + 1)
-            detail["new_mark"] = self._state.spend_mark
+            detail["new_mark"] = self.raise_mark(call)
         else:
             reason = f" ({decision.message})" if decision.message else ""
             self.declined = (
@@ -94,6 +93,16 @@ class SpendGate:
             )
         # (The decision itself is audited as every decision is: ``decided``.)
         self._ledger.audit("spending", decided_by, call.tool_call_id, SPEND_CALL, detail)
+
+    def raise_mark(self, call: PendingCall) -> int:
+        """An approved spending call (this conversation's, or one of its subagents'
+        passed on from here): the mark rises by whole steps past what is used, so the
+        approved call always happens, here and in the tree."""
+        step, mark = self._step() or 1, int(call.args["mark"])
+        used = int(call.args["total_tokens"])
+        new_mark = mark + step * ((used - mark) // step + 1)
+        self._state.spend_mark = max(new_mark, self._state.spend_mark or 0)
+        return new_mark
 
     def expired(self, call: PendingCall) -> bool:
         """A pending call nobody decided on in time: True if it was the spending call

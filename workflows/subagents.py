@@ -33,6 +33,7 @@ from parley.contracts import (
     ToolCatalogue,
     ToolResult,
     TurnToolResult,
+    Usage,
     subagent_session_id,
     workflow_id_for,
 )
@@ -74,6 +75,8 @@ class Subagents:
             parent_workflow_id=workflow.info().workflow_id,
             tool_call_id=call.tool_call_id,
             instructions=spec.instructions,
+            spent_before=state.tree_usage().total_tokens + self._spent_before(),
+            spend_mark=state.spend_mark or self._inherited_mark(),
         )
         from parley.workflows.conversation import ConversationWorkflow  # a cycle otherwise
 
@@ -176,6 +179,8 @@ class Subagents:
                 session_id=delegation.session_id,
                 tool_call_id=delegation.tool_call_id,
             )
+            if report.usage is not None:
+                delegation.usage = report.usage
             self._ledger.pending.replace_for_subagent(
                 delegation.tool_call_id,
                 [c.model_copy(update={"subagent": ref}) for c in report.pending],
@@ -205,6 +210,7 @@ class Subagents:
             except BaseException as err:  # ChildWorkflowError, or it was cancelled
                 cause = getattr(err, "cause", None) or err
                 why = f"its conversation {delegation.session_id} did not end well: {cause}"
+        self._count_ended(snapshot.usage if snapshot is not None else delegation.usage)
         last = snapshot.last_turn if snapshot else None
         if last is not None:
             state.turn_results += last.results
@@ -224,6 +230,19 @@ class Subagents:
             self._ledger.answer(call, result, "failed")
         metrics.tool_ran(delegation.name, result.status)
 
+    def _count_ended(self, usage: Usage | None) -> None:
+        """What a subagent that ended (or was stopped) used stays in this tree's usage."""
+        if usage is not None:
+            ended = self._state.delegations.ended_usage
+            self._state.delegations.ended_usage = usage if ended is None else ended + usage
+
+    def _spent_before(self) -> int:
+        """In a subagent's conversation: what its parent's tree had used before it."""
+        return self._start.subagent.spent_before if self._start.subagent else 0
+
+    def _inherited_mark(self) -> int | None:
+        return self._start.subagent.spend_mark if self._start.subagent else None
+
     def stop(self, why: str) -> None:
         """Cancel every subagent at work (what it waits for never runs) and answer the
         calls that started them, unless already answered: the turn failed closed, or
@@ -237,6 +256,7 @@ class Subagents:
             if delegation.tool_call_id not in answered:
                 call = ToolCall(tool_call_id=delegation.tool_call_id, name=delegation.name)
                 self._ledger.answer_unrun(call, f"subagent {delegation.name} was stopped: {why}")
+            self._count_ended(delegation.usage)  # as it last reported
         state.delegations.active = []
         state.delegations.reports = []
         self._ledger.pending.remove_subagents()
@@ -258,6 +278,7 @@ class Subagents:
             sequence=state.delegations.reports_sent,
             pending=list(state.pending),
             results=results or [],
+            usage=state.tree_usage(),
             refused=refused,
         )
         try:

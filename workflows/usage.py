@@ -8,7 +8,9 @@ and the run's go out as the AG-UI ``CUSTOM`` event ``parley.usage``; the turn's 
 on its ``TurnResult``, the conversation's on every snapshot (``parley show``, the
 gateway's conversation JSON).
 
-A subagent's model calls are counted in its own conversation, not in its parent's.
+A subagent's model calls are counted in its own conversation, which reports its usage
+to its parent (``Subagents``): the parent's snapshot and ``parley.usage`` event show the
+tree's usage (its own and its subagents'), and the subagents' apart (``subagents``).
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ class UsageMeter:
     def announce(self) -> None:
         """The ``parley.usage`` event: sent before the run's last event (``RUN_FINISHED``
         or ``RUN_ERROR``), which AG-UI clients take as the end of the run."""
-        total = self._state.usage or Usage()
-        value = {**total.model_dump(), "run": (self._turn or Usage()).model_dump()}
+        total = self._state.tree_usage()
+        value = {
+            **total.model_dump(),
+            "run": (self._turn or Usage()).model_dump(),
+            "subagents": self._state.delegations.usage().model_dump(),
+        }
         self._events.custom(USAGE_EVENT, value)

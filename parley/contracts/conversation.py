@@ -35,6 +35,11 @@ class SubagentTask(Contract):
     parent_workflow_id: str
     tool_call_id: str
     instructions: str = ""
+    #: The tokens the parent's conversation (with its subagents) had used when it
+    #: handed the task over, and its spending mark then: the ``[budget]`` mark holds
+    #: for the whole tree, so the subagent counts from there.
+    spent_before: int = 0
+    spend_mark: int | None = None
 
 
 class SubagentRef(Contract):
@@ -51,6 +56,8 @@ class Delegation(SubagentRef):
 
     #: The ``sequence`` of the latest report applied: older ones are ignored.
     reports_seen: int = 0
+    #: The subagent's usage as it last reported it (its model calls, its own subagents').
+    usage: Usage | None = None
 
 
 class StrictInput(Contract):
@@ -262,6 +269,8 @@ class SubagentReport(Contract):
     sequence: int
     pending: list[PendingCall] = Field(default_factory=list)
     results: list[TurnToolResult] = Field(default_factory=list)
+    #: The tokens the subagent's conversation has used so far (its own subagents' too).
+    usage: Usage | None = None
     #: Set when the subagent refused the decisions its parent passed on (why, in one
     #: line): the parent records them refused, never decided.
     refused: str | None = None
@@ -345,8 +354,10 @@ class ConversationSnapshot(Contract):
     counters: Counters
     event_count: int
     last_turn: TurnResult | None = None
-    #: The tokens of every model call of the conversation, summed.
+    #: The tokens of every model call of the conversation and of its subagents, summed.
     usage: Usage = Field(default_factory=Usage)
+    #: The part of ``usage`` that its subagents' conversations used.
+    subagent_usage: Usage = Field(default_factory=Usage)
 
 
 class StateQuery(StrictInput):

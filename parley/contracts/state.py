@@ -159,6 +159,16 @@ class DelegationState(Contract):
     active: list[Delegation] = Field(default_factory=list)
     reports: list[SubagentReport] = Field(default_factory=list)
     reports_sent: int = 0
+    #: The tokens of the subagents that have ended, summed.
+    ended_usage: Usage | None = None
+
+    def usage(self) -> Usage:
+        """The tokens the subagents have used: those that ended, and those at work as
+        they last reported."""
+        total = self.ended_usage or Usage()
+        for delegation in self.active:
+            total = total + (delegation.usage or Usage())
+        return total
 
 
 class DeduplicationState(Contract):
@@ -186,6 +196,7 @@ _FLAT_FIELDS: dict[str, tuple[str, str]] = {
     "delegations": ("delegations", "active"),
     "subagent_reports": ("delegations", "reports"),
     "reports_sent": ("delegations", "reports_sent"),
+    "subagent_usage": ("delegations", "ended_usage"),
     "recent_results": ("dedup", "recent_results"),
     "queued_decisions": ("dedup", "queued_decisions"),
 }
@@ -239,6 +250,10 @@ class ConversationState(Contract):
     #: Calls of the front end's own tools (``ClientTool``) that wait for its result
     #: (``parley.workflows.client_tools``): the model is not called while any waits.
     client_calls: list[ToolCall] = Field(default_factory=list)
+
+    def tree_usage(self) -> Usage:
+        """The tokens of this conversation's model calls and of its subagents'."""
+        return (self.usage or Usage()) + self.delegations.usage()
 
     @model_validator(mode="before")
     @classmethod
