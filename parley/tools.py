@@ -392,7 +392,7 @@ def load_registry(
     tools.extend(extra)
     registry = ToolRegistry(tools)
     if settings is not None and settings.policies_file:
-        policies = load_policies(settings.policies_file, tool_names=registry.names())
+        policies = load_policies(settings.policies_file, tools=[t.spec() for t in registry.tools()])
         registry.rules, registry.subagents = policies.rules, policies.subagents
         registry.spend = policies.budget
     return registry

@@ -173,7 +173,7 @@ def test_the_policy_file_is_checked_at_load(tmp_path: Path) -> None:
     (rule,) = load_policies(good, tool_names=["push_branch"]).rules
     assert rule.args == {"branch": "feat/*"}
     cases = {
-        '[[rule]]\nname = "x"\ntool = "nothing_here"\ndecide = "auto"\n': "which no tool",
+        '[[rule]]\nname = "x"\ntool = "nothing_here"\ndecide = "auto"\n': "matches no tool",
         '[[rule]]\nname = "x"\ntool = "push_branch"\ndecide = "maybe"\n': "decide",
         '[[rule]]\nname = "x"\ntool = "push_branch"\nhours = "9-5"\ndecide = "deny"\n': "HH:MM",
         '[[rule]]\nname = "x"\ntool = "push_branch"\noutside = true\ndecide = "deny"\n': (
@@ -215,7 +215,7 @@ def test_parley_tools_shows_policies_and_rules_in_order(tmp_path: Path) -> None:
     policies.write_text('[[rule]]\nname = "x"\ntool = "git_*"\ndecide = "auto"\n')
     refused = subprocess.run([*PARLEY, "tools"], env=env, capture_output=True, text=True)
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
-    assert "rule 'x'" in refused.stderr and "which no tool on this worker matches" in refused.stderr
+    assert "rule 'x': tool: 'git_*' matches no tool on this worker" in refused.stderr
 
 
 async def test_approve_all_matching_with_remember_from_the_cli(parley_worker, client) -> None:

@@ -309,7 +309,7 @@ decide = "confirm"
             '[[subagent]]\nname = "create_plan"\ndescription = "d"\ntools = ["list_*"]\n',
             "name of a tool",
         ),
-        ('[[subagent]]\nname = "p q"\ndescription = "d"\ntools = ["list_*"]\n', "subagent p q"),
+        ('[[subagent]]\nname = "p q"\ndescription = "d"\ntools = ["list_*"]\n', "subagent 'p q'"),
         ('[[subagent]]\nname = "p"\ndescription = "d"\ntools = []\n', "tools"),
         ("subagent = 3\n", "[[subagent]] table"),
     ]:

@@ -55,6 +55,12 @@ class SpendBudget(Contract):
 
 
 class PolicyRule(Contract):
+    """One ``[[rule]]`` of the policy file. The file's loader (``parley.policies``) takes
+    no key this model does not name (a misspelt ``requires_reviewr`` is a mistake, never
+    a rule without a reviewer); the model itself ignores unknown keys, because it
+    travels in history inside the tool catalogue, and a build rolled back must read a
+    rule that a newer build wrote with a field it does not know."""
+
     name: str = Field(min_length=1, max_length=64)
     tool: str = Field(min_length=1)
     args: dict[str, str] = Field(default_factory=dict)
@@ -84,7 +90,9 @@ class PolicyRule(Contract):
     @classmethod
     def _hours(cls, value: str | None) -> str | None:
         if value is not None:
-            _window(value)
+            start, end = _window(value)
+            if start == end:
+                raise ValueError(f"hours {value!r} is an empty window")
         return value
 
     @field_validator("days")
@@ -103,14 +111,13 @@ class PolicyRule(Contract):
     @model_validator(mode="after")
     def _consistent(self) -> PolicyRule:
         if self.outside and self.hours is None and self.days is None:
-            raise ValueError(f"rule {self.name!r}: 'outside' needs 'hours' or 'days'")
+            raise ValueError("'outside' needs 'hours' or 'days'")
         if self.on_timeout == "escalate" and not self.escalate_to:
-            raise ValueError(f"rule {self.name!r}: on_timeout 'escalate' needs 'escalate_to'")
+            raise ValueError("on_timeout 'escalate' needs 'escalate_to'")
         timed = self.timeout_seconds is not None or self.on_timeout != "expire"
         if (timed or self.requires_reviewer or self.approvals > 1) and self.decide != "confirm":
             raise ValueError(
-                f"rule {self.name!r}: a timeout, a reviewer or approvals apply to calls "
-                "that wait (decide 'confirm')"
+                "a timeout, a reviewer or approvals apply to calls that wait (decide 'confirm')"
             )
         return self
 
@@ -131,6 +138,98 @@ class PolicyRule(Contract):
             now = local.time()
             inside = start <= now < end if start <= end else (now >= start or now < end)
         return inside != self.outside
+
+    def covers(self, later: PolicyRule, tools: list[str] | None = None) -> bool:
+        """Whether this rule matches every call ``later`` matches, so that ``later``,
+        tried after it, never decides. Only what is certain counts (never a false
+        alarm): the same time window or none, every tool ``later`` names among this
+        rule's (of ``tools`` when given, else by pattern), and each of this rule's
+        argument patterns taking every value ``later``'s pattern for it takes."""
+        if (self.hours is not None or self.days is not None) and (
+            self.hours,
+            self.days,
+            self.outside,
+            self.utc_offset,
+        ) != (later.hours, later.days, later.outside, later.utc_offset):
+            return False
+        if tools is not None:
+            if not {t for t in tools if fnmatch.fnmatchcase(t, later.tool)} <= {
+                t for t in tools if fnmatch.fnmatchcase(t, self.tool)
+            }:
+                return False
+        elif not _pattern_covers(self.tool, later.tool):
+            return False
+        return all(
+            name in later.args and _pattern_covers(_fold(pattern), _fold(later.args[name]))
+            for name, pattern in self.args.items()
+        )
+
+
+def pattern_fits(pattern: str, schema: Any, root: dict[str, Any] | None = None) -> bool:
+    """Whether some value that the JSON ``schema`` accepts can match ``pattern`` as a rule
+    compares them (the value's text, see :func:`_folded`). ``root`` is the tool's whole
+    schema, for ``$ref``. True whenever unsure: only a pattern that can never match (a
+    value outside an enum, ``yes`` for a boolean, ``3.0`` for an integer) is False."""
+    if not isinstance(schema, dict):
+        return True
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        section, _, name = ref.removeprefix("#/").partition("/")
+        target = (root or {}).get(section, {})
+        if not isinstance(target, dict) or name not in target:
+            return True
+        return pattern_fits(pattern, target[name], root)
+    if "const" in schema:
+        return _value_fits(pattern, schema["const"])
+    if isinstance(schema.get("enum"), list):
+        return any(_value_fits(pattern, value) for value in schema["enum"])
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list):
+            return any(pattern_fits(pattern, branch, root) for branch in schema[key])
+    if isinstance(schema.get("allOf"), list):
+        return all(pattern_fits(pattern, branch, root) for branch in schema["allOf"])
+    kinds = schema.get("type")
+    if kinds is None:
+        return True
+    return any(
+        _kind_fits(_fold(pattern), kind) for kind in ([kinds] if isinstance(kinds, str) else kinds)
+    )
+
+
+def _value_fits(pattern: str, value: Any) -> bool:
+    return fnmatch.fnmatchcase(_folded(value), _fold(pattern))
+
+
+def _kind_fits(pattern: str, kind: Any) -> bool:
+    """Whether a value of JSON type ``kind`` can have text that ``pattern`` (folded)
+    matches. A number's pattern with wildcards is taken on trust."""
+    if kind == "boolean":
+        return any(fnmatch.fnmatchcase(text, pattern) for text in ("true", "false"))
+    if kind == "null":
+        return fnmatch.fnmatchcase("null", pattern)
+    if kind in ("integer", "number") and not _magic(pattern):
+        try:
+            value = json.loads(pattern)
+        except ValueError:
+            return False
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if kind == "integer" and not isinstance(value, int):
+            return False
+        return json.dumps(value) == pattern
+    return True
+
+
+def _magic(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[")
+
+
+def _pattern_covers(wider: str, narrower: str) -> bool:
+    """Whether every text ``narrower`` matches, ``wider`` matches: the same pattern,
+    only ``*``, or a ``narrower`` without wildcards that ``wider`` matches."""
+    if wider == narrower or (wider and set(wider) == {"*"}):
+        return True
+    return not _magic(narrower) and fnmatch.fnmatchcase(narrower, wider)
 
 
 class PolicyOutcome(Contract):
