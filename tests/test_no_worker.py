@@ -1,11 +1,14 @@
-"""'No worker' means no worker (issue 19, point 5): a backlog behind a live worker is
-waited out, and a decision given while no worker runs is kept (sent as the
-``decide_signal`` signal) and applied once when one returns. Real dev server, real
-worker (in-process, or a ``parley worker`` process whose log is read)."""
+"""'No worker' means no worker (issue 19, point 5; issue 32, point 9): a backlog behind
+a live worker is waited out, however busy the machine, while a task queue nobody polls
+and a worker killed are told "no worker"; a decision given while no worker runs is kept
+(sent as the ``decide_signal`` signal) and applied once when one returns. Real dev
+server, real worker (in-process, or a ``parley worker`` process whose log is read), a
+real CPU hog (busy processes)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import subprocess
@@ -13,6 +16,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
@@ -24,11 +28,15 @@ from parley.settings import Settings
 from parley.storage import LocalFileStorageDriver
 from parley.worker import build_worker
 from tests.support import call, registry, script
+from tests.support.load import BURST_TOOLS, cpu_hog, write_burst_script
 from tests.support.processes import LIVENESS_TOOLS, PARLEY_MODULE, ROOT, cli_env, process
 from tests.support.transcripts import new_session, runs_in
 from tests.support.waiting import eventually
 
 COLD_CONVERSATIONS = 100
+#: The burst of issue 32: conversations, messages each (one after the other), tool calls
+#: per message.
+BURST = (100, 3, 2)
 
 
 async def test_100_cold_conversations_to_one_worker_get_no_no_worker_answer(
@@ -179,3 +187,120 @@ async def test_a_send_given_up_for_no_worker_leaves_no_unretrieved_future(
     gc.collect()
     await asyncio.sleep(0.1)
     assert "never retrieved" not in caplog.text, caplog.text
+
+
+@pytest.mark.parametrize(("load", "wait"), [("quiet", 3), ("cpu_hog", 5)])
+async def test_a_burst_of_100_conversations_of_3_messages_gets_no_no_worker_answer(
+    client: Client,
+    payload_store: LocalFileStorageDriver,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    load: str,
+    wait: float,
+) -> None:
+    """100 new conversations send 3 messages each (one after the other; 2 auto tool
+    calls per message) at once to one ``parley worker`` process, on a quiet machine and
+    with both cores saturated by busy processes. The worker is alive and polling
+    throughout: no call is told "no worker", every message gets its reply, though many
+    calls wait long enough to be judged (every 3 s; 5 s under the hog, where the burst
+    is slow enough), and are said to be queued."""
+    conversations, messages, calls = BURST
+    queue = f"parley-burst-{uuid.uuid4().hex[:8]}"
+    replies = write_burst_script(tmp_path / "script.json", messages, calls)
+    env = {
+        **cli_env(client, payload_store, queue),
+        "PARLEY_MODEL": f"script:{tmp_path / 'script.json'}",
+        "PARLEY_TOOLS": BURST_TOOLS,
+    }
+    log = tmp_path / "worker.log"
+    conv = Conversations(client, Settings(task_queue=queue, worker_wait_seconds=wait))
+
+    async def converse(n: int) -> list[str]:
+        sid = new_session()
+        answers = []
+        for m in range(messages):
+            try:
+                turn = await conv.send(sid, "cora", f"message {m} of {n}")
+            except ConversationRefused as refused:
+                answers.append(refused.error_type or "refused")
+            else:
+                answers.append(turn.reply or turn.status)
+        return answers
+
+    with process([*PARLEY_MODULE, "worker"], env, log):
+        await eventually(conv.workers_polling, 60, "the worker to poll")
+        with cpu_hog(2) if load == "cpu_hog" else contextlib.nullcontext():
+            began = time.monotonic()
+            answers = await asyncio.gather(*(converse(n) for n in range(conversations)))
+            took = time.monotonic() - began
+    counts = Counter(answer for each in answers for answer in each)
+    queued = sum("is queued" in record.getMessage() for record in caplog.records)
+    print(
+        f"{conversations} conversations x {messages} messages ({load}) answered in "
+        f"{took:.1f} s: {dict(counts)}; {queued} calls said they were queued"
+    )
+    assert counts[ErrorType.NO_WORKER] == 0, counts
+    assert all(each == replies for each in answers), counts
+    # The calls were judged while the worker was busy: the test is not vacuous.
+    assert queued > 0, "no call waited long enough to be judged: the test proves nothing"
+    text = log.read_text(errors="replace")
+    assert "Traceback" not in text, text[-4000:]
+
+
+async def test_a_task_queue_nobody_polls_is_no_worker(client: Client) -> None:
+    """No worker has ever polled the task queue: Temporal lists no poller, so a new
+    conversation's message and a query are told "no worker" (at the first look)."""
+    conv = Conversations(
+        client, Settings(task_queue=f"parley-empty-{uuid.uuid4().hex[:8]}", worker_wait_seconds=1)
+    )
+    assert not await conv.workers_polling()
+    sid = new_session()
+    with pytest.raises(ConversationRefused) as refused:
+        await conv.send(sid, "max", "anyone there?")
+    assert refused.value.error_type == ErrorType.NO_WORKER
+    assert "no worker is serving task queue" in refused.value.message
+    with pytest.raises(ConversationRefused) as unread:
+        await conv.state(sid, "max")
+    assert unread.value.error_type == ErrorType.NO_WORKER, unread.value.message
+
+
+async def test_a_worker_killed_is_noticed_though_temporal_still_lists_it(
+    client: Client, payload_store: LocalFileStorageDriver, tmp_path: Path
+) -> None:
+    """A ``parley worker`` process is SIGKILLed after a turn. Temporal still lists its
+    poller, as polling a moment ago, yet the next message to its conversation, a new
+    conversation's first message and ``show`` are each told "no worker": their workflow
+    task (or query) waits and no worker polls any queue of the task queue meanwhile."""
+    queue = f"parley-killed-{uuid.uuid4().hex[:8]}"
+    replies = write_burst_script(tmp_path / "script.json", 2, 1)
+    env = {
+        **cli_env(client, payload_store, queue),
+        "PARLEY_MODEL": f"script:{tmp_path / 'script.json'}",
+        "PARLEY_TOOLS": BURST_TOOLS,
+    }
+    conv = Conversations(client, Settings(task_queue=queue, worker_wait_seconds=2))
+    sid = new_session()
+    with process([*PARLEY_MODULE, "worker"], env, tmp_path / "worker.log") as worker:
+        await eventually(conv.workers_polling, 60, "the worker to poll")
+        assert (await conv.send(sid, "ada", "first")).reply == replies[0]
+        worker.kill()  # SIGKILL: no goodbye to Temporal
+        worker.wait(timeout=30)
+    # The dead worker is still listed, polling lately: the hard case, not an empty queue.
+    assert await conv.workers_polling()
+
+    async def timed(call: Awaitable[object]) -> tuple[object, float]:
+        began = time.monotonic()
+        try:
+            return await call, time.monotonic() - began
+        except ConversationRefused as refused:
+            return refused, time.monotonic() - began
+
+    answers = await asyncio.gather(
+        timed(conv.send(sid, "ada", "second")),
+        timed(conv.send(new_session(), "ada", "hello")),
+        timed(conv.state(sid, "ada")),
+    )
+    print("after SIGKILL: " + ", ".join(f"{type(a).__name__} in {t:.1f} s" for a, t in answers))
+    for answer, _ in answers:
+        assert isinstance(answer, ConversationRefused), answer
+        assert answer.error_type == ErrorType.NO_WORKER, answer.message

@@ -121,13 +121,21 @@ def decide(
 
     async def work() -> TurnResult:
         conv = await conversations(session, user)
-        state = await conv.state(session, user)
-        if state.status == "ended":
-            raise ConversationRefused(
-                f"conversation {session} has ended; its calls will never run",
-                ErrorType.CONVERSATION_ENDED,
-            )
-        pending: list[PendingCall] = state.pending
+        pending: list[PendingCall] = []
+        try:
+            state = await conv.state(session, user)
+        except ConversationRefused as refusal:
+            # Named calls need no reading: with no worker the decision is sent anyway,
+            # and Temporal keeps it until one returns (the client's decide says so).
+            if refusal.error_type != ErrorType.NO_WORKER or not call_ids or tool_pattern:
+                raise
+        else:
+            if state.status == "ended":
+                raise ConversationRefused(
+                    f"conversation {session} has ended; its calls will never run",
+                    ErrorType.CONVERSATION_ENDED,
+                )
+            pending = state.pending
         if tool_pattern is not None:
             pending = [p for p in pending if fnmatch.fnmatchcase(p.name, tool_pattern)]
             if not pending:
