@@ -7,7 +7,9 @@ the chain (cached in memory), calls the model, stores the new messages and the r
 one more segment and returns the reply with the new reference. The reply is read as a
 stream (``astream``) and its text sent to the workflow as it grows (``streaming``),
 under the message id this attempt gives the reply: a retried attempt streams under a new
-id. The tool catalogue comes back only when the workflow's copy is out of date. Provider
+id. What one call may return is bounded (``reply_limits``: its size in bytes, read as it
+streams, and the tool calls it proposes); past that it fails as a model error, never
+retried. The tool catalogue comes back only when the workflow's copy is out of date. Provider
 SDK retries are off; failures are classified once
 (``parley.activities.models.failures``) into the retry contract: transient ones are
 retried by Temporal (``Retry-After`` honoured), refusals fail the turn. A subagent's
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -48,6 +51,7 @@ from parley.activities.compaction import (
 from parley.activities.heartbeat import heartbeating
 from parley.activities.models.failures import classify_model_error, model_error_type
 from parley.activities.redaction import redact
+from parley.activities.reply_limits import ReplyLimits, ReplyMeter, check_reply, merged
 from parley.activities.streaming import ReplyStreamer, Send
 from parley.contracts import (
     ASSISTANT_MESSAGE_PREFIX,
@@ -62,6 +66,7 @@ from parley.contracts import (
     subagent_tag,
     text_of,
 )
+from parley.contracts.limits import CALL_ID_MAX_CHARS, clipped
 from parley.errors import ErrorType, ModelRequestError, ToolInputError, TransientError
 from parley.settings import DEFAULT_OVERLOAD_CODES, MODEL_ACTIVITY, retry_delay
 from parley.storage import TranscriptStore
@@ -78,8 +83,10 @@ class ModelActivities:
         overload_codes: frozenset[str] = DEFAULT_OVERLOAD_CODES,
         notifications: bool = False,
         context_budget: ContextBudget | None = None,
+        reply_limits: ReplyLimits | None = None,
     ) -> None:
         self._overload_codes = overload_codes
+        self._reply_limits = reply_limits or ReplyLimits()
         #: No budget given: only a provider's "context length exceeded" compacts.
         self._budgeted = context_budget is not None
         self.compaction = CompactionActivities(
@@ -112,7 +119,9 @@ class ModelActivities:
             session_id = activity.info().workflow_id.removeprefix(WORKFLOW_ID_PREFIX)
             with tracing.model_span(self._model_name, session_id) as span:
                 try:
-                    reply = await _streamed_reply(model, view, _signaller(), message_id)
+                    reply = await _streamed_reply(
+                        model, view, _signaller(), message_id, self._reply_limits
+                    )
                 except Exception as exc:
                     # Not chained: the SDK exception text may echo the request and its
                     # key, and a chained cause would be stored in workflow history.
@@ -218,19 +227,37 @@ class ModelActivities:
 
 
 async def _streamed_reply(
-    model: Any, messages: list[Any], send: Send | None, message_id: str
+    model: Any,
+    messages: list[Any],
+    send: Send | None,
+    message_id: str,
+    limits: ReplyLimits | None = None,
 ) -> BaseMessage:
     """The model's reply, read from its stream (``astream``; a model that cannot stream
-    gives its whole reply as one piece). Its text goes to the workflow as it grows."""
-    reply: BaseMessage | None = None
+    gives its whole reply as one piece). Its text goes to the workflow as it grows. A
+    reply past ``limits`` raises ``ModelReplyTooLarge``; a stream stops being read (and
+    is closed) as soon as it passes the size bound."""
+    limits = limits or ReplyLimits()
     if send is None:
-        return await model.ainvoke(messages)
+        whole: BaseMessage = await model.ainvoke(messages)
+        check_reply(whole, limits)
+        return whole
+    meter = ReplyMeter(limits)
+    pieces: list[Any] = []
     async with ReplyStreamer(send, message_id) as streamer:
-        async for chunk in model.astream(messages):
-            reply = chunk if reply is None else reply + chunk
-            streamer.update(text_of(reply))
-    if reply is None:
+        stream: AsyncIterator[Any] = model.astream(messages)
+        try:
+            async for chunk in stream:
+                meter.add(chunk)
+                pieces.append(chunk)
+                streamer.append(text_of(chunk))
+        finally:
+            if (close := getattr(stream, "aclose", None)) is not None:
+                await close()  # the provider's connection, at once
+    if not pieces:
         raise ModelRequestError("the model's stream ended without a reply")
+    reply = merged(pieces)
+    check_reply(reply, limits)
     if not isinstance(reply, AIMessageChunk):
         return reply
     return _strict_arguments(message_chunk_to_message(reply), reply.tool_call_chunks)
@@ -312,6 +339,8 @@ def _with_unique_ids(
     def unique(call: Any) -> Any:
         call_id = call.get("id") or ""
         index = next(counter)
+        if len(call_id) > CALL_ID_MAX_CHARS:
+            call_id = ""  # ids live in pending calls, the audit log, idempotency keys
         if not subagent and (
             call_id.startswith(SUBAGENT_CALL_PREFIX) or REWOUND_CALL_ID.match(call_id)
         ):
@@ -341,16 +370,18 @@ def _model_failure(
     classified = classify_model_error(exc, overload_codes=overload_codes)  # ParleyError: as is
     if isinstance(classified, TransientError):
         return ApplicationError(
-            redact(classified.message),
+            clipped(redact(classified.message)),
             type=ErrorType.MODEL_TRANSIENT,
             next_retry_delay=retry_delay(classified.retry_after, MODEL_ACTIVITY),
         )
     if classified is not None:
         return ApplicationError(
-            redact(classified.message), type=model_error_type(classified), non_retryable=True
+            clipped(redact(classified.message)),
+            type=model_error_type(classified),
+            non_retryable=True,
         )
     return ApplicationError(
-        redact(f"the model call failed: {type(exc).__name__}: {exc}"),
+        clipped(redact(f"the model call failed: {type(exc).__name__}: {exc}")),
         type=ErrorType.MODEL_FAILED,
         non_retryable=True,
     )

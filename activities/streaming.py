@@ -5,10 +5,13 @@ Activity side.
 reply's text so far to a :class:`ReplyStreamer`, which sends what is new to the
 conversation's own workflow run by the ``stream_delta`` signal, in batches
 (``parley.contracts.limits``: the first soon after the first text, then at most every
-100 ms, at most 200 per call). The workflow turns each batch into a
-``TEXT_MESSAGE_CONTENT`` event (``parley.workflows.streaming``). Text that comes after
-the last batch goes with the reply itself, so streaming never changes the message: a
-lost or refused signal costs only liveness, and a reply that arrives whole is never
+100 ms, at most 200 per call). A batch carries at most ``STREAM_BATCH_MAX_BYTES`` (a
+longer text waits for the next ones), and a call streams at most
+``STREAM_BYTES_PER_CALL`` in all: each signal is written into the run's history, so
+what a call streams is bounded whatever the model writes. The workflow turns each batch
+into a ``TEXT_MESSAGE_CONTENT`` event (``parley.workflows.streaming``). Text that comes
+after the last batch goes with the reply itself, so streaming never changes the message:
+a lost or refused signal costs only liveness, and a reply that arrives whole is never
 streamed at all.
 """
 
@@ -21,9 +24,13 @@ from types import TracebackType
 
 from parley.contracts import StreamDelta
 from parley.contracts.limits import (
+    STREAM_BATCH_MAX_BYTES,
     STREAM_BATCH_SECONDS,
     STREAM_BATCHES_PER_CALL,
+    STREAM_BYTES_PER_CALL,
     STREAM_FIRST_BATCH_SECONDS,
+    utf8_prefix,
+    utf8_size,
 )
 
 log = logging.getLogger(__name__)
@@ -44,13 +51,20 @@ class ReplyStreamer:
         first_batch: float = STREAM_FIRST_BATCH_SECONDS,
         batch: float = STREAM_BATCH_SECONDS,
         max_batches: int = STREAM_BATCHES_PER_CALL,
+        max_batch_bytes: int = STREAM_BATCH_MAX_BYTES,
+        max_bytes: int = STREAM_BYTES_PER_CALL,
     ) -> None:
         self._send = send
         self._message_id = message_id
         self._delays = (first_batch, batch)
         self._max_batches = max_batches
+        self._max_batch_bytes = max_batch_bytes
+        self._max_bytes = max_bytes
         self._text = ""
+        self._parts: list[str] = []
+        self._length = 0
         self._sent = 0
+        self._sent_bytes = 0
         self._batches = 0
         self._grew = asyncio.Event()
         self._done = False
@@ -62,9 +76,22 @@ class ReplyStreamer:
 
     def update(self, text: str) -> None:
         """The reply's whole text so far (it only ever grows)."""
-        if len(text) > len(self._text):
-            self._text = text
+        if len(text) > self._length:
+            self._parts, self._length = [text], len(text)
             self._grew.set()
+
+    def append(self, piece: str) -> None:
+        """The next piece of the reply's text (joined only when a batch goes out, so a
+        reply of many pieces costs linear time)."""
+        if piece:
+            self._parts.append(piece)
+            self._length += len(piece)
+            self._grew.set()
+
+    def _text_so_far(self) -> str:
+        if len(self._parts) > 1:
+            self._parts = ["".join(self._parts)]
+        return self._parts[0] if self._parts else ""
 
     async def __aenter__(self) -> ReplyStreamer:
         self._task = asyncio.create_task(self._run())
@@ -97,9 +124,15 @@ class ReplyStreamer:
             self._grew.clear()
             if self._done:
                 return  # the rest goes with the reply
-            new = self._text[self._sent :]
+            self._text = self._text_so_far()
+            room = min(self._max_batch_bytes, self._max_bytes - self._sent_bytes)
+            new = utf8_prefix(self._text[self._sent :], room)
             if not new:
+                if room < 4:  # the call's streaming is spent: the reply brings the rest
+                    return
                 continue
+            if len(new) < len(self._text) - self._sent:
+                self._grew.set()  # more is waiting: the next batch takes it
             delta = StreamDelta(message_id=self._message_id, sequence=self._batches + 1, text=new)
             last_sent = clock()
             try:
@@ -109,3 +142,4 @@ class ReplyStreamer:
                 return
             self._batches += 1
             self._sent += len(new)
+            self._sent_bytes += utf8_size(new)

@@ -13,7 +13,10 @@ surrogate, as ``os.listdir`` returns for an undecodable file name) is escaped; a
 envelope over ``max_tool_result_bytes`` is replaced by an error envelope with the
 beginning of the content. Anything that still cannot be encoded becomes an error
 envelope too. A large envelope below the limit leaves history by reference (Temporal's
-external storage, ``parley.storage``).
+external storage, ``parley.storage``). A failure's message is written into history as
+is (no store), so it is cut to ``FAILURE_MESSAGE_MAX_CHARS``, and so is its cause's
+(``bounded_cause``): a tool (an MCP server's among them) that raises with megabytes of
+text costs a few kilobytes.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from parley.contracts import (
     args_hash,
     evaluate,
 )
+from parley.contracts.limits import clipped
 from parley.errors import (
     ErrorType,
     ToolInputError,
@@ -119,7 +123,7 @@ class ToolActivities:
             args = registered.canonical_args(request.args)
         except (ToolInputError, UnstableCanonicalForm) as err:
             raise ApplicationError(
-                str(err), type=ErrorType.TOOL_INPUT, non_retryable=True
+                clipped(str(err)), type=ErrorType.TOOL_INPUT, non_retryable=True
             ) from None
         return CanonicalArgsOutput(args=args, args_hash=args_hash(args))
 
@@ -137,8 +141,10 @@ class ToolActivities:
                 problem = f"they hash to {digest}, not to the approved {request.args_hash}"
         if problem:
             raise ApplicationError(
-                f"refused to run {request.name}: its arguments are not the ones approved "
-                f"({problem})",
+                clipped(
+                    f"refused to run {request.name}: its arguments are not the ones approved "
+                    f"({problem})"
+                ),
                 type=ErrorType.TOOL_FAILED,
                 non_retryable=True,
             )
@@ -191,7 +197,7 @@ class ToolActivities:
                         extra=extra,
                     )
                     tracing.record_status(span, "error", failure.type)
-                    raise failure from exc
+                    raise failure from bounded_cause(exc)
                 # From here on the tool has run: no failure may be left to Temporal's retry.
                 try:
                     envelope = envelope_of(output)
@@ -296,7 +302,7 @@ def tool_failure(exc: BaseException) -> ApplicationError:
     body = redact(getattr(exc, "body", None))
 
     def failure(error_type: str, message: str, **kwargs: Any) -> ApplicationError:
-        message = redact(message)
+        message = clipped(redact(message))
         info = ToolErrorInfo(type=error_type, message=message, http_status=http_status, body=body)
         return ApplicationError(message, info.model_dump(mode="json"), type=error_type, **kwargs)
 
@@ -311,6 +317,17 @@ def tool_failure(exc: BaseException) -> ApplicationError:
         return failure(ErrorType.TOOL_TRANSIENT, f"{type(exc).__name__}: {exc}")
     # ValueError, TypeError, RuntimeError...: a programming error. Fail closed.
     return failure(ErrorType.TOOL_FAILED, f"{type(exc).__name__}: {exc}", non_retryable=True)
+
+
+class ToolRaised(Exception):
+    """What a tool raised, as a failure's cause: its type and message (redacted, cut)."""
+
+
+def bounded_cause(exc: BaseException) -> BaseException:
+    """``exc`` as the cause a failure carries into history (as is: no store): its type,
+    message and traceback, the message redacted and cut to ``FAILURE_MESSAGE_MAX_CHARS``."""
+    cause = ToolRaised(clipped(redact(f"{type(exc).__name__}: {exc}")))
+    return cause.with_traceback(exc.__traceback__)
 
 
 def _message(exc: BaseException) -> str:

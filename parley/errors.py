@@ -15,9 +15,12 @@ Exceptions a tool (or the HTTP/git layer under it) raises::
      │                           ``retry_after`` is honoured. Temporal retries, bounded.
      └── ModelRequestError       the model provider refused the request itself (400/401/403/404,
           │                      context overflow): the turn fails with a clear message.
-          └── ContextLengthExceeded  the request was past the model's context window
-                                 (OpenAI's ``400 context_length_exceeded``); ``window``
-                                 is the provider's figure when it gave one.
+          ├── ContextLengthExceeded  the request was past the model's context window
+          │                      (OpenAI's ``400 context_length_exceeded``); ``window``
+          │                      is the provider's figure when it gave one.
+          └── ModelReplyTooLarge     the reply passed what one model call may return
+                                 (``PARLEY_MAX_MODEL_REPLY_BYTES``, or too many tool
+                                 calls): never retried, the turn fails in one line.
 
 Anything else a tool raises (ValueError, TypeError, RuntimeError, ...) is a programming
 error: the activity fails without retry and the turn fails closed.
@@ -59,6 +62,9 @@ class ErrorType:
     #: A ModelRequestError of its own: past the model's context window (never retried
     #: as is; the caller may retry with a shorter context).
     CONTEXT_LENGTH_EXCEEDED = "ContextLengthExceeded"
+    #: A ModelRequestError of its own: the reply passed what one model call may return
+    #: (its size, or the tool calls it proposes); never retried.
+    MODEL_REPLY_TOO_LARGE = "ModelReplyTooLarge"
     # Refusals of a workflow update or query (validators and handlers).
     NOT_OWNER = "NotConversationOwner"
     TURN_IN_PROGRESS = "TurnInProgress"
@@ -78,8 +84,17 @@ class ErrorType:
     #: The audit archive in the payload store cannot be read, or is not the one the
     #: conversation chained its entries to (``parley.audit``).
     AUDIT_UNREADABLE = "AuditUnreadable"
+    #: What the conversation stored in the payload store (older messages, audit entries,
+    #: large payloads its history refers to) was deleted by retention (``parley store
+    #: gc``); the refusal says when (the gateway answers 410 Gone).
+    DELETED_BY_RETENTION = "DeletedByRetention"
+    #: A stored transcript segment the payload store cannot give back, and retention has
+    #: no record of deleting it (most often: a store other than the one that wrote it).
+    STORE_UNREADABLE = "StoreUnreadable"
     # A turn that could not come to rest.
     MODEL_CALL_LIMIT = "ModelCallLimitReached"
+    #: The run's history came near Temporal's limit within one turn: the turn stopped.
+    HISTORY_LIMIT = "HistoryLimitReached"
     # Tool results that are not a tool's own answer.
     NOT_RUN = "NotRun"
     TOOL_REPORTED_FAILURE = "ToolReportedFailure"
@@ -225,6 +240,11 @@ class ContextLengthExceeded(ModelRequestError):
     ) -> None:
         super().__init__(message, http_status=http_status, body=body)
         self.window = window
+
+
+class ModelReplyTooLarge(ModelRequestError):
+    """The model's reply passed what one call may return: its size in bytes, or the
+    number of tool calls it proposes (``parley.contracts.limits``)."""
 
 
 def model_visible_text(error_type: str, message: str) -> str:

@@ -4,8 +4,9 @@ and retry policy.
 Imported on both sides of the Temporal boundary. The workflow reads only the
 ``*_ACTIVITY`` option objects (plain data); ``Settings.from_env`` is for the worker and
 the CLI, never for workflow code. ``Settings.from_env`` is the one place the environment
-is read: the shipped toolsets and models take their settings from a ``Settings``
-(``parley dev`` builds one instead of rewriting ``os.environ``).
+is read (``parley dev`` builds one instead of rewriting ``os.environ``). A secret is a
+``field(repr=False)`` (no repr shows it; ``redaction.remember_config`` redacts those).
+No toolset or model factory gets a ``Settings``: each its own config (``loading``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from parley.contracts.limits import (
     CONTINUE_AS_NEW_AFTER_EVENTS_DEFAULT,
     MESSAGE_MAX_BYTES_DEFAULT,
     MODEL_CALLS_PER_TURN_DEFAULT,
+    MODEL_REPLY_MAX_BYTES_DEFAULT,
     PENDING_EXPIRY_SECONDS_DEFAULT,
     PENDING_EXPIRY_SECONDS_MAX,
 )
@@ -168,6 +170,9 @@ class Settings:
     while_busy: WhileBusy = "reject"
     #: A tool result whose encoded envelope is larger is cut (the tool is not run again).
     max_tool_result_bytes: int = DEFAULT_MAX_TOOL_RESULT_BYTES
+    #: What one model call may return (its reply as stored, in bytes); a reply past it
+    #: (streamed or not) fails the turn as a model error (``activities.reply_limits``).
+    max_model_reply_bytes: int = MODEL_REPLY_MAX_BYTES_DEFAULT
     #: How long a client waits for a worker to take an update before it says none is
     #: serving the task queue.
     worker_wait_seconds: float = 10.0
@@ -219,7 +224,7 @@ class Settings:
     notify_url: str | None = None
     #: The key that signs one-time approval links (``parley.links``), the same on the
     #: workers (which put links in notifications) and the gateway (which takes them).
-    link_secret: str | None = None
+    link_secret: str | None = field(default=None, repr=False)
 
     @property
     def gateway_url(self) -> str:
@@ -273,6 +278,9 @@ class Settings:
             ),
             max_tool_result_bytes=_positive_int(
                 env, "PARLEY_MAX_TOOL_RESULT_BYTES", DEFAULT_MAX_TOOL_RESULT_BYTES
+            ),
+            max_model_reply_bytes=_positive_int(
+                env, "PARLEY_MAX_MODEL_REPLY_BYTES", MODEL_REPLY_MAX_BYTES_DEFAULT
             ),
             while_busy=cast("WhileBusy", _choice(env, "PARLEY_WHILE_BUSY", WHILE_BUSY_MODES)),
             worker_wait_seconds=_positive_number(

@@ -38,13 +38,14 @@ from parley.activities.http import aclose_shared_client, new_http_client
 from parley.activities.model_calls import ModelActivities
 from parley.activities.models import build_chat_model
 from parley.activities.notifications import NotifyActivities
+from parley.activities.reply_limits import ReplyLimits
 from parley.activities.store_gc import StoreGcActivities
 from parley.activities.tool_calls import ToolActivities
 from parley.client import connect
 from parley.contracts import SEARCH_ATTRIBUTES
 from parley.deploys import make_current_if_none
 from parley.logs import configure_logging
-from parley.redaction import remember_secrets
+from parley.redaction import remember_config, remember_secrets
 from parley.settings import Settings
 from parley.storage import PayloadStore, TranscriptStore, driver_of, store_of
 from parley.storage.audit_archive import AuditArchive
@@ -62,12 +63,15 @@ def load_tools_and_model(
     warn: Callable[[str], None],
     http_client: httpx.AsyncClient | None = None,
 ) -> tuple[ToolRegistry, BaseChatModel]:
-    """The worker's tools (``PARLEY_TOOLS``, given ``settings`` and the worker's
-    ``http_client``) and model (``PARLEY_MODEL``), loaded before anything starts.
+    """The worker's tools (``PARLEY_TOOLS``, each factory handed its own narrow config
+    made from ``settings``, the worker's ``http_client`` and the environment) and model
+    (``PARLEY_MODEL``), loaded before anything starts.
     Whatever a toolset or a model factory raises becomes one ``ValueError`` naming the
     setting; a worker with no tools is ``warn``-ed about."""
     try:
-        registry = load_registry(settings.tools, settings=settings, http_client=http_client)
+        registry = load_registry(
+            settings.tools, settings=settings, http_client=http_client, environ=os.environ
+        )
     except ValueError:
         raise
     except Exception as problem:  # a toolset's own code may raise anything
@@ -113,12 +117,16 @@ def build_worker(
     registry = (
         registry
         if registry is not None
-        else load_registry(settings.tools, settings=settings, http_client=http_client)
+        else load_registry(
+            settings.tools, settings=settings, http_client=http_client, environ=os.environ
+        )
     )
     model = model if model is not None else build_chat_model(settings.model, settings)
     # The worker's own environment holds the secrets its activities must keep out of
-    # history and its logs out of their lines: read here, where the worker is built.
+    # history and its logs out of their lines: read here, where the worker is built;
+    # and so do its Settings (``parley dev`` makes the plans service's key itself).
     remember_secrets(os.environ)
+    remember_config(settings)
     transcripts = TranscriptStore(driver_of(client.data_converter))
     model_activities = ModelActivities(
         model,
@@ -127,6 +135,7 @@ def build_worker(
         overload_codes=settings.model_overload_codes,
         notifications=settings.notify_url is not None,
         context_budget=context_budget(settings),
+        reply_limits=ReplyLimits(max_bytes=settings.max_model_reply_bytes),
     )
     tool_activities = ToolActivities(registry, max_result_bytes=settings.max_tool_result_bytes)
     audit_archive = AuditArchiveActivities(AuditArchive(driver_of(client.data_converter)))
@@ -244,7 +253,9 @@ async def run_worker(
     registry = (
         registry
         if registry is not None
-        else load_registry(settings.tools, settings=settings, http_client=http_client)
+        else load_registry(
+            settings.tools, settings=settings, http_client=http_client, environ=os.environ
+        )
     )
     model = model if model is not None else build_chat_model(settings.model, settings)
     client = await connect(settings, runtime=metrics_runtime(settings), role="worker")

@@ -265,7 +265,8 @@ async def test_an_unstorable_or_oversized_confirmed_result_is_reported_never_rer
 ) -> None:
     """A confirm tool whose result is over the worker's limit, or holds a lone surrogate,
     or whose argument is 3 MB: each runs exactly once per approval, and the model reads
-    what happened."""
+    what happened. (A reply carrying a 3 MB argument is past the default bound on what
+    one model call may return, 1 MiB: this worker raises it.)"""
     big_arg = "a" * (3 * MB)
     calls = [
         call("export_rows", "x1", what="huge", size=2 * MB),
@@ -279,7 +280,10 @@ async def test_an_unstorable_or_oversized_confirmed_result_is_reported_never_rer
         ]
     )
     async with parley_worker(
-        registry(confirm(export_rows)), model, max_tool_result_bytes=1 * MB
+        registry(confirm(export_rows)),
+        model,
+        max_tool_result_bytes=1 * MB,
+        max_model_reply_bytes=8 * MB,
     ) as conv:
         sid = new_session()
         turn = await conv.send(sid, "lou", "export")

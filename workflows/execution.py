@@ -5,6 +5,8 @@ run means. Workflow side (the ``run_tool`` activity is called by name).
 (``args_hash``, which the worker checks) and answers it through the ledger; a
 subagent's tool starts its conversation instead. A failure the model can read (input,
 permission) becomes an error result; any other stops the turn closed (:class:`TurnFailed`).
+So does a run whose history nears Temporal's limits (:func:`check_history_room`, before
+every tool and model call): a turn cannot grow a run until Temporal terminates it.
 """
 
 from __future__ import annotations
@@ -33,8 +35,13 @@ from parley.contracts import (
 from parley.errors import MODEL_VISIBLE_TOOL_ERRORS, ErrorType
 from parley.settings import TOOL_ACTIVITY
 from parley.workflows import metrics
+from parley.workflows.handover import MB, TURN_HISTORY_BYTES, TURN_HISTORY_EVENTS
 from parley.workflows.ledger import Ledger, error_result
 from parley.workflows.subagents import Subagents
+
+#: ``workflow.patched`` id: a turn stops before a tool or a model call once the run's
+#: history nears Temporal's limits (histories recorded before went on).
+TURN_HISTORY_ROOM = "turn-history-room"
 
 
 class TurnFailed(Exception):
@@ -44,6 +51,26 @@ class TurnFailed(Exception):
         super().__init__(message)
         self.message = message
         self.code = code
+
+
+def check_history_room(next_step: str) -> None:
+    """Stop the turn before ``next_step`` if the run's history is past
+    ``TURN_HISTORY_BYTES`` or ``TURN_HISTORY_EVENTS``: Temporal terminates a run at
+    50 MB or 51,200 events, and a turn cannot continue as new. The run hands over at
+    its rest (``handover``), and the conversation goes on there."""
+    info = workflow.info()
+    size, length = info.get_current_history_size(), info.get_current_history_length()
+    if size < TURN_HISTORY_BYTES and length < TURN_HISTORY_EVENTS:
+        return
+    if not workflow.patched(TURN_HISTORY_ROOM):
+        return
+    raise TurnFailed(
+        f"the turn was stopped before {next_step}: this run's history holds "
+        f"{size / MB:.1f} MB in {length:,} events, near what Temporal lets one run hold "
+        "(50 MB, 51,200 events); the conversation goes on in a new run, send a new "
+        "message to go on",
+        ErrorType.HISTORY_LIMIT,
+    )
 
 
 class ToolRunner:
@@ -74,6 +101,7 @@ class ToolRunner:
         """Run a tool with the call's (canonical) arguments, before or after a decision,
         and answer its call; a subagent's tool starts its conversation instead."""
         args = call.args
+        check_history_room(f"{call.name} ran")
         if self._catalogue().subagent(call.name) is not None:
             await self._subagents.delegate(call, args)
             return

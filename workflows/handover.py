@@ -2,10 +2,17 @@
 (deterministic: it reads only ``workflow.info()`` and the state).
 
 Every per-run limit has a plan here. Temporal caps a run at 2,000 updates, 10,000
-signals and 51,200 history events; a run continues as new at its next rest, turn or no
-turn, once it has accepted :data:`UPDATES_PER_RUN` updates or :data:`SIGNALS_PER_RUN`
-signals, or Temporal suggests it (history size or length). These counts start at zero
-in each run, so the hand-over never loops. The conversation's own history threshold
+signals, 51,200 history events and 50 MB of history (it terminates a run past the last
+two); a run continues as new at its next rest, turn or no turn, once it has accepted
+:data:`UPDATES_PER_RUN` updates or :data:`SIGNALS_PER_RUN` signals (``stream_delta``
+batches count), its history holds :data:`HANDOVER_HISTORY_BYTES` or
+:data:`HANDOVER_HISTORY_EVENTS`, or Temporal suggests it (from about 4 MB on a
+default server). These counts start at zero in each run, so the hand-over never loops;
+meanwhile a message that would wait for a turn is refused (:meth:`Handover.pressing`), so
+queued messages cannot keep the run from resting. Inside one turn no model call or tool
+starts once the history passes :data:`TURN_HISTORY_BYTES` or :data:`TURN_HISTORY_EVENTS`
+(``execution.check_history_room``): the turn fails in one line and the run hands over
+at its rest. The conversation's own history threshold
 (``continue_as_new_after_events``) applies only after a turn in the run, so a small
 threshold cannot loop either. A deploy (a newer worker build made current) moves the
 run too, once per build, and so does a rewind (``rewind``: the run before keeps the
@@ -26,6 +33,16 @@ SIGNALS_PER_RUN = 5_000
 #: Past this many updates in one run (a turn or a subagent holding the run for long),
 #: followers (``wait_for_events``) are refused, keeping the rest for decisions.
 FOLLOWER_UPDATES_PER_RUN = 1_500
+#: History a run hands over at, at its next rest, whatever the server suggests
+#: (Temporal terminates a run at 50 MB or 51,200 events).
+MB = 1024 * 1024
+HANDOVER_HISTORY_BYTES = 8 * MB
+HANDOVER_HISTORY_EVENTS = 20_000
+#: Within a turn, no model call or tool starts past these: what one step adds (a model
+#: call with its streaming, or a tool, each under 1 MB of inline payloads) still ends
+#: far below Temporal's limits.
+TURN_HISTORY_BYTES = 24 * MB
+TURN_HISTORY_EVENTS = 40_000
 
 
 class Handover:
@@ -53,15 +70,23 @@ class Handover:
         if self.rewound or self.upgrade_due():
             return True
         info = workflow.info()
-        if (
-            self.updates >= UPDATES_PER_RUN
-            or self.signals >= SIGNALS_PER_RUN
-            or info.is_continue_as_new_suggested()
-        ):
+        if self.pressing() or info.is_continue_as_new_suggested():
             return True
         if self._state.runs == self._runs_at_start:
             return False
         return info.get_current_history_length() >= self._start.continue_as_new_after_events
+
+    def pressing(self) -> bool:
+        """Whether this run must hand over at its next rest, whatever it holds: a
+        per-run limit is near (updates, signals, history). Until then, messages that
+        would wait for a turn are refused, so the run comes to rest."""
+        info = workflow.info()
+        return (
+            self.updates >= UPDATES_PER_RUN
+            or self.signals >= SIGNALS_PER_RUN
+            or info.get_current_history_size() >= HANDOVER_HISTORY_BYTES
+            or info.get_current_history_length() >= HANDOVER_HISTORY_EVENTS
+        )
 
     def upgrade_due(self) -> bool:
         """Temporal says the task queue's target build is no longer this run's (a deploy

@@ -8,7 +8,8 @@ way the conversation is compacted by ``compact_context`` (its own activity: retr
 recorded, seen in the Temporal UI), recorded in the audit log (``compacted``) and the
 event log (``CUSTOM parley.compacted``), and the model is called again; a refusal
 after a compaction compacts harder once. What still does not fit fails the turn with
-one line naming the budget; the conversation goes on.
+one line naming the budget; the conversation goes on. Neither activity starts once the
+run's history nears Temporal's limits (``execution.check_history_room``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from parley.errors import ErrorType
     from parley.settings import MODEL_ACTIVITY
     from parley.workflows.events import EventLog
-    from parley.workflows.execution import TurnFailed
+    from parley.workflows.execution import TurnFailed, check_history_room
     from parley.workflows.ledger import Ledger
     from parley.workflows.usage import UsageMeter
 
@@ -46,6 +47,7 @@ class ModelCaller:
         """The model's reply (``message`` set), compacting on the way when needed."""
         compactions = 0
         while True:
+            check_history_room("the next model call")
             try:
                 output = await self._call_model(request)
             except ActivityError as err:
@@ -64,6 +66,7 @@ class ModelCaller:
                         ErrorType.CONTEXT_LENGTH_EXCEEDED,
                     )
                 refusal, context, new, harder = None, output.context, [], compactions > 0
+            check_history_room("the conversation was compacted")
             try:
                 compacted = await self._compact(
                     CompactContextInput(context=context, new_messages=new, harder=harder)

@@ -12,7 +12,11 @@ Each attempt of the activity streams under the message id its reply will have. W
 attempt fails and Temporal retries it, the first attempt's message ends with a
 ``CUSTOM`` event ``parley.stream_discarded`` naming it, and the next attempt streams
 under a new id: text of two attempts is never interleaved in one message. A batch that
-comes after its call ended (an attempt that outlived its timeout) is ignored.
+comes after its call ended (an attempt that outlived its timeout) is ignored, and so is
+one past what a call may stream (``parley.contracts.limits``: a batch over
+``STREAM_BATCH_MAX_BYTES``, past ``STREAM_BATCHES_PER_CALL`` or past
+``STREAM_BYTES_PER_CALL`` in all, which ``call_model`` never sends): its message takes
+no more batches, and the reply brings the rest of its text.
 """
 
 from __future__ import annotations
@@ -23,6 +27,12 @@ with workflow.unsafe.imports_passed_through():
     from langchain_core.messages import AIMessage
 
     from parley.contracts import StreamDelta, text_of
+    from parley.contracts.limits import (
+        STREAM_BATCH_MAX_BYTES,
+        STREAM_BATCHES_PER_CALL,
+        STREAM_BYTES_PER_CALL,
+        utf8_size,
+    )
     from parley.workflows.events import EventLog
 
 #: Why a streamed message was dropped (the ``reason`` of ``parley.stream_discarded``).
@@ -39,6 +49,9 @@ class ReplyStream:
         self._calling = False
         #: Streamed messages not yet ended: message id -> (batches seen, chars streamed).
         self._open: dict[str, tuple[int, int]] = {}
+        #: Bytes each open message streamed; messages that take no more batches.
+        self._bytes: dict[str, int] = {}
+        self._stopped: set[str] = set()
         self._ended: set[str] = set()
 
     def begin(self) -> None:
@@ -52,8 +65,26 @@ class ReplyStream:
             workflow.logger.info("ignored a stream batch of %s: its call ended", delta.message_id)
             return
         seen, streamed = self._open.get(delta.message_id, (0, 0))
-        if delta.sequence <= seen:
+        if delta.sequence <= seen or delta.message_id in self._stopped:
             return
+        size = utf8_size(delta.text)
+        total = self._bytes.get(delta.message_id, 0) + size
+        if (
+            size > STREAM_BATCH_MAX_BYTES
+            or total > STREAM_BYTES_PER_CALL
+            or delta.sequence > STREAM_BATCHES_PER_CALL
+        ):
+            workflow.logger.warning(
+                "refused stream batch %d of %s (%d bytes, %d in all): past what a call "
+                "may stream; its reply brings the rest",
+                delta.sequence,
+                delta.message_id,
+                size,
+                total,
+            )
+            self._stopped.add(delta.message_id)
+            return
+        self._bytes[delta.message_id] = total
         if not seen:
             self._discard_others(keep=delta.message_id, reason=RETRIED)
             self._events.text_start(delta.message_id)
@@ -67,6 +98,7 @@ class ReplyStream:
         self._calling = False
         self._discard_others(keep=message_id, reason=RETRIED)
         text = text_of(reply)
+        self._bytes.pop(message_id, None)
         if message_id in self._open:
             _, streamed = self._open.pop(message_id)
             if text[streamed:]:
@@ -86,6 +118,7 @@ class ReplyStream:
     def _discard_others(self, *, keep: str | None, reason: str) -> None:
         for message_id in [m for m in self._open if m != keep]:
             del self._open[message_id]
+            self._bytes.pop(message_id, None)
             self._events.text_end(message_id)
             self._events.stream_discarded(message_id, reason)
             self._ended.add(message_id)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from parley.errors import ContextLengthExceeded, ErrorType, ParleyError
+from parley.errors import ContextLengthExceeded, ErrorType, ModelReplyTooLarge, ParleyError
 
 _MARKERS = (
     "context_length_exceeded",
@@ -50,7 +50,10 @@ def window_named(message: str | None) -> int | None:
 
 def model_error_type(error: ParleyError) -> str:
     """The ``ApplicationError`` type of a classified model failure that is no transient
-    one: its own for a context overflow, ``ModelRequestError`` otherwise."""
+    one: its own for a context overflow and a reply too large, ``ModelRequestError``
+    otherwise."""
     if isinstance(error, ContextLengthExceeded):
         return ErrorType.CONTEXT_LENGTH_EXCEEDED
+    if isinstance(error, ModelReplyTooLarge):
+        return ErrorType.MODEL_REPLY_TOO_LARGE
     return ErrorType.MODEL_REQUEST

@@ -97,3 +97,45 @@ def turn_tool_result(tool_call_id: str, name: str, result: ToolResult) -> TurnTo
 STREAM_FIRST_BATCH_SECONDS = 0.02
 STREAM_BATCH_SECONDS = 0.1
 STREAM_BATCHES_PER_CALL = 200
+#: What one batch may carry (UTF-8 bytes): a longer text waits for the next batches, so
+#: no ``stream_delta`` comes near the payload store's threshold (128 KiB), and the
+#: workflow refuses a bigger one. One call streams at most ``STREAM_BYTES_PER_CALL``;
+#: the rest of a longer reply comes with the reply (which goes to the store when
+#: large). A turn's streaming so costs at most 2 MiB of history.
+STREAM_BATCH_MAX_BYTES = 16 * 1024
+STREAM_BYTES_PER_CALL = 256 * 1024
+
+#: What one model call may return (``call_model``): its reply as stored (text, tool
+#: calls, metadata), in UTF-8 bytes (``PARLEY_MAX_MODEL_REPLY_BYTES``), and the calls
+#: one reply may propose. Past either the call fails as a model error (non-retryable,
+#: one line); a streamed reply is cut off as soon as it passes the bound. Every
+#: proposed call becomes an activity (or a pending call), so an unbounded count would
+#: grow the run's history without bound.
+MODEL_REPLY_MAX_BYTES_DEFAULT = 1024 * 1024
+MODEL_TOOL_CALLS_PER_REPLY = 64
+#: A provider's tool-call id longer than this is replaced by one of Parley's (ids live
+#: in the pending calls, the audit log and the tool's idempotency key).
+CALL_ID_MAX_CHARS = 128
+#: An activity's failure message is written into history as is (it is not a payload,
+#: so it never goes to the store): a tool's or a model's error is cut to this.
+FAILURE_MESSAGE_MAX_CHARS = 4_000
+
+
+def utf8_prefix(text: str, limit: int) -> str:
+    """The longest beginning of ``text`` whose UTF-8 is at most ``limit`` bytes."""
+    piece = text[: max(limit, 0)]
+    while (excess := utf8_size(piece) - limit) > 0:
+        piece = piece[: len(piece) - max(1, excess // 4)]
+    return piece
+
+
+def utf8_size(text: str) -> int:
+    """``text``'s size in UTF-8 bytes (a lone surrogate counts as it would be sent)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def clipped(message: str, limit: int = FAILURE_MESSAGE_MAX_CHARS) -> str:
+    """``message`` cut to ``limit`` characters, saying how long it was."""
+    if len(message) <= limit:
+        return message
+    return message[:limit] + f" [… {len(message):,} characters in all]"

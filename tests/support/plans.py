@@ -5,7 +5,6 @@ decoded for secrets). Client side."""
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -120,7 +119,7 @@ def history_text(history: History) -> str:
         elif isinstance(value, str) and len(value) >= 8:
             try:
                 decoded.append(base64.b64decode(value, validate=True).decode("utf-8"))
-            except (binascii.Error, UnicodeDecodeError):
+            except ValueError:  # not base64 (binascii.Error), not ASCII, not UTF-8
                 pass
 
     walk(json.loads(raw))
