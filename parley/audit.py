@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from temporalio.service import RPCError
 
 from parley.client import ConversationRefused, Conversations
+from parley.client.stored import unreadable_stored
 from parley.contracts import AuditEntry, StateQuery, workflow_id_for
 from parley.errors import ErrorType
 from parley.storage import driver_of
@@ -71,8 +72,16 @@ async def read_log(conversations: Conversations, session_id: str, user_id: str) 
         store = AuditArchive(driver_of(conversations.temporal.data_converter))
         try:
             entries = await store.load(archive)
-        except ValueError as err:
-            raise ConversationRefused(str(err), ErrorType.AUDIT_UNREADABLE) from None
+        except ValueError as err:  # gone (retention says when), or not the one chained
+            raise await unreadable_stored(
+                conversations.temporal,
+                session_id,
+                err,
+                f"the audit entries of conversation {session_id} before entry {first}",
+                f"the later ones, from entry {first} on, are still read (parley show), but "
+                "an export holds every entry",
+                ErrorType.AUDIT_UNREADABLE,
+            ) from None
         first = archive.first
     else:
         entries = list(page.audit)
@@ -158,6 +167,13 @@ class Verified:
     head: str | None
     hashes: dict[int, str]
     line_of: dict[int, int]
+    #: When the header says the export was made (not chained: a hint, never proof).
+    exported_at: datetime | None = None
+
+    @property
+    def end(self) -> int:
+        """The number of the entry after the export's last."""
+        return self.offset + self.count
 
     def summary(self) -> str:
         if not self.count:
@@ -224,12 +240,14 @@ def verify(lines: Iterable[str]) -> Verified:
             f"line {count + 1} (entry {offset + count - 1}): its hash is not the header's "
             "head: the last entries were removed or altered"
         )
-    return Verified(session_id, offset, count, header.get("head"), hashes, line_of)
+    return Verified(session_id, offset, count, header.get("head"), hashes, line_of, _time(header))
 
 
 def verify_live(verified: Verified, live: AuditLog) -> tuple[str | None, int]:
     """Compare a verified export with the conversation's entries: the first difference
-    (naming its line) or None, and how many entries both hold."""
+    (naming its line) or None, and how many entries both hold. The export must end where
+    the conversation's chain does, on its head: entries cut off its end, with the
+    header's count and head rewritten to match, hold offline but not here."""
     if live.session_id != verified.session_id:
         return f"the export is of conversation {verified.session_id}, not {live.session_id}", 0
     if verified.count and live.offset < verified.offset:
@@ -245,9 +263,61 @@ def verify_live(verified: Verified, live: AuditLog) -> tuple[str | None, int]:
                 f"line {verified.line_of[number]} (entry {number}): it differs from the "
                 "conversation's entry: altered, and the hashes after it recomputed"
             ), len(shared)
-    if verified.count and verified.offset + verified.count > live.offset + len(live.entries):
+    live_end = live.offset + len(live.entries)
+    if verified.count and verified.end > live_end:
         return "the export has entries the conversation never had", len(shared)
+    if verified.end < live_end:
+        return _missing(verified, live, live_end), len(shared)
     return None, len(shared)
+
+
+#: How many of the entries an export lacks its refusal names one by one.
+NAMED_MISSING = 5
+
+
+def _missing(verified: Verified, live: AuditLog, live_end: int) -> str:
+    """The refusal of an export that ends before the conversation's chain does: where
+    each ends, and the entries it lacks (by number, event, actor and call)."""
+    lacking = live.entries[max(verified.end - live.offset, 0) :]
+    first = live_end - len(lacking)
+    named = [
+        f"entry {number} ({_described_entry(entry)})"
+        for number, entry in enumerate(lacking[:NAMED_MISSING], start=first)
+    ]
+    if len(lacking) > NAMED_MISSING:
+        named.append(f"{len(lacking) - NAMED_MISSING} more")
+    ends = (
+        f"the export ends at entry {verified.end - 1} (head {str(verified.head)[:16]})"
+        if verified.count
+        else "the export holds no entry"
+    )
+    head = str(live.entries[-1].hash)[:16]
+    made = verified.exported_at
+    if made is not None and all(entry.at > made for entry in lacking):
+        why = f"recorded after the export was made ({made.isoformat()}): export again"
+    else:
+        why = "removed from its end, and its header's count and head rewritten to match"
+    return (
+        f"{ends}; the conversation has {live_end} entries, up to entry {live_end - 1} "
+        f"(head {head}): the export lacks {', '.join(named)}: {why}"
+    )
+
+
+def _described_entry(entry: AuditEntry) -> str:
+    parts = [entry.event, f"by {entry.actor}"]
+    if entry.tool_call_id:
+        parts.append(f"call {entry.tool_call_id}")
+    if action := entry.detail.get("action"):
+        parts.append(str(action))
+    return ", ".join(parts)
+
+
+def _time(header: dict[str, Any]) -> datetime | None:
+    try:
+        made = datetime.fromisoformat(str(header.get("exported_at")))
+    except ValueError:
+        return None
+    return made if made.tzinfo is not None else None
 
 
 def _object(row: str, line: int) -> dict[str, Any]:

@@ -114,6 +114,66 @@ async def test_the_export_matches_the_audit_log_and_verify_names_what_changed(
     assert_one_line_error(live, "differs from the conversation's entry")
 
 
+async def test_an_export_cut_short_with_its_header_rewritten_does_not_verify_live(
+    parley_worker, tmp_path: Path
+) -> None:
+    """Issue 32, point 5: the last 2 entries (alice's approval among them) cut off and
+    the header's count and head rewritten to match: offline it holds (and says what
+    only the conversation can tell); against the conversation it is refused, naming
+    where each ends and the entries the export lacks."""
+    model = script(
+        {"content": "", "tool_calls": [call("write_record", "a1", title="Q3")]},
+        {"content": "Written."},
+    )
+    async with parley_worker(registry(), model) as conversations:
+        sid = new_session()
+        await conversations.send(sid, "alice", "write Q3")
+        await conversations.decide(sid, "alice", [Decision(tool_call_id="a1", action="approve")])
+        env = {
+            **os.environ,
+            "TEMPORAL_ADDRESS": conversations.temporal.service_client.config.target_host,
+            "PARLEY_TASK_QUEUE": conversations.settings.task_queue,
+        }
+        exported = await run_parley(env, "audit", "--session", sid, "--user", "alice")
+        assert exported.returncode == 0, exported.stderr
+        lines = exported.stdout.splitlines()
+        header, records = json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
+        kept, cut = records[:-2], records[-2:]
+        assert ("decided", "alice") in [(r["event"], r["actor"]) for r in cut], records
+        shortened = {
+            **header,
+            "count": len(kept),
+            "total": header["offset"] + len(kept),
+            "head": kept[-1]["hash"],
+        }
+        path = tmp_path / "short.jsonl"
+        path.write_text("\n".join(json.dumps(r) for r in [shortened, *kept]) + "\n")
+        offline = await run_parley(env, "audit", "--verify", "--file", str(path))
+        live = await run_parley(
+            env, "audit", "--verify", "--file", str(path), "--session", sid, "--user", "alice"
+        )
+        whole = tmp_path / "whole.jsonl"
+        whole.write_text(exported.stdout)
+        complete = await run_parley(
+            env, "audit", "--verify", "--file", str(whole), "--session", sid, "--user", "alice"
+        )
+
+    total, last = len(records), len(kept) - 1
+    assert offline.returncode == 0, offline.stderr
+    assert offline.stdout.startswith(f"ok: conversation {sid}, {len(kept)} entries (0-{last})")
+    assert "show only against the conversation" in offline.stdout
+    decided = next(r for r in cut if r["event"] == "decided")
+    assert_one_line_error(
+        live,
+        f"the export ends at entry {last} (head {kept[-1]['hash'][:16]}); the conversation "
+        f"has {total} entries, up to entry {total - 1} (head {records[-1]['hash'][:16]}): "
+        f"the export lacks entry {decided['offset']} (decided, by alice, call a1, approve)",
+    )
+    assert "removed from its end" in live.stderr and "entries match" not in live.stdout
+    assert complete.returncode == 0, complete.stderr
+    assert f"{total} entries match the conversation's, up to its head" in complete.stdout
+
+
 def edit(lines: list[str], index: int, **fields: object) -> list[str]:
     """The export with line ``index`` (0: the header) changed, nothing else."""
     record = json.loads(lines[index])

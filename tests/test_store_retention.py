@@ -31,6 +31,7 @@ from parley.client import Conversations
 from parley.contracts import workflow_id_for
 from parley.settings import Settings
 from parley.storage import LocalFileStorageDriver, PayloadStore, data_converter, driver_of
+from parley.storage.base import Collected, Referrer
 from parley.storage.retention import collect_garbage, store_stats
 from parley.storage.schedule import ensure_gc_schedule
 from parley.tools import ToolRegistry
@@ -137,9 +138,15 @@ async def test_closed_past_retention_goes_inside_retention_and_open_for_weeks_st
     dry = await collect_garbage(store, client, now=now, retention=SECOND, dry_run=True)
     assert dry.conversations == [wf[past]] and dry.deleted
     assert sorted(o.key for o in await store.inventory()) == sorted(o.key for o in before)
+    past_referrer = Referrer(client.namespace, wf[past])
+    assert await store.collected(past_referrer) is None  # a dry run records nothing
 
     done = await collect_garbage(store, client, now=now, retention=SECOND)
     assert done.conversations == [wf[past]]
+    # Retention's record of it, for readers that find it gone (issue 32, point 8); none
+    # for the conversations it kept, and none in the inventory.
+    assert await store.collected(past_referrer) == Collected(at=now, retention=SECOND)
+    assert await store.collected(Referrer(client.namespace, wf[inside])) is None
     assert sorted(o.key for o in done.deleted) == sorted(o.key for o in dry.deleted)
     after = await store.inventory()
     assert referrers(after) == {wf[inside], wf[open_]}

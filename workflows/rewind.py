@@ -4,8 +4,13 @@
 
 - :func:`cut_refusal` says whether keeping the first N messages leaves the model a tool
   call without its answer, and names the nearest cuts that do not. Pure: the client runs
-  it over the whole transcript before it writes anything, the ``rewind`` validator over
-  the messages its run keeps.
+  it over the whole transcript chain before it writes anything; the ``rewind`` validator
+  judges again what its run can see (:func:`run_refusal`): the window it keeps, exactly,
+  for a cut inside it; for an older cut, the kept messages the request brings (the
+  window the run will keep), whose every call must be answered among them. The messages
+  between those and the window are the client's reading of the chain the run names
+  (``seen_context``), as the stored segment of the kept messages is the client's
+  writing: a workflow reads no store.
 - :func:`first_state` is a conversation's first state: empty, or for a fork the first N
   messages of another (``ConversationStart.forked_from``: their stored segment and the
   last of them), recorded ``forked`` by :meth:`Rewinder.record_fork`.
@@ -33,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
         ConversationState,
         StateQuery,
     )
-    from parley.contracts.conversation import RewindInput
+    from parley.contracts.conversation import RewindInput, TranscriptCut
     from parley.contracts.state import TranscriptWindow
     from parley.errors import (
         ConversationEnded,
@@ -88,6 +93,37 @@ def cut_refusal(messages: list[AnyMessage], offset: int, at: int, total: int) ->
         f"cannot keep the first {at} messages: the model's tool call {', '.join(late)} "
         "would be left without its answer; the nearest cuts that leave none: "
         + (" or ".join(nearest) or "none in the messages kept")
+    )
+
+
+def run_refusal(window: TranscriptWindow, cut: TranscriptCut) -> str | None:
+    """Why the run refuses ``cut``, judged from what it holds (None: it does not). A cut
+    inside the window is judged exactly: every call kept is in it or answered in it. A
+    cut older than the window keeps ``cut.tail`` (its last messages, which become the
+    window): a call among them left without its answer among them is refused; calls
+    older than the tail the client judged over the whole chain."""
+    total = window.length
+    if cut.at >= window.offset or total == 0:
+        return cut_refusal(window.messages, window.offset, cut.at, total)
+    if not cut.tail:
+        return (
+            f"a cut at message {cut.at}, older than the {len(window.messages)} messages this "
+            "run keeps, must bring its last kept messages (the tail)"
+        )
+    if all(isinstance(m, ToolMessage) for m in cut.tail):
+        # Answers follow their call's message at once: a tail with a message of another
+        # kind holds the call of the answers next to the cut, and shows a split there.
+        return (
+            f"the {len(cut.tail)} kept messages this rewind brings are all tool answers: "
+            "they cannot show that the cut leaves no call without its answer; bring the "
+            "message that made the calls too"
+        )
+    first = cut.at - len(cut.tail)
+    # The tail ends at the cut: none of its calls may be answered after it.
+    return (
+        cut_refusal(cut.tail, first, cut.at, cut.at)
+        if unanswered(cut.tail, first, cut.at)
+        else None
     )
 
 
@@ -161,10 +197,7 @@ class Rewinder:
             raise TurnInProgress(
                 "the conversation moved on since this rewind was prepared; run it again"
             )
-        problem = cut_refusal(
-            transcript.messages, transcript.offset, request.cut.at, transcript.length
-        )
-        if problem:
+        if problem := run_refusal(transcript, request.cut):
             raise InvalidMessage(problem)
         return request
 

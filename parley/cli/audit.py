@@ -86,6 +86,11 @@ def _verify(file: Path | None, session: str | None, user: str | None) -> None:
         problem, shared = verify_live(verified, run_async(work))
         if problem is not None:
             raise fail(f"the export does not match the conversation: {problem}")
-        out.print(f"{verified.summary()}; {shared} entries match the conversation")
+        out.print(
+            f"{verified.summary()}; {shared} entries match the conversation's, up to its head"
+        )
         return
-    out.print(verified.summary())
+    out.print(
+        f"{verified.summary()} (offline: entries cut off its end, with the header rewritten "
+        "to match, show only against the conversation: add --session and --user)"
+    )

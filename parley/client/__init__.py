@@ -8,6 +8,8 @@ Client side (never imported by workflows). One module per job:
   conversation's first N messages, in a new conversation or in a new run of the same;
 - ``starts``: a new conversation's start input and options, for a first message and a
   fork alike;
+- ``stored``: what a conversation stored in the payload store, read back, and the one
+  line when retention deleted it (``DeletedByRetention``, saying when);
 - ``visibility``: listing conversations from Temporal's visibility, no worker needed;
 - ``liveness``: never wait on a task queue no worker serves;
 - ``connection``: connecting to the cluster, with a one-line answer when it cannot;

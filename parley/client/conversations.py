@@ -44,6 +44,7 @@ from parley.client.errors import (
 )
 from parley.client.liveness import LivenessWatch, NoWorker
 from parley.client.starts import conversation_start, start_options
+from parley.client.stored import state_deleted, stored_messages
 from parley.client.visibility import ConversationListing
 from parley.contracts import (
     PARLEY_PENDING_TOOLS,
@@ -64,7 +65,6 @@ from parley.contracts.busy import WhileBusy
 from parley.contracts.conversation import RewindInput
 from parley.errors import NOT_OWNER_MESSAGE, ErrorType
 from parley.settings import Settings
-from parley.storage import TranscriptStore, driver_of
 from parley.workflows.conversation import ConversationWorkflow
 
 #: How an update (or an update-with-start) fails on the client's side; ``_refusal``
@@ -256,12 +256,13 @@ class Conversations(ConversationListing, LivenessWatch):
             )
         except NoWorker:
             raise await self._unreadable(session_id, query.user_id, description) from None
-        except RPCError as err:
-            if err.status == RPCStatusCode.FAILED_PRECONDITION:
+        except (RPCError, WorkflowQueryFailedError) as err:
+            if isinstance(err, RPCError) and err.status == RPCStatusCode.FAILED_PRECONDITION:
                 # Temporal's own "no poller seen" answer, when it comes before ours.
                 raise await self._unreadable(session_id, query.user_id, description) from None
-            raise await self._refusal(err, session_id) from err
-        except WorkflowQueryFailedError as err:
+            closed = description.status not in OPEN_STATUSES
+            if closed and (gone := await state_deleted(self._client, session_id)):
+                raise gone from None  # its history refers to payloads retention deleted
             raise await self._refusal(err, session_id) from err
         if description.status not in OPEN_STATUSES:
             return snapshot.model_copy(update={"status": "ended", "pending": []})
@@ -284,9 +285,9 @@ class Conversations(ConversationListing, LivenessWatch):
         )
         if snapshot.transcript_offset <= offset or snapshot.model_context is None:
             return snapshot.transcript[:limit]
-        stored = await TranscriptStore(driver_of(self._client.data_converter)).load(
-            snapshot.model_context
-        )
+        kept, context = snapshot.transcript_offset, snapshot.model_context
+        later = f"the later ones, from message {kept} on, are still read (parley show)"
+        stored = await stored_messages(self._client, session_id, context, kept, later)
         older = stored[offset : min(offset + limit, snapshot.transcript_offset)]
         return (older + snapshot.transcript)[:limit]
 

@@ -11,6 +11,10 @@ workflow's input carries the segment's reference and the last few of the N messa
 (bounded like the state it keeps), never the whole transcript. Nothing runs again: the
 messages are copied, tools' results included.
 
+What retention deleted cannot be copied: a conversation whose older messages went is
+refused (``DeletedByRetention``, saying when; ``parley.client.stored``). One the workflow
+still keeps whole is read from its pages alone, whatever the store holds.
+
 Only the conversation's owner may fork or rewind it. A fork's session id must be new:
 it is started with ``REJECT_DUPLICATE`` as a conversation's first message is, so an
 existing or ended conversation is never overwritten.
@@ -33,6 +37,7 @@ from parley.client.errors import (
     checked_workflow_id,
 )
 from parley.client.starts import conversation_start, start_options
+from parley.client.stored import stored_messages
 from parley.contracts import (
     KEPT_TRANSCRIPT_CHARS,
     KEPT_TRANSCRIPT_MESSAGES,
@@ -191,14 +196,25 @@ async def _read(
     conversations: Conversations, session_id: str, user_id: str
 ) -> tuple[ConversationSnapshot, list[AnyMessage]]:
     """The conversation's state (its first kept message's offset, its chain) and every
-    message it has: the stored chain, then the pages of the messages not yet stored."""
+    message it has: the stored chain (when the workflow no longer keeps them all), then
+    the pages of the messages not yet stored. Messages retention deleted are refused,
+    saying when (``parley.client.stored``)."""
     head = await conversations.state(
         session_id,
         user_id,
         StateQuery(user_id=user_id, transcript_offset=0, transcript_limit=1, audit_limit=0),
     )
-    store = TranscriptStore(driver_of(conversations.temporal.data_converter))
-    messages = (await store.load(head.model_context))[: head.transcript_total]
+    messages: list[AnyMessage] = []
+    if head.transcript_offset > 0 and head.model_context is not None:
+        stored = await stored_messages(
+            conversations.temporal,
+            session_id,
+            head.model_context,
+            head.transcript_offset,
+            "a fork or a rewind copies every message up to its cut: it can no longer be "
+            "forked or rewound",
+        )
+        messages = stored[: head.transcript_total]
     while len(messages) < head.transcript_total:
         page = await conversations.state(
             session_id,

@@ -2,7 +2,8 @@
 conversation's refusal maps to an HTTP status. Client side (the gateway).
 
 401 unauthenticated, 404 not found (also another user's conversation), 409 not now
-(decisions owed, turn running, ended), 413 too large, 422 bad input, 503 no worker.
+(decisions owed, turn running, ended), 410 gone (what the conversation stored was deleted
+by retention: the message says when), 413 too large, 422 bad input, 503 no worker.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ HTTP_STATUS = {
     ErrorType.NO_DECISIONS_OWED: 409,
     ErrorType.TURN_IN_PROGRESS: 409,
     ErrorType.CONVERSATION_ENDED: 409,
+    ErrorType.DELETED_BY_RETENTION: 410,
     ErrorType.NO_WORKER: 503,
     ErrorType.UNREACHABLE: 503,
 }

@@ -6,7 +6,8 @@ The user is the token's, and only the conversation's owner may: anyone else's re
 answers 404, exactly as for a conversation that does not exist. A cut that would leave
 the model a tool call without its answer is 422 with the nearest cuts that do not; a
 fork into a session id already used is 422; a rewind while a turn runs, while decisions
-are owed or once the conversation has ended is 409.
+are owed or once the conversation has ended is 409; a fork of a conversation whose
+older messages retention deleted is 410, saying when (``parley.client.stored``).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 client can use it. Client side (the gateway).
 
 - ``ErrorResponse``: the one error shape, ``{"error": {"type", "message"}}``, documented
-  for every status the routes answer (``ERROR_RESPONSES``: 401, 404, 409, 413, 422,
-  502, 503) in place of FastAPI's own validation-error schema, which is never sent;
+  for every status the routes answer (``ERROR_RESPONSES``: 401, 404, 409, 410, 413,
+  422, 502, 503) in place of FastAPI's own validation-error schema, which is never sent;
 - response models for the conversation, the listing and ``/v1/me``
   (``ConversationView`` leaves the internal ``model_context`` and ``audit_archive``
   out, of the document and of the answer);
@@ -42,6 +42,8 @@ _WHEN = {
     401: "No bearer token, or one the gateway does not know (read before any body).",
     404: "No such conversation, or another user's (the same answer).",
     409: "Not now: decisions are owed, a turn is running, or the conversation ended.",
+    410: "What the conversation stored (older messages, audit entries, large payloads) "
+    "was deleted by the payload store's retention; the message says when.",
     413: "The body is larger than PARLEY_GATEWAY_MAX_BODY_BYTES, or the message too long.",
     422: "Bad input: the message, the decisions, a resume or a parameter.",
     502: "Temporal refused the request.",

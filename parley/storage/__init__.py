@@ -27,7 +27,8 @@ any other ``StorageDriver``. Every worker and client of a namespace must use the
 store. The directory and S3 stores implement one interface (``base.PayloadStore``) that
 also lists each object with the conversations referring to it; ``retention`` deletes
 what no open or recently closed conversation can read (``parley store gc``, or the
-worker's Schedule, ``schedule``).
+worker's Schedule, ``schedule``), and records when, per conversation
+(``base.Collected``), so a reader can say so.
 
 Modules: ``base`` (the interface), ``local``, ``s3``, ``stores`` (choosing the store,
 the data converter), ``transcripts`` (the chain), ``audit_archive`` (audit entries

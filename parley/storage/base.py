@@ -8,9 +8,10 @@ Outside the workflow sandbox (worker, activities, clients).
 from __future__ import annotations
 
 import hashlib
+import json
 from abc import abstractmethod
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from temporalio.converter import (
     StorageDriver,
@@ -53,6 +54,32 @@ class StoredObject:
     referrers: dict[Referrer, datetime] = field(default_factory=dict, hash=False)
 
 
+@dataclass(frozen=True)
+class Collected:
+    """Retention's record that it deleted (or let go of) what a conversation stored:
+    when, and the retention period it applied. Kept in the store beside the objects, so
+    a reader told that a conversation's content is gone is told when and why."""
+
+    at: datetime
+    retention: timedelta
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {"at": self.at.isoformat(), "retention_seconds": self.retention.total_seconds()}
+        ).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Collected | None:
+        """The record, or None for one that cannot be read (never a reason to fail)."""
+        try:
+            data = json.loads(raw)
+            return cls(
+                datetime.fromisoformat(data["at"]), timedelta(seconds=data["retention_seconds"])
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
 class PayloadStore(StorageDriver):
     """A claim-check driver that retention can inventory and prune. Both stores keep
     the same promise: an object is readable until :meth:`remove` is called for it, and
@@ -81,5 +108,25 @@ class PayloadStore(StorageDriver):
         """Forget that ``referrers`` (conversations past retention) refer to ``stored``,
         which other conversations still need."""
 
+    @abstractmethod
+    async def record_collected(self, referrer: Referrer, collected: Collected) -> None:
+        """Remember that retention deleted what ``referrer`` stored (or let go of its
+        marks); the first record stays (the content went then)."""
+
+    @abstractmethod
+    async def collected(self, referrer: Referrer) -> Collected | None:
+        """Retention's record for ``referrer``, if it collected what it stored."""
+
     async def aclose(self) -> None:
         """Close connections the store holds open."""
+
+
+async def collected_record(driver: StorageDriver, referrer: Referrer) -> Collected | None:
+    """Retention's record for ``referrer`` in ``driver``; None for a driver that keeps no
+    records (one a ``module:factory`` store built) or one it could not read."""
+    if not isinstance(driver, PayloadStore):
+        return None
+    try:
+        return await driver.collected(referrer)
+    except Exception:  # a store that cannot say: the reader's own failure tells the rest
+        return None

@@ -7,7 +7,9 @@ single-host deployments. Layout under the root:
   the same bytes are stored once, whichever conversations store them);
 - ``refs/<sha[:2]>/<sha>/<referrer>``: one empty file per conversation that stored the
   object (its time says when it last did), so retention knows who still needs it;
-- ``referrers/<referrer>``: who a referrer name stands for (namespace and workflow id).
+- ``referrers/<referrer>``: who a referrer name stands for (namespace and workflow id);
+- ``collected/<referrer>``: retention's record that it collected what the referrer
+  stored (when, and the retention period), for readers that find it gone.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
-from parley.storage.base import PayloadStore, Referrer, StoredObject, referrer_of
+from parley.storage.base import Collected, PayloadStore, Referrer, StoredObject, referrer_of
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -230,3 +232,18 @@ class LocalFileStorageDriver(PayloadStore):
     def _release(self, digest: str, referrers: list[Referrer]) -> None:
         for referrer in referrers:
             (self._marks(digest) / referrer.digest()).unlink(missing_ok=True)
+
+    def _record(self, referrer: Referrer) -> Path:
+        return self._root / "collected" / referrer.digest()
+
+    async def record_collected(self, referrer: Referrer, collected: Collected) -> None:
+        path = self._record(referrer)
+        if not path.exists():
+            await asyncio.to_thread(_write_atomically, path, collected.to_json())
+
+    async def collected(self, referrer: Referrer) -> Collected | None:
+        try:
+            raw = await asyncio.to_thread(self._record(referrer).read_bytes)
+        except FileNotFoundError:
+            return None
+        return Collected.from_json(raw)

@@ -16,6 +16,10 @@ An object is kept while any conversation that refers to it can still read it:
 
 Content shared between conversations (the local store keeps the same bytes once) goes
 only when none of them keeps it; the others' marks are released as they expire.
+
+A collection that deletes (or releases) what a conversation stored leaves a record of it
+in the store (``PayloadStore.record_collected``: when, under which retention period),
+so a reader that finds the conversation's messages gone can say so, and when.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from parley.storage.base import PayloadStore, Referrer, StoredObject
+from parley.storage.base import Collected, PayloadStore, Referrer, StoredObject
 
 #: Conversations described at once while collecting.
 DESCRIBE_CONCURRENCY = 16
@@ -151,6 +155,7 @@ async def collect_garbage(
     referrers = sorted({r for o in objects for r in o.referrers})
     answers = await asyncio.gather(*map(standings.of, referrers))
     standing = dict(zip(referrers, answers, strict=True))
+    gone: set[Referrer] = set()  # conversations that lost content in this collection
     for stored in objects:
         keeping = [
             referrer
@@ -165,12 +170,17 @@ async def collect_garbage(
             if expired and not dry_run:
                 await store.release(stored, expired)
                 report.released += len(expired)
+                gone.update(expired)
         elif dry_run or await store.remove(stored):
             report.deleted.append(stored)
+            gone.update(stored.referrers)
         else:
             report.spared += 1
             report.kept_objects += 1
             report.kept_bytes += stored.size
+    if not dry_run:
+        for referrer in sorted(gone):
+            await store.record_collected(referrer, Collected(at=now, retention=retention))
     return report
 
 

@@ -6,9 +6,10 @@ Outside the workflow sandbox (worker, activities, clients). The standard AWS
 configuration applies: the credential chain (keys, profile, role), ``AWS_REGION`` and
 ``AWS_ENDPOINT_URL`` for S3-compatible servers (MinIO). Keys are the driver's:
 ``v0/ns/<namespace>/wt/<type>/wi/<workflow id>/ri/<run id>/d/sha256/<digest>``, so
-every object names the one conversation that stored it. A PUT is atomic in S3 (a reader
-sees the whole object or none) and the driver checks each object's SHA-256 on reading,
-so a payload is never taken whole when it is not.
+every object names the one conversation that stored it; retention's records of what it
+collected are ``collected/<referrer>.json``, outside ``v0/`` (never listed as objects).
+A PUT is atomic in S3 (a reader sees the whole object or none) and the driver checks
+each object's SHA-256 on reading, so a payload is never taken whole when it is not.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any, TypeVar
 from urllib.parse import unquote
@@ -30,7 +31,7 @@ from botocore.config import Config
 from temporalio.contrib.aws.s3driver import S3StorageDriver, S3StorageDriverClient
 from temporalio.contrib.aws.s3driver.aioboto3 import new_aioboto3_client
 
-from parley.storage.base import PayloadStore, Referrer, StoredObject
+from parley.storage.base import Collected, PayloadStore, Referrer, StoredObject
 
 log = logging.getLogger("parley.storage")
 T = TypeVar("T")
@@ -50,9 +51,9 @@ class S3Config:
 
     endpoint_url: str | None = None
     region: str | None = None
-    access_key_id: str | None = None
-    secret_access_key: str | None = None
-    session_token: str | None = None
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -310,6 +311,35 @@ class S3PayloadStore(S3StorageDriver, PayloadStore):
 
     async def release(self, stored: StoredObject, referrers: list[Referrer]) -> None:
         return None  # a key has one referrer: kept or removed, never shared
+
+    def _record(self, referrer: Referrer) -> str:
+        return f"{self.objects.prefix}collected/{referrer.digest()}.json"
+
+    async def record_collected(self, referrer: Referrer, collected: Collected) -> None:
+        if await self.collected(referrer) is not None:
+            return  # the first record stays
+
+        async def put(client: Any) -> None:
+            await client.put_object(
+                Bucket=self.objects.bucket, Key=self._record(referrer), Body=collected.to_json()
+            )
+
+        await self.objects.call("put", put)
+
+    async def collected(self, referrer: Referrer) -> Collected | None:
+        async def get(client: Any) -> bytes | None:
+            try:
+                answer = await client.get_object(
+                    Bucket=self.objects.bucket, Key=self._record(referrer)
+                )
+            except boto.ClientError as err:
+                if str(err.response.get("Error", {}).get("Code", "")) in ("NoSuchKey", "404"):
+                    return None
+                raise
+            return await answer["Body"].read()
+
+        raw = await self.objects.call("get", get)
+        return None if raw is None else Collected.from_json(raw)
 
     async def aclose(self) -> None:
         await self.objects.aclose()

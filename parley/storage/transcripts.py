@@ -148,17 +148,24 @@ class TranscriptStore:
         return await read_stored(self._driver, ref.claim, TranscriptSegment, "transcript segment")
 
 
+class StoredObjectUnreadable(ValueError):
+    """A stored object of Parley's own that the store could not give back: gone (deleted
+    by retention, whose record ``parley.storage.base.collected_record`` reads), or a
+    store other than the one that wrote it. Clients say which (``parley.client``)."""
+
+
 async def read_stored(
     driver: StorageDriver, claim: dict[str, str], model: type[_Stored], what: str
 ) -> _Stored:
     """One stored object of Parley's own (a transcript or audit archive segment), read
-    back as ``model``; a store that cannot give it raises ``ValueError`` saying so."""
+    back as ``model``; a store that cannot give it raises ``StoredObjectUnreadable`` (a
+    ``ValueError``) saying so."""
     try:
         [payload] = await driver.retrieve(
             StorageDriverRetrieveContext(), [StorageDriverClaim(claim_data=claim)]
         )
     except Exception as err:
-        raise ValueError(
+        raise StoredObjectUnreadable(
             f"{what} {claim} could not be read from store {driver.name()!r} "
             f"({type(err).__name__}: {err}): every worker and client must use the same "
             "PARLEY_PAYLOAD_STORE"

@@ -3,6 +3,7 @@
 - ``recording_tools``: real tools that record every run, and their registry;
 - ``scripts``: scripted models (the only fake);
 - ``transcripts``: assertions on a transcript, new session ids;
+- ``long_transcripts``: conversations longer than the workflow's window, made cheaply;
 - ``waiting`` (``eventually``) and ``ports`` (``free_port``);
 - ``processes``: real worker/gateway processes and their environment;
 - ``gateway``, ``plans``, ``dev``, ``cli``, ``browser``, ``webhook``, ``time_skipping``,
