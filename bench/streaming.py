@@ -62,6 +62,7 @@ from bench._harness import (  # noqa: E402
 from bench.history_bytes import measure, settled_history  # noqa: E402
 from parley.activities.models.openai_provider import build_openai_model  # noqa: E402
 from parley.client import Conversations  # noqa: E402
+from parley.loading import ModelConfig  # noqa: E402
 from parley.settings import Settings  # noqa: E402
 from parley.tools import ToolRegistry  # noqa: E402
 from parley.worker import build_worker  # noqa: E402
@@ -137,7 +138,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         env = await start_dev_server(converter)
         try:
             client = env.client
-            streamed_model = build_openai_model("gpt-bench", Settings.from_env())
+            streamed_model = build_openai_model(
+                ModelConfig.from_settings(Settings.from_env(), "gpt-bench")
+            )
             whole_model = script(*[{"content": reply}] * (args.rounds * TURNS))
             streamed_worker = build_worker(
                 client, streamed_settings, registry=ToolRegistry([]), model=streamed_model

@@ -33,7 +33,7 @@ from parley.contracts import check_user_id
 from parley.dev_state import remove_state, write_state
 from parley.gateway.access import TokenTable, write_tokens_file
 from parley.gateway.server import serving
-from parley.logs import quiet_expected_tool_errors
+from parley.logs import quiet_expected_tool_errors, redact_log_records
 from parley.services.plans import BackgroundServer, create_app
 from parley.settings import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE, Settings
 from parley.storage import data_converter, describe_store
@@ -259,8 +259,10 @@ async def _run_temporal_and_worker(
             "Is another one running? Pick free ports with --port/--ui-port."
         ) from None
     # The console shows warnings (Python's last-resort handler): a tool error the model
-    # reads, such as a protected branch, is one line there, not a traceback.
+    # reads, such as a protected branch, is one line there, not a traceback; and no
+    # secret (the plans key, a token) is ever in it.
     quiet_expected_tool_errors()
+    redact_log_records()
     try:
         await ensure_search_attributes(env.client, settings.namespace)
         worker = build_worker(

@@ -6,7 +6,12 @@ workflow and activity loggers add their context (``temporal_workflow`` /
 ``temporal_activity``), from which come ``workflow_id``, ``session_id`` and the
 activity's ``attempt``; a tool run adds ``tool`` and ``tool_call_id``. Every message and
 traceback passes through ``redact``: no secret of the worker's environment, no bearer
-token or API key reaches a log line.
+token or API key reaches a log line. Text lines too: every handler Parley installs (and
+Python's last-resort one, which ``parley dev`` prints with) carries ``RedactSecrets``,
+which redacts a record's message and traceback before any formatter reads them, the
+HTTP server's (uvicorn's, which logs through these handlers) included. The HTTP
+clients' own line per request (``httpx``: its whole URL, a webhook's token in its path
+or a key in its query string) is left out below WARNING.
 
 A tool error the model reads (``ToolInputError``, ``ToolPermissionError``: a wrong
 argument, a protected branch) is expected: the tool's activity logs it in one line,
@@ -60,6 +65,40 @@ class JsonLogFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
+class RedactSecrets(logging.Filter):
+    """On a handler: the record's message, arguments and traceback pass through
+    ``redact`` before any formatter reads them (so text lines are redacted as JSON
+    lines are). A record whose message cannot be made is left to the handler."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # the handler reports a record it cannot format
+            return True
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
+        return True
+
+
+#: HTTP clients that log every request's URL at INFO.
+QUIET_HTTP_CLIENTS = ("httpx", "httpx2", "httpcore")
+
+
+def redact_log_records(handler: logging.Handler | None = None) -> None:
+    """Put ``RedactSecrets`` on ``handler`` and on Python's last-resort handler (what
+    prints a warning when no handler is installed), once each."""
+    for each in (handler, logging.lastResort):
+        if each is not None and not any(isinstance(f, RedactSecrets) for f in each.filters):
+            each.addFilter(RedactSecrets())
+
+
 #: The logger the SDK reports failed activities on.
 SDK_ACTIVITY_LOGGER = "temporalio.activity"
 #: Failures that are answers for the model, not faults of the worker or the tool.
@@ -100,7 +139,10 @@ def configure_logging(log_format: str, level: int = logging.INFO) -> None:
         handler.setFormatter(JsonLogFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    redact_log_records(handler)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    for client in QUIET_HTTP_CLIENTS:
+        logging.getLogger(client).setLevel(max(level, logging.WARNING))
     quiet_expected_tool_errors()

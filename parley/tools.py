@@ -6,8 +6,10 @@ A Parley tool is a LangChain ``BaseTool`` plus a policy:
 - ``confirm``: waits for the user's decision (the default for a bare tool);
 - ``deny``: never runs; the model is told so.
 
-A toolset is a list of tools (``ParleyTool`` or bare ``BaseTool``), or a zero-argument
-callable returning one. The worker loads toolsets from ``PARLEY_TOOLS=module:attr[,...]``.
+A toolset is a list of tools (``ParleyTool`` or bare ``BaseTool``), or a factory
+returning one: a callable taking nothing, or the one narrow config it declares
+(``parley.loading.factory``), never the worker's Settings. The worker loads toolsets
+from ``PARLEY_TOOLS=module:attr[,...]``.
 
 A tool that needs to know whom it acts for declares an injected argument
 ``context: Annotated[ToolContext, InjectedToolArg]``; the model never sees it, and
@@ -28,7 +30,7 @@ import itertools
 import json
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +47,7 @@ from parley.contracts import (
     ToolSpec,
 )
 from parley.errors import ToolInputError
-from parley.loading import takes_keyword, takes_no_arguments, wants_settings
+from parley.loading import TOOLSET_CONFIGS, FactoryInputs, call_factory
 from parley.policies import load_policies
 from parley.settings import Settings
 
@@ -321,12 +323,15 @@ def _subagent_tool(spec: SubagentSpec) -> BaseTool:
 
 
 def load_toolset(
-    reference: str, settings: Settings | None = None, http_client: httpx.AsyncClient | None = None
+    reference: str,
+    settings: Settings | None = None,
+    http_client: httpx.AsyncClient | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> list[ParleyTool | BaseTool]:
-    """Import ``module:attr``; the attribute is a toolset, or a callable returning one
-    that takes no argument or the worker's :class:`~parley.settings.Settings` (given
-    here as ``settings``: nothing below the entry points reads the environment). A
-    factory that declares ``http_client`` is also given the worker's HTTP client."""
+    """Import ``module:attr``; the attribute is a toolset, or a factory returning one
+    that takes nothing or the one config it declares (``parley.loading.factory``), made
+    here from ``settings``, ``http_client`` and, for a ``ToolsetContext``, the variables
+    of ``environ`` (the entry point's) under its prefix. No factory gets the Settings."""
     module_name, sep, attr = reference.strip().partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"toolset {reference!r} is not of the form module:attr")
@@ -339,18 +344,13 @@ def load_toolset(
     except AttributeError:
         raise ValueError(f"toolset {reference!r}: {module_name} has no {attr!r}") from None
     if callable(value) and not isinstance(value, BaseTool):
-        if wants_settings(value):
-            if settings is None:  # the entry points always pass the Settings they read
-                raise ValueError(
-                    f"toolset {reference!r}: {attr} takes the worker's Settings; "
-                    "pass settings= (the worker, CLI and gateway read them at start)"
-                )
-            extra = {"http_client": http_client} if takes_keyword(value, "http_client") else {}
-            value = value(settings, **extra)
-        elif takes_no_arguments(value):
-            value = value()
-        else:
-            raise ValueError(f"toolset {reference!r}: {attr} needs arguments; {TOOLSET_SHAPE}")
+        value = call_factory(
+            value,
+            FactoryInputs(settings, http_client, environ or {}),
+            what=f"toolset {reference!r}",
+            allowed=TOOLSET_CONFIGS,
+            refused=f"{attr} needs arguments; {TOOLSET_SHAPE}",
+        )
     if isinstance(value, ParleyTool | BaseTool):
         return [value]
     if isinstance(value, str | bytes) or not isinstance(value, Sequence | Iterator):
@@ -375,7 +375,7 @@ MAX_TOOLS = 1_000
 
 TOOLSET_SHAPE = (
     "a toolset is a list of tools (ParleyTool or langchain-core BaseTool) "
-    "or a callable returning one: f() or f(settings), given the worker's Settings"
+    "or a factory returning one: f(), or f(config) marked @factory(Config) (parley.loading)"
 )
 
 
@@ -384,11 +384,12 @@ def load_registry(
     extra: Iterable[ParleyTool | BaseTool] = (),
     settings: Settings | None = None,
     http_client: httpx.AsyncClient | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> ToolRegistry:
     """The registry for ``PARLEY_TOOLS`` (comma-separated ``module:attr`` references)."""
     tools: list[ParleyTool | BaseTool] = []
     for reference in filter(None, (part.strip() for part in spec.split(","))):
-        tools.extend(load_toolset(reference, settings, http_client))
+        tools.extend(load_toolset(reference, settings, http_client, environ))
     tools.extend(extra)
     registry = ToolRegistry(tools)
     if settings is not None and settings.policies_file:

@@ -21,6 +21,15 @@ the exporter reads the other standard ``OTEL_EXPORTER_OTLP_*`` variables (header
 timeout) itself, as OpenTelemetry defines them. Otherwise
 nothing is installed and the span helpers are OpenTelemetry's no-ops. A program that
 embeds Parley and has its own provider calls ``use(provider)`` before connecting.
+
+No secret reaches a span. A request's span names its route template and nothing of its
+URL (``route_only``: ``http.target``, ``http.url``, ``url.path``, ``url.full`` and
+``url.query`` become ``/links/{token}``, never the token, nor a query string); captured
+headers that carry credentials are ``[REDACTED]`` (``SECRET_HEADERS``); and every span
+exported passes through ``redact`` (``RedactingExporter``: its name, attributes, events
+and status), which knows the process's secrets (``remember_config`` of its Settings) and
+what is shaped like one, an approval link's token among them. A provider a program
+brings with ``use`` gets the first two; the exporter is its own to choose.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from parley.redaction import REDACTED, redact, remember_config
 from parley.settings import Settings
 
 TRACER_NAME = "parley"
@@ -69,6 +79,7 @@ def configure(settings: Settings, role: str) -> None:
     """Install the OTLP exporter when ``settings`` ask for traces and none is installed."""
     if _provider is not None or not settings.otlp_traces_url:
         return
+    remember_config(settings)  # its secrets are redacted from every span it exports
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -76,11 +87,8 @@ def configure(settings: Settings, role: str) -> None:
 
     name = settings.otel_service_name or f"parley-{role}"
     provider = create_tracer_provider(resource=Resource.create({"service.name": name}))
-    provider.add_span_processor(
-        BatchSpanProcessor(
-            OTLPSpanExporter(endpoint=settings.otlp_traces_url, timeout=_timeout(role))
-        )
-    )
+    exporter = OTLPSpanExporter(endpoint=settings.otlp_traces_url, timeout=_timeout(role))
+    provider.add_span_processor(BatchSpanProcessor(RedactingExporter(exporter)))
     use(provider)
 
 
@@ -108,10 +116,16 @@ def plugins() -> list[Any]:
 
 
 def instrument_app(app: Any) -> None:
-    """The gateway's requests as spans, continuing a caller's ``traceparent``."""
+    """The gateway's requests as spans, continuing a caller's ``traceparent``: each
+    named by its route, with no URL but the route's (``route_only``) and no credential
+    in a header the operator asks to capture (``OTEL_INSTRUMENTATION_HTTP_CAPTURE_*``)."""
     if _provider is None:
         return
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+    from opentelemetry.util.http import (
+        OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SANITIZE_FIELDS as SANITIZE_FIELDS,
+    )
+    from opentelemetry.util.http import get_custom_headers
 
     FastAPIInstrumentor.instrument_app(
         app,
@@ -119,7 +133,47 @@ def instrument_app(app: Any) -> None:
         excluded_urls="healthz,metrics,static",
         # No span per ASGI message: an event stream would make one per event.
         exclude_spans=["receive", "send"],
+        server_request_hook=route_only,
+        # Given, the list replaces the variable's: keep the operator's fields too.
+        http_capture_headers_sanitize_fields=[
+            *SECRET_HEADERS,
+            *get_custom_headers(SANITIZE_FIELDS),
+        ],
     )
+
+
+#: Headers (regular expressions, any case) whose values a captured header never shows.
+SECRET_HEADERS = ("authorization", "cookie", "key", "token", "secret", "password", "referer")
+#: The attributes of a request's span that would hold its URL, or part of it.
+URL_ATTRIBUTES = ("http.target", "url.path", "http.url", "url.full", "url.query")
+#: What stands for the path of a request that matched no route.
+UNMATCHED = "{unmatched}"
+
+
+def route_only(span: Any, scope: Mapping[str, Any]) -> None:
+    """The instrumentation's ``server_request_hook``: the request span's URL attributes
+    say the route template (``/links/{token}``), never the path, the query string or
+    credentials the request came with; a path that matched no route is ``{unmatched}``."""
+    if not span.is_recording():
+        return
+    attributes = getattr(span, "attributes", None) or {}
+    route = attributes.get("http.route") or UNMATCHED
+    for name in URL_ATTRIBUTES:
+        if name not in attributes:
+            continue
+        if name == "url.query":
+            span.set_attribute(name, REDACTED)
+        elif name in ("http.url", "url.full"):
+            span.set_attribute(name, _origin(scope) + route)
+        else:
+            span.set_attribute(name, route)
+
+
+def _origin(scope: Mapping[str, Any]) -> str:
+    """``scheme://host[:port]`` of the server the request came to."""
+    server = scope.get("server") or ("", None)
+    host, port = server[0], server[1]
+    return f"{scope.get('scheme', 'http')}://{host}{f':{port}' if port else ''}"
 
 
 @contextmanager
@@ -181,3 +235,57 @@ def _span(name: str, attributes: dict[str, Any]) -> Iterator[Span]:
     tracer = trace.get_tracer(TRACER_NAME)
     with tracer.start_as_current_span(name, kind=SpanKind.INTERNAL, attributes=attributes) as span:
         yield span
+
+
+class RedactingExporter:
+    """A span exporter in front of another: each span goes on with ``redact`` applied to
+    its name, its attributes, its events' names and attributes and its status, so no
+    secret of the process, and nothing shaped like one, leaves it."""
+
+    def __init__(self, exporter: Any) -> None:
+        self._exporter = exporter
+
+    def export(self, spans: Any) -> Any:
+        return self._exporter.export([_redacted(span) for span in spans])
+
+    def shutdown(self) -> None:
+        self._exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return bool(self._exporter.force_flush(timeout_millis))
+
+
+def _redacted(span: Any) -> Any:
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+
+    events = [
+        Event(redact(e.name), _redact_attributes(e.attributes), e.timestamp) for e in span.events
+    ]
+    status = span.status
+    if status.description:
+        status = Status(status.status_code, redact(status.description))
+    return ReadableSpan(
+        name=redact(span.name),
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=_redact_attributes(span.attributes),
+        events=events,
+        links=span.links,
+        kind=span.kind,
+        status=status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
+
+
+def _redact_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    cleaned: dict[str, Any] = {}
+    for key, value in (attributes or {}).items():
+        if isinstance(value, str):
+            value = redact(value)
+        elif isinstance(value, tuple | list) and all(isinstance(v, str) for v in value):
+            value = tuple(redact(v) for v in value)
+        cleaned[key] = value
+    return cleaned

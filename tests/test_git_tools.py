@@ -17,6 +17,7 @@ from parley.activities.toolsets.git import (
 )
 from parley.contracts import ToolContext
 from parley.errors import ToolInputError, ToolPermissionError
+from parley.loading import GitConfig
 from parley.settings import Settings
 from parley.tools import CONTEXT_ARG, ParleyTool
 
@@ -231,10 +232,10 @@ def test_toolset_reads_environment(
 ) -> None:
     monkeypatch.delenv("PARLEY_GIT_PROJECTS", raising=False)
     with pytest.raises(ValueError, match="PARLEY_GIT_PROJECTS"):
-        toolset(Settings.from_env())
+        toolset(GitConfig.from_settings(Settings.from_env()))
     monkeypatch.setenv("PARLEY_GIT_PROJECTS", str(registry))
     monkeypatch.setenv("PARLEY_GIT_WORKTREES", str(tmp_path / "wt"))
-    assert [t.name for t in toolset(Settings.from_env())] == [
+    assert [t.name for t in toolset(GitConfig.from_settings(Settings.from_env()))] == [
         "git_list_project_repositories",
         "git_prepare_worktree",
         "git_push_branch",
@@ -246,5 +247,7 @@ async def test_worktrees_dir_from_environment(
 ) -> None:
     monkeypatch.setenv("PARLEY_GIT_PROJECTS", str(registry))
     monkeypatch.setenv("PARLEY_GIT_WORKTREES", str(tmp_path / "wt"))
-    result = await prepare({t.name: t for t in toolset(Settings.from_env())})
+    result = await prepare(
+        {t.name: t for t in toolset(GitConfig.from_settings(Settings.from_env()))}
+    )
     assert Path(result["worktree"]) == (tmp_path / "wt" / "demo" / "web" / "feat-x").resolve()

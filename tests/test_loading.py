@@ -1,10 +1,13 @@
 """Loading what the worker is configured with: toolsets (PARLEY_TOOLS), policies, and
-chat models (PARLEY_MODEL). Bad configuration is a clear ValueError, never a traceback
-from deep inside."""
+chat models (PARLEY_MODEL), each factory handed its own narrow config, never the
+worker's Settings (issue 32). Bad configuration is a clear ValueError, never a
+traceback from deep inside."""
 
 from __future__ import annotations
 
+import importlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,8 @@ from parley.activities.models import build_chat_model
 from parley.activities.models.script_file import ScriptFileChatModel
 from parley.activities.models.scripted import ScriptedChatModel
 from parley.errors import ModelRequestError
+from parley.loading import ModelConfig, PlansConfig, ToolsetContext, factory
+from parley.settings import Settings
 from parley.tools import ParleyTool, ToolRegistry, load_registry
 from tests.support import drop_tables, read_records, write_record
 
@@ -188,12 +193,12 @@ def test_scripted_model_reads_requests(
     assert (proposed["name"], proposed["args"]) == (name, args)
 
 
-def test_a_toolset_factory_takes_the_workers_settings_not_the_environment(
+def test_each_shipped_toolset_gets_its_own_config_made_from_the_settings(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """``parley dev`` hands the worker a Settings; nothing rewrites os.environ."""
+    """``parley dev`` hands the worker a Settings (nothing rewrites os.environ); the
+    loader makes each shipped toolset's own config from it."""
     from parley.activities.toolsets.git import create_demo_projects
-    from parley.settings import Settings
 
     monkeypatch.delenv("PARLEY_PLANS_API_KEY", raising=False)
     monkeypatch.delenv("PARLEY_GIT_PROJECTS", raising=False)
@@ -210,6 +215,104 @@ def test_a_toolset_factory_takes_the_workers_settings_not_the_environment(
     assert {"create_plan", "git_push_branch"} <= names
     with pytest.raises(ValueError, match="PARLEY_PLANS_API_KEY is not set"):
         load_registry("parley.activities.toolsets.plans:toolset", settings=Settings())
+
+
+#: What the factories below were handed (read through ``handed()``: the loader imports
+#: this file as ``tests.test_loading``, which need not be the module pytest runs).
+HANDED: dict[str, object] = {}
+
+
+def handed(what: str) -> object:
+    return importlib.import_module("tests.test_loading").HANDED[what]
+
+
+ALL_SECRETS = Settings(
+    link_secret="link-secret-0123456789abcdef0123456789",
+    plans_api_key="plans-key-0123",
+    openai_api_key="sk-openai-0123",
+    aws_secret_access_key="aws-secret-0123",
+)
+
+
+@factory(ToolsetContext, env_prefix="ACME_")
+def acme_toolset(context: ToolsetContext) -> list:
+    HANDED["toolset"] = context
+    return [write_record]
+
+
+def settings_toolset(settings: Settings) -> list:  # the protocol before issue 32
+    return []
+
+
+@factory(ModelConfig)
+def configured_model(config: ModelConfig) -> FakeListChatModel:
+    HANDED["model"] = config
+    return FakeListChatModel(responses=["hi"])
+
+
+@factory(ModelConfig)
+def model_as_toolset(config: ModelConfig) -> list:
+    return []
+
+
+def test_a_toolset_of_ones_own_gets_its_prefix_and_the_http_client_never_the_settings() -> None:
+    client = object()
+    environ = {
+        "ACME_URL": "http://acme.example",
+        "ACME_API_KEY": "acme-key-0123",
+        "PARLEY_LINK_SECRET": "link-secret-0123456789abcdef0123456789",
+        "OPENAI_API_KEY": "sk-openai-0123",
+        "HOME": "/root",
+    }
+    registry = load_registry(
+        "tests.test_loading:acme_toolset",
+        settings=ALL_SECRETS,
+        http_client=client,  # type: ignore[arg-type]
+        environ=environ,
+    )
+    assert registry.names() == ["write_record"]
+    context = handed("toolset")
+    assert isinstance(context, ToolsetContext) and context.http_client is client
+    assert dict(context.env) == {"ACME_URL": "http://acme.example", "ACME_API_KEY": "acme-key-0123"}
+    assert "acme-key" not in repr(context)
+    with pytest.raises(TypeError):  # read-only: it cannot be used to pass anything back
+        context.env["ACME_URL"] = "x"  # type: ignore[index]
+
+
+def test_a_model_factory_gets_the_models_config_and_nothing_else() -> None:
+    build_chat_model("tests.test_loading:configured_model", ALL_SECRETS)
+    config = handed("model")
+    assert config == ModelConfig("", api_key="sk-openai-0123", base_url=None, timeout_seconds=120)
+    assert "sk-openai" not in repr(config)
+
+
+@pytest.mark.parametrize(
+    ("load", "message"),
+    [
+        (
+            lambda: load_registry("tests.test_loading:settings_toolset", settings=ALL_SECRETS),
+            r"settings_toolset\(settings\) would be handed every secret of the worker",
+        ),
+        (
+            lambda: load_registry("tests.test_loading:model_as_toolset", settings=ALL_SECRETS),
+            "model_as_toolset takes a ModelConfig; this factory may take nothing or one of",
+        ),
+        (
+            lambda: build_chat_model("tests.test_loading:acme_toolset", ALL_SECRETS),
+            "acme_toolset takes a ToolsetContext; this factory may take nothing or one of",
+        ),
+        (lambda: factory(ToolsetContext, env_prefix="PARLEY_ACME_"), "Parley's own PARLEY_"),
+        (lambda: factory(ToolsetContext, env_prefix="OPENAI_"), "Parley's own OPENAI_"),
+        (lambda: factory(ToolsetContext, env_prefix="acme"), "ending in '_'"),
+        (lambda: factory(PlansConfig, env_prefix="ACME_"), "for ToolsetContext only"),
+        (lambda: factory(Settings), "a factory takes PlansConfig"),
+    ],
+)
+def test_a_factory_that_asks_for_more_than_its_own_is_a_clear_error(
+    load: Callable[[], object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        load()
 
 
 def test_an_endless_toolset_is_refused_not_loaded_for_ever() -> None:

@@ -1,5 +1,5 @@
 """Structured logs (``PARLEY_LOG_FORMAT=json``): one JSON object per line, naming the
-session and the tool call, with no secret in them."""
+session and the tool call, with no secret in them; text lines with no secret either."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import json
 import logging
 
 from parley.contracts import Decision
-from parley.logs import JsonLogFormatter, quiet_expected_tool_errors
+from parley.links import ApprovalLink
+from parley.logs import JsonLogFormatter, quiet_expected_tool_errors, redact_log_records
+from parley.redaction import remember_values
 from parley.settings import Settings
 from tests.support import ByConversation, call, registry, script
 from tests.support.transcripts import new_session
@@ -128,3 +130,31 @@ def test_the_log_format_setting_is_checked(monkeypatch) -> None:
         assert "PARLEY_LOG_FORMAT" in str(err) and "text, json" in str(err)
     else:
         raise AssertionError("xml was accepted")
+
+
+def test_text_lines_are_redacted_too_message_and_traceback() -> None:
+    """Issue 32: a text handler Parley installs redacts as the JSON one does: a value it
+    remembered (a gateway token), an approval link's token, a bearer header."""
+    remember_values(["gw-token-text-redaction-0123"])
+    token = ApprovalLink(
+        session_id="s", tool_call_id="c", args_hash="h", user_id="u", action="approve",
+        expires=2_000_000_000,
+    ).sign("a-link-secret-of-at-least-32-characters")  # fmt: skip
+    lines = io.StringIO()
+    handler = logging.StreamHandler(lines)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    redact_log_records(handler)
+    logger = logging.getLogger("parley.test.text")
+    logger.addHandler(handler)
+    try:
+        logger.warning("GET /links/%s with gw-token-text-redaction-0123", token)
+        try:
+            raise RuntimeError(f"refused Authorization: Bearer {token}")
+        except RuntimeError:
+            logger.exception("failed")
+    finally:
+        logger.removeHandler(handler)
+    text = lines.getvalue()
+    assert "GET /links/[redacted] with [redacted]" in text and "Traceback" in text
+    assert token not in text and token.split(".")[1] not in text
+    assert "gw-token-text-redaction-0123" not in text

@@ -26,7 +26,7 @@ from parley.activities.toolsets.mcp import mcp_failure
 from parley.activities.toolsets.mcp import toolset as mcp_toolset
 from parley.contracts import Decision, PolicyRule
 from parley.errors import ErrorType, TransientError
-from parley.settings import Settings
+from parley.loading import McpConfig
 from parley.tools import ToolRegistry
 from tests.support import call, script
 from tests.support.ports import free_port
@@ -66,7 +66,7 @@ def mcp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
 
 
 def registry(servers: str) -> ToolRegistry:
-    tools = mcp_toolset(Settings(mcp_servers=servers))
+    tools = mcp_toolset(McpConfig(servers))
     rules = [
         PolicyRule(name="reads", tool="list_notes", decide="auto"),
         PolicyRule(name="probes", tool="fail", decide="auto"),
@@ -112,7 +112,7 @@ def test_unreachable_or_malformed_servers_are_one_clear_error(tmp_path: Path) ->
     bad = tmp_path / "servers.json"
     bad.write_text("[1, 2]")
     with pytest.raises(ValueError, match="must map server names"):
-        mcp_toolset(Settings(mcp_servers=str(bad)))
+        mcp_toolset(McpConfig(str(bad)))
     bad.write_text(
         json.dumps(
             {
@@ -124,9 +124,9 @@ def test_unreachable_or_malformed_servers_are_one_clear_error(tmp_path: Path) ->
         )
     )
     with pytest.raises(ValueError, match="could not list the tools of gone"):
-        mcp_toolset(Settings(mcp_servers=str(bad)))
+        mcp_toolset(McpConfig(str(bad)))
     with pytest.raises(ValueError, match="PARLEY_MCP_SERVERS is not set"):
-        mcp_toolset(Settings())
+        mcp_toolset(McpConfig())
 
 
 async def test_a_server_gone_at_call_time_is_retried_with_its_cause(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from parley.activities.tool_calls import tool_failure
 from parley.activities.toolsets.mcp import toolset as mcp_toolset
 from parley.contracts import Decision, PolicyRule
 from parley.errors import ErrorType, TransientError
-from parley.settings import Settings
+from parley.loading import McpConfig
 from parley.tools import ToolRegistry
 from tests.support import call
 from tests.support.cli import NOWHERE, assert_one_line_error, parley
@@ -89,7 +89,7 @@ def servers_file(home: Path, servers: dict[str, Any]) -> str:
 
 
 def registry(servers: str) -> ToolRegistry:
-    return ToolRegistry(mcp_toolset(Settings(mcp_servers=servers)), rules=AUTO_READS)
+    return ToolRegistry(mcp_toolset(McpConfig(servers)), rules=AUTO_READS)
 
 
 async def test_an_error_result_is_a_tool_error_and_text_is_text(

@@ -22,6 +22,7 @@ from parley.activities.models.failures import (
 )
 from parley.activities.models.openai_provider import build_openai_model
 from parley.errors import ModelRequestError, TransientError
+from parley.loading import ModelConfig
 from parley.settings import DEFAULT_OVERLOAD_CODES, Settings
 from tests.support.openai_fake import OVERLOAD_2064, FakeOpenAI, error_body
 
@@ -40,9 +41,14 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
         yield server
 
 
+def built(model_name: str = "fake-model") -> Any:
+    """The model ``PARLEY_MODEL=openai:<model_name>`` makes from the environment."""
+    return build_openai_model(ModelConfig.from_settings(Settings.from_env(), model_name))
+
+
 def failure_of(messages: list[Any] | None = None, model_name: str = "fake-model") -> Exception:
     """Invoke a freshly built model once and return what it raised."""
-    model = build_openai_model(model_name, Settings.from_env())
+    model = built(model_name)
     with pytest.raises(Exception) as info:
         model.invoke(messages or [HumanMessage("hi")])
     return info.value
@@ -54,13 +60,13 @@ def failure_of(messages: list[Any] | None = None, model_name: str = "fake-model"
 def test_missing_api_key_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(ValueError, match=r"OPENAI_API_KEY is not set.*set it"):
-        build_openai_model("gpt-4o-mini", Settings.from_env())
+        built("gpt-4o-mini")
 
 
 def test_sdk_retries_off_and_timeout_from_env(
     fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    model = build_openai_model("fake-model", Settings.from_env())
+    model = built()
     assert model.max_retries == 0
     assert model.root_client.max_retries == 0
     assert model.root_async_client.max_retries == 0
@@ -68,14 +74,14 @@ def test_sdk_retries_off_and_timeout_from_env(
     assert model.streaming is False
     assert str(model.root_client.base_url).rstrip("/") == fake.base_url
     monkeypatch.setenv("PARLEY_MODEL_TIMEOUT_SECONDS", "7.5")
-    assert build_openai_model("fake-model", Settings.from_env()).request_timeout == 7.5
+    assert built().request_timeout == 7.5
     monkeypatch.setenv("PARLEY_MODEL_TIMEOUT_SECONDS", "soon")
     with pytest.raises(ValueError, match="PARLEY_MODEL_TIMEOUT_SECONDS"):
-        build_openai_model("fake-model", Settings.from_env())
+        built()
 
 
 def test_api_key_is_secret_in_the_model(fake: FakeOpenAI) -> None:
-    model = build_openai_model("fake-model", Settings.from_env())
+    model = built()
     assert API_KEY not in repr(model)
     assert API_KEY not in str(model.model_dump())
 
@@ -90,9 +96,7 @@ def test_tool_calls_come_back_parsed(fake: FakeOpenAI) -> None:
             {"name": "shout", "args": {"text": "hé"}, "id": "call_shout"},
         ]
     )
-    result = build_openai_model("fake-model", Settings.from_env()).invoke(
-        [SystemMessage("be brief"), HumanMessage("add 2 and 3")]
-    )
+    result = built().invoke([SystemMessage("be brief"), HumanMessage("add 2 and 3")])
     assert isinstance(result, AIMessage)
     assert [(c["name"], c["args"], c["id"]) for c in result.tool_calls] == [
         ("add", {"a": 2, "b": 3}, "call_add"),
@@ -112,7 +116,7 @@ def test_tool_calls_come_back_parsed(fake: FakeOpenAI) -> None:
 def test_tool_message_reaches_the_model(fake: FakeOpenAI) -> None:
     fake.reply(tool_calls=[{"name": "add", "args": {"a": 2, "b": 3}, "id": "call_add"}])
     fake.reply("2 + 3 = 5")
-    model = build_openai_model("fake-model", Settings.from_env())
+    model = built()
     transcript: list[Any] = [HumanMessage("add 2 and 3")]
     first = model.invoke(transcript)
     transcript += [first, ToolMessage("5", tool_call_id="call_add", name="add")]
@@ -136,7 +140,7 @@ def test_tool_message_reaches_the_model(fake: FakeOpenAI) -> None:
 async def test_async_conversation(fake: FakeOpenAI) -> None:
     fake.reply(tool_calls=[{"name": "add", "args": {"a": 1, "b": 1}, "id": "c1"}])
     fake.reply("two")
-    model = build_openai_model("fake-model", Settings.from_env())
+    model = built()
     first = await model.ainvoke([HumanMessage("1+1?")])
     assert first.tool_calls[0]["args"] == {"a": 1, "b": 1}
     second = await model.ainvoke([HumanMessage("1+1?"), first, ToolMessage("2", tool_call_id="c1")])
@@ -151,7 +155,7 @@ def test_bind_tools_with_a_langchain_tool(fake: FakeOpenAI) -> None:
         return a * b
 
     fake.reply(tool_calls=[{"name": "multiply", "args": {"a": 6, "b": 7}, "id": "m1"}])
-    model = build_openai_model("fake-model", Settings.from_env())
+    model = built()
     result = model.bind_tools([multiply]).invoke("6 times 7?")
 
     assert result.tool_calls[0]["name"] == "multiply"
@@ -214,7 +218,7 @@ def test_a_burst_of_429s_then_success(fake: FakeOpenAI) -> None:
     for _ in range(3):
         fake.error(429, retry_after=1)
     fake.reply("finally")
-    model = build_openai_model("fake-model", Settings.from_env())
+    model = built()
     waits = []
     for _attempt in range(10):
         try:

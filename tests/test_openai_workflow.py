@@ -20,6 +20,7 @@ from parley.activities.models.openai_provider import build_openai_model
 from parley.activities.toolsets.plans import build_plans_toolset
 from parley.contracts import CALL_MODEL, RUN_TOOL, Decision
 from parley.errors import ErrorType
+from parley.loading import ModelConfig
 from parley.services.plans import BackgroundServer
 from parley.settings import Settings
 from parley.tools import ToolRegistry
@@ -57,7 +58,7 @@ def plans(tmp_path: Path) -> Iterator[BackgroundServer]:
 
 
 def openai_model() -> BaseChatModel:
-    return build_openai_model("gpt-test", Settings.from_env())
+    return build_openai_model(ModelConfig.from_settings(Settings.from_env(), "gpt-test"))
 
 
 async def test_a_whole_conversation_through_openai(parley_worker, fake: FakeOpenAI) -> None:

@@ -14,6 +14,7 @@ from parley.activities.toolsets import plans as plans_toolset
 from parley.activities.toolsets.plans import build_plans_toolset, toolset
 from parley.contracts import ToolContext
 from parley.errors import ToolInputError, ToolPermissionError, TransientError
+from parley.loading import PlansConfig
 from parley.services.plans import BackgroundServer, create_app
 from parley.settings import DEFAULT_PLANS_URL, Settings
 from parley.tools import ParleyTool, ToolRegistry
@@ -194,9 +195,9 @@ def test_toolset_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PARLEY_PLANS_API_KEY", raising=False)
     monkeypatch.delenv("PARLEY_PLANS_URL", raising=False)
     with pytest.raises(ValueError, match="PARLEY_PLANS_API_KEY"):
-        toolset(Settings.from_env())
+        toolset(PlansConfig.from_settings(Settings.from_env()))
     monkeypatch.setenv("PARLEY_PLANS_API_KEY", API_KEY)
-    built = toolset(Settings.from_env())
+    built = toolset(PlansConfig.from_settings(Settings.from_env()))
     assert len(built) == 4
     assert DEFAULT_PLANS_URL == "http://127.0.0.1:8765"
     assert plans_toolset.SERVICE_NAME == "the plans service"

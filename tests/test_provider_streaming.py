@@ -29,6 +29,7 @@ from parley.activities.models.failures import classify_model_error
 from parley.activities.models.openai_provider import build_openai_model
 from parley.contracts import CALL_MODEL
 from parley.errors import ContextLengthExceeded, ErrorType, ModelRequestError
+from parley.loading import ModelConfig
 from parley.settings import Settings
 from tests.support import registry
 from tests.support.openai_fake import FakeOpenAI, ScriptedReply, error_body
@@ -50,7 +51,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
 
 
 def parley_model() -> Any:
-    return build_openai_model("fake-model", Settings.from_env())
+    return build_openai_model(ModelConfig.from_settings(Settings.from_env(), "fake-model"))
 
 
 def streaming_model() -> Any:
@@ -290,7 +291,7 @@ def test_built_model_streams_when_asked_and_not_otherwise(fake: FakeOpenAI) -> N
     streamed request with usage in its final chunk; ``.invoke()`` one plain request."""
     fake.reply("whole reply")
     fake.reply("plain")
-    model = build_openai_model("fake-model", Settings.from_env())
+    model = build_openai_model(ModelConfig.from_settings(Settings.from_env(), "fake-model"))
     chunks = list(model.stream("hi"))
     assert "".join(str(c.content) for c in chunks) == "whole reply" and len(chunks) > 1
     assert fake.last_request.body.get("stream") is True

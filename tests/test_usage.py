@@ -26,6 +26,7 @@ from temporalio.client import Client
 from parley.activities.models.openai_provider import build_openai_model
 from parley.client import Conversations
 from parley.contracts import Decision, Usage
+from parley.loading import ModelConfig
 from parley.settings import Settings
 from parley.worker import build_worker, connect, metrics_runtime
 from parley.workflows.usage import USAGE_EVENT
@@ -49,7 +50,7 @@ async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
 
 
 def openai_model(*, streaming: bool = False) -> Any:
-    model = build_openai_model("gpt-test", Settings.from_env())
+    model = build_openai_model(ModelConfig.from_settings(Settings.from_env(), "gpt-test"))
     return model.model_copy(update={"streaming": True}) if streaming else model
 
 
@@ -147,7 +148,11 @@ async def test_the_totals_are_what_the_provider_reported_on_every_surface(
         assert events[index - 1]["name"] == USAGE_EVENT
     values = usage_events(events)
     assert [v["run"] for v in values] == [t.usage.model_dump() for t in turns]
-    assert values[-1] == {**expected.model_dump(), "run": turns[2].usage.model_dump()}
+    assert values[-1] == {
+        **expected.model_dump(),
+        "run": turns[2].usage.model_dump(),
+        "subagents": Usage().model_dump(),  # no subagent here
+    }
     assert [v["model_calls"] for v in values] == [1, 2, 3]
 
 

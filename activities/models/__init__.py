@@ -4,7 +4,9 @@
   requests in plain English (see ``parley.activities.models.scripted``).
 - ``script:<file>``: replays a JSON list of assistant messages, for tests and demos.
 - ``openai:<model>``: any OpenAI-compatible server through langchain-openai.
-- ``<module>:<factory>``: any langchain-core ``BaseChatModel`` a factory returns.
+- ``<module>:<factory>``: any langchain-core ``BaseChatModel`` a factory returns; the
+  factory takes nothing, or a ``ModelConfig`` (``@factory(ModelConfig)``,
+  ``parley.loading``), never the worker's Settings.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import importlib
 
 from langchain_core.language_models import BaseChatModel
 
-from parley.loading import takes_no_arguments
+from parley.loading import MODEL_CONFIGS, FactoryInputs, ModelConfig, call_factory
 from parley.settings import Settings
 
 
 def build_chat_model(spec: str, settings: Settings | None = None) -> BaseChatModel:
-    """The chat model ``PARLEY_MODEL`` names; ``openai:`` takes the Settings the worker
-    read at start (no model reads the environment)."""
+    """The chat model ``PARLEY_MODEL`` names; ``openai:`` and a factory that asks for it
+    get a ``ModelConfig`` made from the Settings the worker read at start (no model
+    reads the environment, and none is handed the other secrets)."""
     spec = spec.strip()
     if spec == "scripted":
         from parley.activities.models.scripted import ScriptedChatModel
@@ -40,16 +43,21 @@ def build_chat_model(spec: str, settings: Settings | None = None) -> BaseChatMod
 
         if settings is None:  # a programming error: the entry points always pass theirs
             raise ValueError(f"PARLEY_MODEL={spec!r} needs the worker's Settings")
-        return build_openai_model(rest, settings)
+        return build_openai_model(ModelConfig.from_settings(settings, rest))
     try:
         factory = getattr(importlib.import_module(kind), rest)
     except (ImportError, AttributeError) as err:
         raise ValueError(f"PARLEY_MODEL={spec!r}: cannot load {kind}:{rest}: {err}") from err
-    if not callable(factory) or not takes_no_arguments(factory):
-        raise ValueError(
-            f"PARLEY_MODEL={spec!r}: {kind}:{rest} is not a zero-argument callable; {FACTORY_SHAPE}"
-        )
-    model = factory()
+    refused = f"{kind}:{rest} is not a zero-argument callable; {FACTORY_SHAPE}"
+    if not callable(factory):
+        raise ValueError(f"PARLEY_MODEL={spec!r}: {refused}")
+    model = call_factory(
+        factory,
+        FactoryInputs(settings),
+        what=f"PARLEY_MODEL={spec!r}",
+        allowed=MODEL_CONFIGS,
+        refused=refused,
+    )
     if not isinstance(model, BaseChatModel):
         raise ValueError(
             f"PARLEY_MODEL={spec!r} returned a {type(model).__name__}, not a chat model; "
@@ -59,5 +67,6 @@ def build_chat_model(spec: str, settings: Settings | None = None) -> BaseChatMod
 
 
 FACTORY_SHAPE = (
-    "a model factory is a zero-argument callable returning a langchain-core BaseChatModel"
+    "a model factory is a zero-argument callable, or one marked @factory(ModelConfig) "
+    "(parley.loading), returning a langchain-core BaseChatModel"
 )

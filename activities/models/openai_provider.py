@@ -1,7 +1,8 @@
 """``PARLEY_MODEL=openai:<model>``: any OpenAI-compatible chat-completions server.
 
-Activity side only: the key (``OPENAI_API_KEY``) comes in the Settings the worker read
-at start, so it lives in the worker process and never enters workflow input or history.
+Activity side only: the key (``OPENAI_API_KEY``) comes in the model's own config
+(``parley.loading.ModelConfig``, made from the Settings the worker read at start), so it
+lives in the worker process and never enters workflow input or history.
 Works for OpenAI, DeepSeek, vLLM, Ollama and anything else speaking the protocol
 (``OPENAI_BASE_URL`` points at it).
 
@@ -14,19 +15,20 @@ from __future__ import annotations
 from langchain_core.language_models import BaseChatModel
 from langchain_openai import ChatOpenAI
 
-from parley.settings import Settings
+from parley.loading import ModelConfig
 
 
-def build_openai_model(model_name: str, settings: Settings) -> BaseChatModel:
-    """A ``ChatOpenAI`` for ``model_name`` with the worker's settings.
+def build_openai_model(config: ModelConfig) -> BaseChatModel:
+    """A ``ChatOpenAI`` for the model ``config`` names.
 
     ``OPENAI_API_KEY`` is required (servers that ignore keys, such as a local Ollama,
     accept any non-empty value); ``OPENAI_BASE_URL`` is optional (OpenAI when unset);
     ``PARLEY_MODEL_TIMEOUT_SECONDS`` bounds one HTTP request (default 120).
     """
+    model_name = config.name
     if not model_name or not model_name.strip():
         raise ValueError("openai: needs a model name, e.g. PARLEY_MODEL=openai:gpt-4o-mini")
-    if not settings.openai_api_key.strip():
+    if not config.api_key.strip():
         raise ValueError(
             "OPENAI_API_KEY is not set: set it in the worker's environment to use "
             f"PARLEY_MODEL=openai:{model_name} (any non-empty value for servers that do "
@@ -34,10 +36,10 @@ def build_openai_model(model_name: str, settings: Settings) -> BaseChatModel:
         )
     return ChatOpenAI(
         model=model_name.strip(),
-        base_url=settings.openai_base_url,
-        api_key=settings.openai_api_key,
+        base_url=config.base_url,
+        api_key=config.api_key,
         max_retries=0,
-        timeout=settings.model_timeout_seconds,
+        timeout=config.timeout_seconds,
         # Not ``streaming=False``: that would make ``astream`` (how ``call_model`` reads
         # every reply, to stream its text) send one whole request instead.
         # Usage (input, output, total tokens) in usage_metadata also when a reply is

@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field, StringConstraints, ValidationError, field
 
 from parley.contracts import ToolContext
 from parley.errors import ToolInputError, ToolPermissionError
-from parley.settings import Settings
+from parley.loading import GitConfig, factory
 from parley.tools import ParleyTool, identifier
 
 BRANCH_KINDS = ("feat", "fix", "chore", "docs", "refactor", "test")
@@ -365,16 +365,16 @@ def build_git_toolset(registry_path: Path, worktrees_dir: Path | None = None) ->
     ]
 
 
-def toolset(settings: Settings) -> list[ParleyTool]:
-    """The toolset for ``PARLEY_TOOLS=parley.activities.toolsets.git:toolset``, from the
-    Settings the worker read (``PARLEY_GIT_PROJECTS``, ``PARLEY_GIT_WORKTREES``)."""
-    if not settings.git_projects:
+@factory(GitConfig)
+def toolset(config: GitConfig) -> list[ParleyTool]:
+    """The toolset for ``PARLEY_TOOLS=parley.activities.toolsets.git:toolset``, from its
+    own config (``PARLEY_GIT_PROJECTS``, ``PARLEY_GIT_WORKTREES``)."""
+    if config.projects is None:
         raise ValueError(
             "PARLEY_GIT_PROJECTS is not set: point it at a git project registry file "
             "(e.g. the projects.json that `parley dev` writes)"
         )
-    worktrees = Path(settings.git_worktrees) if settings.git_worktrees else None
-    return build_git_toolset(Path(settings.git_projects), worktrees)
+    return build_git_toolset(config.projects, config.worktrees)
 
 
 # --- demo -------------------------------------------------------------------------

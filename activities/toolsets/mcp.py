@@ -42,7 +42,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +53,7 @@ from mcp.shared.exceptions import McpError
 from mcp.types import CONNECTION_CLOSED
 
 from parley.errors import ToolPermissionError, TransientError, is_transient_status
-from parley.loading import read_config_file
-from parley.settings import Settings
+from parley.loading import McpConfig, factory, read_config_file
 from parley.tools import ParleyTool, confirm
 
 #: How long the worker waits, at start, for the servers to list their tools.
@@ -77,7 +76,8 @@ _UNREACHED = (
 @dataclass(frozen=True)
 class McpServer:
     name: str
-    connection: dict[str, Any]
+    #: How to reach it; its headers or environment may hold a token: never in a repr.
+    connection: dict[str, Any] = field(repr=False)
     tool_name_prefix: bool = False
 
 
@@ -243,11 +243,12 @@ def content_text(content: Any) -> Any:
     return "\n".join(lines)
 
 
-def toolset(settings: Settings) -> list[ParleyTool]:
-    """The toolset for ``PARLEY_TOOLS=parley.activities.toolsets.mcp:toolset``, from the
-    Settings the worker read (``PARLEY_MCP_SERVERS``)."""
-    if not settings.mcp_servers:
+@factory(McpConfig)
+def toolset(config: McpConfig) -> list[ParleyTool]:
+    """The toolset for ``PARLEY_TOOLS=parley.activities.toolsets.mcp:toolset``, from its
+    own config (``PARLEY_MCP_SERVERS``)."""
+    if not config.servers:
         raise ValueError(
             "PARLEY_MCP_SERVERS is not set: name a JSON file of MCP server connections"
         )
-    return [confirm(tool) for tool in load_mcp_tools(read_servers(settings.mcp_servers))]
+    return [confirm(tool) for tool in load_mcp_tools(read_servers(config.servers))]

@@ -27,7 +27,7 @@ from parley.activities.http import JsonApiClient
 from parley.activities.toolsets.titles import normalize_plan_title
 from parley.contracts import ToolContext
 from parley.errors import ToolInputError
-from parley.settings import Settings
+from parley.loading import PlansConfig, factory
 from parley.tools import ParleyTool, auto, one_script
 
 SERVICE_NAME = "the plans service"
@@ -163,13 +163,13 @@ def build_plans_toolset(
     ]
 
 
-def toolset(settings: Settings, http_client: httpx.AsyncClient | None = None) -> list[ParleyTool]:
-    """The toolset for ``PARLEY_TOOLS=parley.activities.toolsets.plans:toolset``, from the
-    Settings the worker read (``PARLEY_PLANS_URL``, ``PARLEY_PLANS_API_KEY``) and its
-    HTTP client."""
-    if not settings.plans_api_key:
+@factory(PlansConfig)
+def toolset(config: PlansConfig) -> list[ParleyTool]:
+    """The toolset for ``PARLEY_TOOLS=parley.activities.toolsets.plans:toolset``, from its
+    own config (``PARLEY_PLANS_URL``, ``PARLEY_PLANS_API_KEY``, the worker's HTTP client)."""
+    if not config.api_key:
         raise ValueError(
             "PARLEY_PLANS_API_KEY is not set: give the worker the API key of the plans "
             "service at PARLEY_PLANS_URL"
         )
-    return build_plans_toolset(settings.plans_url, settings.plans_api_key, http_client)
+    return build_plans_toolset(config.url, config.api_key, config.http_client)

@@ -26,7 +26,7 @@ def tools(as_json: AsJson = False) -> None:
     if dev is not None:
         config = dev.apply_to(config, os.environ)
     try:
-        registry = load_registry(config.tools, settings=config)
+        registry = load_registry(config.tools, settings=config, environ=os.environ)
     except ValueError as problem:
         raise fail(str(problem)) from None
     catalogue = registry.catalogue()

@@ -6,6 +6,8 @@ client; never imported by workflows).
   conversations as AG-UI Server-Sent Events; ``errors``: the one error shape;
   ``deps``: the caller's user and checked session ids; ``guard``: the token and a
   body-size limit checked before any body is read; ``replay``: a retried request's run;
+  ``links``: signed one-time approval links; ``link_pages``: their pages' no-referrer
+  and no-store headers;
 - ``access``: bearer tokens mapped to user ids (the user always comes from the token);
 - ``feeds``: one ``wait_for_events`` subscription per conversation, shared by every
   stream that follows it;

@@ -69,6 +69,13 @@ class TokenTable:
         """A token of ``user_id``, if the table has one."""
         return next((t for t, user in self._tokens.items() if user == user_id), None)
 
+    def secrets(self) -> list[str]:
+        """The tokens themselves, for the process's redaction (``parley.redaction``)."""
+        return list(self._tokens)
+
+    def __repr__(self) -> str:  # the user ids, never a token
+        return f"TokenTable(users={sorted(set(self._tokens.values()))!r})"
+
     def __len__(self) -> int:
         return len(self._tokens)
 

@@ -10,6 +10,7 @@ Temporal through ``parley.client.Conversations``).
 - ``errors``: one JSON error shape, ``{"error": {"type", "message"}}``;
 - ``schemas``: the OpenAPI document's error, response and ``/agui`` models;
 - ``guard``: authentication and a body-size limit, before any body is read;
+- ``link_pages``: no referrer and no caching for anything under ``/links/``;
 - ``deps``: the caller's user (from the bearer token), checked session ids;
 - and here: the approval page at ``/`` and ``/healthz``.
 
@@ -35,6 +36,7 @@ from parley.gateway.deps import Gateway
 from parley.gateway.errors import install_error_handlers
 from parley.gateway.feeds import Feeds
 from parley.gateway.guard import RefuseBeforeReading, max_body_bytes
+from parley.gateway.link_pages import LinkPageHeaders
 from parley.gateway.schemas import document
 
 
@@ -65,6 +67,7 @@ def create_app(conversations: Conversations, tokens: TokenTable) -> FastAPI:
         tokens=tokens,
         max_body_bytes=max_body_bytes(conversations.settings),
     )
+    app.add_middleware(LinkPageHeaders)  # outside the guard: its refusals carry them too
 
     static = resources.files("parley.gateway") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")

@@ -1,5 +1,11 @@
 """Running the gateway: uvicorn on the caller's event loop, so the app shares the
-caller's Temporal client (``parley gateway``, ``parley dev``, tests). Client side."""
+caller's Temporal client (``parley gateway``, ``parley dev``, tests). Client side.
+
+uvicorn keeps no access log (a request line would carry an approval link's token in
+its path) and logs through the process's own handlers (``parley.logs``: redacted), not
+handlers of its own; the tokens the gateway takes and its Settings' secrets are
+remembered for redaction (``parley.redaction``) before it serves.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ import uvicorn
 from parley.client import Conversations
 from parley.gateway.access import TokenTable
 from parley.gateway.app import create_app
+from parley.redaction import remember_config, remember_values
 
 
 @contextlib.asynccontextmanager
@@ -29,8 +36,12 @@ async def serving(
         listener.close()
         raise
     bound_host, bound_port = listener.getsockname()[:2]
+    remember_values(tokens.secrets())
+    remember_config(conversations.settings)
     app = create_app(conversations, tokens)
-    config = uvicorn.Config(app, log_level="warning", lifespan="off")
+    config = uvicorn.Config(
+        app, log_level="warning", lifespan="off", access_log=False, log_config=None
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[listener]))
     try:

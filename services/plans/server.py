@@ -30,7 +30,11 @@ class BackgroundServer:
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host, port))
         self.host, self.port = self._socket.getsockname()[:2]
-        config = uvicorn.Config(app, log_level="warning", lifespan="off")
+        # No handlers of uvicorn's own: in `parley dev` it shares the process's loggers
+        # with the gateway, whose lines go through the process's redacting handlers.
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan="off", access_log=False, log_config=None
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True

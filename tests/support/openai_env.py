@@ -11,6 +11,7 @@ import pytest
 from langchain_core.messages import AIMessage
 
 from parley.activities.models.openai_provider import build_openai_model
+from parley.loading import ModelConfig
 from parley.settings import Settings
 from tests.support.openai_fake import FakeOpenAI
 
@@ -31,7 +32,7 @@ async def serving_openai(
 
 def openai_model() -> Any:
     """The worker's model as ``PARLEY_MODEL=openai:gpt-test`` builds it."""
-    return build_openai_model("gpt-test", Settings.from_env())
+    return build_openai_model(ModelConfig.from_settings(Settings.from_env(), "gpt-test"))
 
 
 def stored_reply(snapshot: Any) -> AIMessage:

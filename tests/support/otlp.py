@@ -1,6 +1,7 @@
 """A real OTLP/HTTP trace receiver on 127.0.0.1, for the traces test: it takes what an
 OpenTelemetry SDK's ``OTLPSpanExporter`` posts to ``/v1/traces`` (protobuf, maybe
-gzipped), decodes it with ``opentelemetry-proto`` and keeps each span with its service."""
+gzipped), decodes it with ``opentelemetry-proto`` and keeps each span with its service,
+its events and its status message."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ class ReceivedSpan:
     parent_span_id: str
     name: str
     attributes: dict[str, Any] = field(default_factory=dict)
+    #: Each event's name and attributes (an exception's message and stack trace).
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    status_message: str = ""
 
 
 def _value(any_value: Any) -> Any:
@@ -78,6 +82,11 @@ class OtlpReceiver:
                             parent_span_id=span.parent_span_id.hex(),
                             name=span.name,
                             attributes={a.key: _value(a.value) for a in span.attributes},
+                            events=[
+                                (e.name, {a.key: _value(a.value) for a in e.attributes})
+                                for e in span.events
+                            ],
+                            status_message=span.status.message,
                         )
                     )
         with self._lock:
