@@ -78,11 +78,15 @@ async def test_a_second_worker_with_only_the_bucket_finishes_what_the_first_bega
     )
     conv = Conversations(client, settings)
     entries = []
-    for turn in range(6):
+    for turn in range(6):  # 100 calls a turn, in two replies (at most 64 calls a reply)
         calls = [call("echo", f"e{turn}-{n}", n=n) for n in range(100)]
         if turn == 0:
             calls[0] = call("big_page", "big", n=0, size=5 * MB)
-        entries += [{"content": "", "tool_calls": calls}, {"content": f"turn {turn} done"}]
+        entries += [
+            {"content": "", "tool_calls": calls[:50]},
+            {"content": "", "tool_calls": calls[50:]},
+            {"content": f"turn {turn} done"},
+        ]
     entries.append({"content": "finished by the second worker"})
     script = tmp_path / "script.json"
     script.write_text(json.dumps(entries))
@@ -115,7 +119,7 @@ async def test_a_second_worker_with_only_the_bucket_finishes_what_the_first_bega
     with process([*PARLEY_MODULE, "worker"], env(tmp_path / "b"), tmp_path / "b.log"):
         result = await conv.send(sid, "uma", "and finish")
         assert result.status == "completed", (result, (tmp_path / "b.log").read_text()[-3000:])
-        assert result.reply == "finished by the second worker"  # its 13th model call
+        assert result.reply == "finished by the second worker"  # its 19th model call
         whole = await conv.transcript(sid, "uma", offset=0, limit=1000)
     schedule = client.get_schedule_handle(gc_schedule_id(queue))
     described = await schedule.describe()
