@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -37,6 +38,7 @@ from langchain_core.messages import (
     BaseMessage,
     message_chunk_to_message,
 )
+from langchain_core.messages.ai import add_usage
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -125,7 +127,8 @@ class ModelActivities:
                 except Exception as exc:
                     # Not chained: the SDK exception text may echo the request and its
                     # key, and a chained cause would be stored in workflow history.
-                    raise _model_failure(exc, self._overload_codes) from None
+                    usage = getattr(exc, REPORTED_USAGE, None)
+                    raise _model_failure(exc, self._overload_codes, usage) from None
                 tracing.record_usage(span, getattr(reply, "usage_metadata", None))
             if not isinstance(reply, AIMessage):
                 raise ApplicationError(
@@ -240,27 +243,50 @@ async def _streamed_reply(
     limits = limits or ReplyLimits()
     if send is None:
         whole: BaseMessage = await model.ainvoke(messages)
-        check_reply(whole, limits)
+        with _reporting_usage([whole]):
+            check_reply(whole, limits)
         return whole
     meter = ReplyMeter(limits)
     pieces: list[Any] = []
-    async with ReplyStreamer(send, message_id) as streamer:
-        stream: AsyncIterator[Any] = model.astream(messages)
-        try:
-            async for chunk in stream:
-                meter.add(chunk)
-                pieces.append(chunk)
-                streamer.append(text_of(chunk))
-        finally:
-            if (close := getattr(stream, "aclose", None)) is not None:
-                await close()  # the provider's connection, at once
-    if not pieces:
-        raise ModelRequestError("the model's stream ended without a reply")
-    reply = merged(pieces)
-    check_reply(reply, limits)
+    with _reporting_usage(pieces):
+        async with ReplyStreamer(send, message_id) as streamer:
+            stream: AsyncIterator[Any] = model.astream(messages)
+            try:
+                async for chunk in stream:
+                    pieces.append(chunk)
+                    meter.add(chunk)
+                    streamer.append(text_of(chunk))
+            finally:
+                if (close := getattr(stream, "aclose", None)) is not None:
+                    await close()  # the provider's connection, at once
+        if not pieces:
+            raise ModelRequestError("the model's stream ended without a reply")
+        reply = merged(pieces)
+        check_reply(reply, limits)
     if not isinstance(reply, AIMessageChunk):
         return reply
     return _strict_arguments(message_chunk_to_message(reply), reply.tool_call_chunks)
+
+
+#: The attribute a failed call's exception carries the usage its provider reported on.
+REPORTED_USAGE = "parley_reported_usage"
+
+
+@contextmanager
+def _reporting_usage(pieces: list[Any]) -> Iterator[None]:
+    """A call that fails after its provider reported usage (a reply refused as too
+    large, a stream cut after its usage piece) keeps that usage on its exception: the
+    tokens were billed, and the workflow counts them (``Usage.of_failure``)."""
+    try:
+        yield
+    except Exception as exc:
+        reported = [p.usage_metadata for p in pieces if getattr(p, "usage_metadata", None)]
+        if reported:
+            total = reported[0]
+            for more in reported[1:]:
+                total = add_usage(total, more)
+            setattr(exc, REPORTED_USAGE, dict(total))
+        raise
 
 
 def _strict_arguments(message: Any, chunks: list[Any]) -> Any:
@@ -364,24 +390,31 @@ def _with_unique_ids(
 
 
 def _model_failure(
-    exc: Exception, overload_codes: frozenset[str] = DEFAULT_OVERLOAD_CODES
+    exc: Exception,
+    overload_codes: frozenset[str] = DEFAULT_OVERLOAD_CODES,
+    usage: dict[str, Any] | None = None,
 ) -> ApplicationError:
-    """The one mapping from a failed model call to the retry contract, redacted."""
+    """The one mapping from a failed model call to the retry contract, redacted. The
+    usage its provider reported, if any, travels as the failure's details."""
+    details = ({"usage_metadata": usage},) if usage else ()
     classified = classify_model_error(exc, overload_codes=overload_codes)  # ParleyError: as is
     if isinstance(classified, TransientError):
         return ApplicationError(
             clipped(redact(classified.message)),
+            *details,
             type=ErrorType.MODEL_TRANSIENT,
             next_retry_delay=retry_delay(classified.retry_after, MODEL_ACTIVITY),
         )
     if classified is not None:
         return ApplicationError(
             clipped(redact(classified.message)),
+            *details,
             type=model_error_type(classified),
             non_retryable=True,
         )
     return ApplicationError(
         clipped(redact(f"the model call failed: {type(exc).__name__}: {exc}")),
+        *details,
         type=ErrorType.MODEL_FAILED,
         non_retryable=True,
     )

@@ -275,6 +275,11 @@ async def test_a_reply_with_too_many_tool_calls_fails_in_one_line(
             assert f"proposed {count} tool calls in one reply" in said
             assert f"at most {MODEL_TOOL_CALLS_PER_REPLY}" in said
             assert runs_in(sid, "read_records") == []
+            # The provider billed the refused reply: its tokens count all the same.
+            (billed,) = fake.usage_reported
+            state = await conv.state(sid, "alice")
+            assert state.usage.total_tokens == billed["total_tokens"] > 0
+            assert state.usage.model_calls == 1
             await assert_still_running_and_small(conv, sid)
             await assert_next_message_is_answered(conv, sid, fake, humans=2)
 

@@ -32,6 +32,7 @@ from parley.contracts import (
     ToolCall,
     ToolCatalogue,
     TurnResult,
+    Usage,
     text_of,
 )
 from parley.errors import ErrorType
@@ -252,6 +253,8 @@ class TurnEngine:
         except ActivityError as err:
             self._stream.fail()
             cause = err.cause
+            if (billed := Usage.of_failure(cause)) is not None:
+                self._usage.add_usage(billed)
             message = cause.message if isinstance(cause, ApplicationError) else str(cause)
             code = (cause.type if isinstance(cause, ApplicationError) else None) or "model"
             raise TurnFailed(f"the model call failed: {message}", code) from err

@@ -9,6 +9,7 @@ as a call with no tokens.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from pydantic import Field
@@ -47,6 +48,15 @@ class Usage(Contract):
             total_tokens=_count(total) if total is not None else input_tokens + output_tokens,
             model_calls=1,
         )
+
+    @classmethod
+    def of_failure(cls, failure: Any) -> Usage | None:
+        """What a failed model call's provider reported before it failed (the usage
+        ``call_model`` puts in the failure's details), or None: billed tokens count."""
+        for detail in getattr(failure, "details", None) or ():
+            if isinstance(detail, dict) and isinstance(detail.get("usage_metadata"), dict):
+                return cls.of_call(SimpleNamespace(usage_metadata=detail["usage_metadata"]))
+        return None
 
 
 def _count(value: Any) -> int:
