@@ -240,3 +240,37 @@ async def test_a_resume_or_decision_with_an_unknown_key_is_refused_and_nothing_r
         envelope = json.loads(result.data["content"])
         assert envelope["status"] == "rejected"
         assert "wrong quarter" in json.dumps(envelope)
+
+
+async def test_a_resume_answers_every_open_interrupt(parley_worker) -> None:
+    """AG-UI's rule holds though a REST decision may name one call of several: a resume
+    that leaves an open interrupt unanswered is refused (422), and nothing runs."""
+    propose = {
+        "content": "",
+        "tool_calls": [
+            call("write_record", "c1", title="a"),
+            call("write_record", "c2", title="b"),
+        ],
+    }
+    async with (
+        parley_worker(registry(), script(propose, {"content": "Both."})) as conversations,
+        serve_gateway(conversations) as base,
+        httpx.AsyncClient(base_url=base, timeout=60) as http,
+    ):
+        sid = new_session()
+        user = {"id": "m1", "role": "user", "content": "write a and b"}
+        first = await agui(http, {"threadId": sid, "runId": "run-1", "messages": [user]})
+        assert len(first[-1].data["outcome"]["interrupts"]) == 2
+        approve = {"status": "resolved", "payload": {"action": "approve"}}
+        one = {"threadId": sid, "runId": "run-2", "messages": [user]}
+        answer = await http.post(
+            "/agui", json={**one, "resume": [{"interruptId": "c1", **approve}]}, headers=ALICE
+        )
+        assert answer.status_code == 422, answer.text
+        assert "none of its entries answers c2" in answer.json()["error"]["message"]
+        assert [r for r in runs_of("write_record") if sid in r["key"]] == []
+
+        both = [{"interruptId": "c1", **approve}, {"interruptId": "c2", **approve}]
+        decided = await agui(http, {**one, "resume": both})
+        check_complete_run(decided, "run-2")
+        assert len([r for r in runs_of("write_record") if sid in r["key"]]) == 2

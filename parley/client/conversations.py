@@ -174,7 +174,8 @@ class Conversations(ConversationListing, LivenessWatch):
         update_id: str | None = None,
         run: ClientRun | None = None,
     ) -> TurnResult:
-        """Answer every pending call. The same ``update_id`` again returns the first
+        """Answer the pending calls ``decisions`` name (the others keep waiting). The
+        same ``update_id`` again returns the first
         result and runs nothing twice. By default the id is derived from the decisions,
         so running the same command again (after a timeout) attaches to the first call
         instead of deciding twice.

@@ -34,6 +34,7 @@ from parley.contracts import (
     ClientTool,
     ClientToolResult,
     Decision,
+    StateQuery,
     TurnResult,
 )
 from parley.errors import ErrorType
@@ -83,6 +84,7 @@ async def agui(
     )
     if run.resume:
         decisions = decisions_from_resume(body["resume"])
+        await _answers_every_interrupt(gw, session_id, user_id, decisions)
 
         def call() -> Awaitable[TurnResult]:
             return gw.conversations.decide(session_id, user_id, decisions, run=client_run)
@@ -196,6 +198,22 @@ def decisions_from_resume(entries: list[dict[str, Any]]) -> list[Decision]:
             )
         decisions.append(Decision.model_validate(decision.model_dump()))
     return decisions
+
+
+async def _answers_every_interrupt(
+    gw: Gateway, session_id: str, user_id: str, decisions: list[Decision]
+) -> None:
+    """AG-UI's rule: one resume answers every open interrupt (elsewhere a decision may
+    name some of the pending calls and leave the others waiting)."""
+    query = StateQuery(user_id=user_id, transcript_limit=0, audit_limit=0)
+    snapshot = await gw.conversations.state(session_id, user_id, query)
+    answered = {d.tool_call_id for d in decisions}
+    missing = [p.tool_call_id for p in snapshot.pending if p.tool_call_id not in answered]
+    if missing:
+        raise _invalid(
+            f"a resume answers every open interrupt; none of its entries answers "
+            f"{', '.join(missing)}"
+        )
 
 
 def _invalid(message: str) -> ApiError:
