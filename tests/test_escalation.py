@@ -182,6 +182,14 @@ async def test_the_person_a_call_is_escalated_to_sees_and_decides_that_call_only
                 assert other.status_code == 422, other.text
                 assert "lead may decide only the calls escalated to them (w5)" in other.text
 
+                remember = await http.post(
+                    f"/v1/conversations/{sid}/decisions",
+                    json={
+                        "decisions": [{"tool_call_id": "w5", "action": "approve", "remember": True}]
+                    },
+                    headers=auth(lead_token),
+                )
+                assert remember.status_code == 422 and "one by one" in remember.text
                 escalated = [b for _, b in hook.requests if b["event"] == "escalated"]
                 (link,) = [e for e in escalated[0]["links"] if e["user_id"] == "lead"]
                 approve = base + link["approve"].removeprefix(PAGE)

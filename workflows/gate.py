@@ -209,6 +209,11 @@ def check_decider(state: ConversationState, decision: DecideInput) -> None:
             f"decision refused: {decision.decided_by} may decide only the calls escalated "
             f"to them ({', '.join(sorted(escalated))}), not {', '.join(others)}"
         )
+    if any(d.remember for d in decision.decisions):  # it would decide later calls too
+        raise InvalidDecision(
+            f"decision refused: {decision.decided_by} decides the calls escalated to them, "
+            "one by one; remember is for the conversation's owner and reviewers"
+        )
 
 
 def expired_calls(pending: list[PendingCall], now: datetime) -> list[PendingCall]:
