@@ -208,3 +208,26 @@ def test_only_the_owner_decides_and_nothing_pending_is_refused() -> None:
 def test_args_error_names_an_unknown_tool() -> None:
     assert gate.args_error(CATALOGUE, "drop", {}) == "unknown tool 'drop'"
     assert gate.args_error(CATALOGUE, "write", {"title": "ok"}) is None
+
+
+def test_what_a_request_carries_beside_its_message_is_bounded_like_one() -> None:
+    """A respond message, edited arguments or a front end's tool definitions enter
+    history as they are: together they fit in the message limit, or are refused."""
+    from parley.contracts import ClientTool
+    from parley.errors import InvalidDecision, InvalidMessage, MessageTooLarge
+
+    conversation = state(pending("c1"), pending("c2"))
+    fits = decide(Decision(tool_call_id="c1", action="respond", message="x" * 90))
+    gate.check_client_run(conversation, fits, 100, InvalidDecision)
+    for big in (
+        decide(Decision(tool_call_id="c1", action="respond", message="x" * 101)),
+        decide(Decision(tool_call_id="c1", action="edit", args={"title": "x" * 101})),
+    ):
+        with pytest.raises(MessageTooLarge, match="at most 100 bytes"):
+            gate.check_client_run(conversation, big, 100, InvalidDecision)
+    tools = [ClientTool(name="show_chart", description="d" * 101)]
+    with pytest.raises(MessageTooLarge, match="front-end tools"):
+        gate.check_client_run(
+            conversation, message("hi").model_copy(update={"client_tools": tools}), 100,
+            InvalidMessage,
+        )  # fmt: skip

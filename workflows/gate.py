@@ -10,6 +10,7 @@ stable ``type``).
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from typing import Any, TypeVar
@@ -375,13 +376,21 @@ def check_client_run(
                 "a new id (a retried request is answered by its message id or its "
                 "decisions, whatever its run id)"
             )
+    # Everything a request carries beside its message enters history (and every model
+    # call's input) as it is: bounded together like a message.
     results = [r.content for r in getattr(request, "tool_results", [])]
-    parts = [*(f"{c.description}{c.value}" for c in context), *results]
+    tools = [json.dumps(t.model_dump(), default=str) for t in request.client_tools]
+    decided = [
+        f"{d.message or ''}{json.dumps(d.args, default=str) if d.args else ''}"
+        for d in getattr(request, "decisions", [])
+    ]
+    parts = [*(f"{c.description}{c.value}" for c in context), *results, *tools, *decided]
     size = sum(len(part.encode(errors="surrogatepass")) for part in parts)
     if size > max_bytes:
         raise MessageTooLarge(
-            f"the run's context and tool results are {size:,} bytes; a run takes at most "
-            f"{max_bytes:,} bytes of them. Send less of the application's state."
+            f"the run's context, front-end tools, tool results and decisions are {size:,} "
+            f"bytes; a request takes at most {max_bytes:,} bytes of them. Send less of the "
+            "application's state, or a shorter answer."
         )
 
 
