@@ -107,6 +107,7 @@ class ConversationWorkflow:
 
     @workflow.run
     async def run(self, start: ConversationStart) -> ConversationSnapshot:
+        self._handover.begin()
         publish_owner(self._state)
         publish_status(self._state)
         self._rewinder.record_fork(start)
@@ -281,7 +282,7 @@ class ConversationWorkflow:
     def stream_delta(self, delta: StreamDelta) -> None:
         """A batch of the reply in flight, from ``call_model`` (``streaming``). Counted
         with the run's other signals: Temporal's limit counts every one."""
-        self._handover.signals += 1
+        self._handover.stream_signals += 1
         self._stream.add(delta)
 
     @workflow.signal

@@ -43,6 +43,9 @@ HANDOVER_HISTORY_EVENTS = 20_000
 #: far below Temporal's limits.
 TURN_HISTORY_BYTES = 24 * MB
 TURN_HISTORY_EVENTS = 40_000
+#: The patch under which a run hands over on its history's size and length and counts
+#: its ``stream_delta`` signals; runs recorded before it replay as they ran.
+BOUNDED_HANDOVER = "bounded-history-handover"
 
 
 class Handover:
@@ -55,8 +58,17 @@ class Handover:
         #: Updates and signals this run accepted (Temporal limits both per run).
         self.updates = 0
         self.signals = 0
+        #: ``stream_delta`` batches this run took (counted apart: see :meth:`begin`).
+        self.stream_signals = 0
+        #: Set by :meth:`begin`: this run hands over on history and stream signals too.
+        self.bounded = False
         #: A rewind cut the state: the next run starts from it (set by ``rewind``).
         self.rewound = False
+
+    def begin(self) -> None:
+        """At the run's start, once: whether it runs under :data:`BOUNDED_HANDOVER` (a
+        run recorded before it never handed over on these, and replays so)."""
+        self.bounded = workflow.patched(BOUNDED_HANDOVER)
 
     @property
     def followers_refused(self) -> bool:
@@ -80,10 +92,13 @@ class Handover:
         """Whether this run must hand over at its next rest, whatever it holds: a
         per-run limit is near (updates, signals, history). Until then, messages that
         would wait for a turn are refused, so the run comes to rest."""
+        if self.updates >= UPDATES_PER_RUN or self.signals >= SIGNALS_PER_RUN:
+            return True
+        if not self.bounded:
+            return False
         info = workflow.info()
         return (
-            self.updates >= UPDATES_PER_RUN
-            or self.signals >= SIGNALS_PER_RUN
+            self.signals + self.stream_signals >= SIGNALS_PER_RUN
             or info.get_current_history_size() >= HANDOVER_HISTORY_BYTES
             or info.get_current_history_length() >= HANDOVER_HISTORY_EVENTS
         )
