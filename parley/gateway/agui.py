@@ -28,6 +28,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
+from parley.client import ConversationRefused
 from parley.contracts import (
     ClientContext,
     ClientRun,
@@ -39,7 +40,7 @@ from parley.contracts import (
 )
 from parley.errors import ErrorType
 from parley.gateway.deps import Gateway, current_user, gateway, session
-from parley.gateway.errors import ApiError, describe
+from parley.gateway.errors import ApiError, describe, refused
 from parley.gateway.reconnect import reconnect_events
 from parley.gateway.rest import MESSAGE_ID, StrictDecision
 from parley.gateway.schemas import ERROR_RESPONSES, RUN_AGENT_INPUT_BODY, sse_reply
@@ -206,7 +207,10 @@ async def _answers_every_interrupt(
     """AG-UI's rule: one resume answers every open interrupt (elsewhere a decision may
     name some of the pending calls and leave the others waiting)."""
     query = StateQuery(user_id=user_id, transcript_limit=0, audit_limit=0)
-    snapshot = await gw.conversations.state(session_id, user_id, query)
+    try:
+        snapshot = await gw.conversations.state(session_id, user_id, query)
+    except ConversationRefused as refusal:  # a stranger's 404, no worker...: before any stream
+        raise refused(refusal, session_id) from None
     answered = {d.tool_call_id for d in decisions}
     missing = [p.tool_call_id for p in snapshot.pending if p.tool_call_id not in answered]
     if missing:
