@@ -28,10 +28,9 @@ from parley.contracts.limits import (
     PENDING_EXPIRY_SECONDS_DEFAULT,
     PENDING_EXPIRY_SECONDS_MAX,
 )
+from parley.temporal_config import DEFAULT_NAMESPACE, DEFAULT_TEMPORAL_ADDRESS, TemporalAccess, load
 
 DEFAULT_TASK_QUEUE = "parley"
-DEFAULT_TEMPORAL_ADDRESS = "localhost:7233"
-DEFAULT_NAMESPACE = "default"
 DEFAULT_DEPLOYMENT_NAME = "parley"
 DEFAULT_MODEL = "scripted"
 DEFAULT_TOOLS = "parley.activities.toolsets.git:toolset"
@@ -133,6 +132,8 @@ class Settings:
 
     temporal_address: str = DEFAULT_TEMPORAL_ADDRESS
     namespace: str = DEFAULT_NAMESPACE
+    #: API key, TLS, gRPC metadata (``parley.temporal_config``; default: plain, no key).
+    temporal: TemporalAccess = field(default_factory=TemporalAccess)
     task_queue: str = DEFAULT_TASK_QUEUE
     model: str = DEFAULT_MODEL
     #: The model's context window in tokens (None: the known window of the model, if
@@ -181,6 +182,8 @@ class Settings:
     max_cached_workflows: int = 1000
     max_concurrent_activities: int = 100
     max_concurrent_workflow_tasks: int = 100
+    #: How long a stopping worker (SIGTERM) lets its running activities finish.
+    worker_grace_seconds: float = 30.0
     # --- Worker Versioning (safe deploys; README "Deploying a new worker build") ---
     #: The worker's build id: when set, the worker joins the Worker Deployment
     #: ``deployment_name`` as version ``<deployment_name>:<build_id>``, and
@@ -236,8 +239,7 @@ class Settings:
     def from_env(cls) -> Settings:
         env = os.environ
         return cls(
-            temporal_address=env.get("TEMPORAL_ADDRESS", DEFAULT_TEMPORAL_ADDRESS),
-            namespace=env.get("TEMPORAL_NAMESPACE", DEFAULT_NAMESPACE),
+            **load(env),  # TEMPORAL_* and temporal.toml's profile (parley.temporal_config)
             task_queue=env.get("PARLEY_TASK_QUEUE", DEFAULT_TASK_QUEUE),
             model=env.get("PARLEY_MODEL", DEFAULT_MODEL),
             tools=env.get("PARLEY_TOOLS", DEFAULT_TOOLS),
@@ -288,6 +290,9 @@ class Settings:
             ),
             max_cached_workflows=_positive_int(env, "PARLEY_MAX_CACHED_WORKFLOWS", 1000),
             max_concurrent_activities=_positive_int(env, "PARLEY_MAX_CONCURRENT_ACTIVITIES", 100),
+            worker_grace_seconds=_positive_number(
+                env, "PARLEY_WORKER_GRACE_SECONDS", 30.0, example="30", most=3600
+            ),
             max_concurrent_workflow_tasks=_positive_int(
                 env, "PARLEY_MAX_CONCURRENT_WORKFLOW_TASKS", 100
             ),

@@ -42,6 +42,7 @@ from parley.activities.reply_limits import ReplyLimits
 from parley.activities.store_gc import StoreGcActivities
 from parley.activities.tool_calls import ToolActivities
 from parley.client import connect
+from parley.client.connection import core_logging
 from parley.contracts import SEARCH_ATTRIBUTES
 from parley.deploys import make_current_if_none
 from parley.logs import configure_logging
@@ -49,6 +50,7 @@ from parley.redaction import remember_config, remember_secrets
 from parley.settings import Settings
 from parley.storage import PayloadStore, TranscriptStore, driver_of, store_of
 from parley.storage.audit_archive import AuditArchive
+from parley.storage.parts import attach_client, claim_part
 from parley.storage.schedule import ensure_gc_schedule
 from parley.tools import ToolRegistry, load_registry
 from parley.workflows.conversation import ConversationWorkflow
@@ -127,6 +129,7 @@ def build_worker(
     # and so do its Settings (``parley dev`` makes the plans service's key itself).
     remember_secrets(os.environ)
     remember_config(settings)
+    attach_client(client)  # the store's part is the cluster's this client reaches
     transcripts = TranscriptStore(driver_of(client.data_converter))
     model_activities = ModelActivities(
         model,
@@ -165,8 +168,8 @@ def build_worker(
         task_queue=settings.task_queue,
         workflows=[ConversationWorkflow, StoreGcWorkflow],
         activities=activities,
-        # Let running activities finish (or heartbeat out) on SIGTERM.
-        graceful_shutdown_timeout=timedelta(seconds=30),
+        # On SIGTERM, running activities may finish for this long (then are cancelled).
+        graceful_shutdown_timeout=timedelta(seconds=settings.worker_grace_seconds),
         max_cached_workflows=settings.max_cached_workflows,
         max_concurrent_activities=settings.max_concurrent_activities,
         max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
@@ -226,7 +229,10 @@ def metrics_runtime(settings: Settings) -> Runtime | None:
     if not settings.metrics_address:
         return None
     return Runtime(
-        telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=settings.metrics_address))
+        telemetry=TelemetryConfig(
+            logging=core_logging(),  # the core's lines in the worker's log, never raw
+            metrics=PrometheusConfig(bind_address=settings.metrics_address),
+        )
     )
 
 
@@ -245,7 +251,8 @@ async def run_worker(
     http_client: httpx.AsyncClient | None = None,
 ) -> None:
     """Connect, register the search attributes and run until SIGTERM or SIGINT, then
-    shut down gracefully (running activities finish or heartbeat out). Callers that
+    shut down gracefully: no new task is taken, and running activities may finish for
+    ``PARLEY_WORKER_GRACE_SECONDS`` (then they are cancelled). Callers that
     check the configuration first (``parley worker``) pass the tools and model they
     loaded, with the HTTP client they loaded them with; otherwise they are loaded here,
     before the cluster is contacted. The HTTP client is closed when the worker stops."""
@@ -259,6 +266,9 @@ async def run_worker(
     )
     model = model if model is not None else build_chat_model(settings.model, settings)
     client = await connect(settings, runtime=metrics_runtime(settings), role="worker")
+    # The store's part of this cluster and namespace; one line per other cluster in it.
+    for line in await claim_part(client, driver_of(client.data_converter)):
+        log.warning("%s", line)
     await ensure_search_attributes(client, settings.namespace)
     if settings.store_gc_every_seconds:
         store_of(client.data_converter)  # a store that cannot be listed: one clear line
@@ -286,7 +296,11 @@ async def run_worker(
             await stop.wait()
             if settings.build_id:
                 first_build.cancel()
-            log.info("stopping: running activities may finish for up to 30 s")
+            log.info(
+                "stopping: running activities may finish for up to %g s "
+                "(PARLEY_WORKER_GRACE_SECONDS)",
+                settings.worker_grace_seconds,
+            )
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
