@@ -6,6 +6,9 @@ project of real git repositories, starts the reference plans service (SQLite, wi
 API key kept in the data dir), and runs a worker with both toolsets and the offline
 model, unless ``PARLEY_TOOLS`` / ``PARLEY_MODEL`` / ``PARLEY_PLANS_URL`` say otherwise.
 The data dir is locked (``dev.lock``) while it runs: one ``temporal.db``, one server.
+Unless ``PARLEY_PAYLOAD_STORE`` says otherwise, its cluster's part of the machine's
+default payload store lives in the data dir (``payloads/<cluster id>``, linked from the
+default store), so it goes with ``temporal.db`` and every shell finds it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.text import Text
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from parley import tracing
@@ -36,7 +40,9 @@ from parley.gateway.server import serving
 from parley.logs import quiet_expected_tool_errors, redact_log_records
 from parley.services.plans import BackgroundServer, create_app
 from parley.settings import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE, Settings
-from parley.storage import data_converter, describe_store
+from parley.storage import data_converter, default_store_dir, describe_store, driver_of
+from parley.storage.clusters import identify, slug
+from parley.storage.parts import claim_part
 
 DEV_TOOLS = "parley.activities.toolsets.git:toolset,parley.activities.toolsets.plans:toolset"
 LOCK_FILE = "dev.lock"
@@ -264,6 +270,7 @@ async def _run_temporal_and_worker(
     quiet_expected_tool_errors()
     redact_log_records()
     try:
+        store = await claim_dev_store(env.client, settings, data_dir, console)
         await ensure_search_attributes(env.client, settings.namespace)
         worker = build_worker(
             env.client, settings, registry=registry, model=model, http_client=http_client
@@ -275,7 +282,7 @@ async def _run_temporal_and_worker(
                 Text.assemble(
                     ("Parley dev is running.", "bold green"),
                     "\n",
-                    _banner(settings, port, ui_port, data_dir, token),
+                    _banner(settings, port, ui_port, data_dir, token, store),
                 ),
                 soft_wrap=True,
             )
@@ -286,8 +293,52 @@ async def _run_temporal_and_worker(
         await env.shutdown()
 
 
+async def claim_dev_store(
+    client: Client, settings: Settings, data_dir: Path, console: Console
+) -> str:
+    """The dev cluster's part of the payload store: with no ``PARLEY_PAYLOAD_STORE``,
+    in the data dir (``payloads/<cluster id>``), linked from the machine's default store
+    where every client of this cluster looks for it. Other clusters using the store are
+    named, a line each. Returns where the part is, for the banner."""
+    where = describe_store(settings.payload_store)
+    if not settings.payload_store:
+        cluster = slug((await identify(client)).cluster_id)
+        target = data_dir / "payloads" / cluster
+        link = default_store_dir() / cluster
+        await asyncio.to_thread(_link_part, link, target)
+        if link.is_symlink():
+            where = f"{target} (linked from {link}; a part per namespace)"
+        else:
+            where = f"{link} (this cluster's part; a part per namespace)"
+    for line in await claim_part(client, driver_of(client.data_converter)):
+        console.print(Text.assemble(("warning: ", "bold yellow"), line))
+    return where
+
+
+def _link_part(link: Path, target: Path) -> None:
+    """``link`` points at ``target`` (a folder made if missing); a folder already at
+    ``link`` (the part written before it was linked) stays where it is."""
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() and link.readlink() != target:
+            link.unlink()  # the data dir moved: the part is where it is now
+        if not link.is_symlink() and not link.exists():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(target, target_is_directory=True)
+    except OSError as problem:
+        raise ValueError(
+            f"cannot link {link} to {target}: {problem.strerror or problem}. Set "
+            "PARLEY_PAYLOAD_STORE to a directory of your own."
+        ) from None
+
+
 def _banner(
-    settings: Settings, port: int, ui_port: int, data_dir: Path, token: str | None = None
+    settings: Settings,
+    port: int,
+    ui_port: int,
+    data_dir: Path,
+    token: str | None = None,
+    store: str | None = None,
 ) -> str:
     """What runs where, and how to talk to it from another shell (with the variables a
     client needs when this is not the default set-up)."""
@@ -304,7 +355,7 @@ def _banner(
         f"  Temporal      127.0.0.1:{port} (namespace {settings.namespace})",
         f"  Temporal UI   http://127.0.0.1:{ui_port}",
         f"  data          {data_dir} (temporal.db, demo repos, projects.json)",
-        f"  payload store {describe_store(settings.payload_store)}",
+        f"  payload store {store or describe_store(settings.payload_store)}",
         f"  worker        task queue {settings.task_queue!r}, model {settings.model!r}",
         f"  tools         {settings.tools or '(none)'}",
         f"  plans service {settings.plans_url}",

@@ -34,7 +34,7 @@ from parley.client import Conversations
 from parley.contracts import StateQuery, workflow_id_for
 from parley.errors import ErrorType
 from parley.settings import Settings
-from parley.storage import LocalFileStorageDriver, data_converter
+from parley.storage import data_converter, driver_of
 from parley.storage.base import Referrer
 from parley.worker import build_worker
 from tests.support import registry
@@ -85,14 +85,18 @@ async def refused_decisions(conv: Conversations, sid: str) -> None:
 async def collected(
     temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Gone]:
-    store = LocalFileStorageDriver(tmp_path_factory.mktemp("retention-answers"))
+    root = tmp_path_factory.mktemp("retention-answers")
     target = temporal_env.client.service_client.config.target_host
-    client = await Client.connect(
-        target,
+    settings = Settings(
+        temporal_address=target,
         namespace=temporal_env.client.namespace,
-        data_converter=data_converter(driver=store),
+        task_queue=f"parley-gone-{uuid.uuid4().hex[:8]}",
+        payload_store=str(root),
     )
-    settings = Settings(task_queue=f"parley-gone-{uuid.uuid4().hex[:8]}")
+    converter = data_converter(settings)  # the store of parts `parley store gc` opens
+    client = await Client.connect(target, namespace=settings.namespace, data_converter=converter)
+    store = driver_of(converter)
+    await store.bind(client)  # as a worker's start does
     tools = registry(*toolset())
     long, big, audited = new_session(), new_session(), new_session()
     async with build_worker(client, settings, registry=tools, model=Reads()):
@@ -106,7 +110,7 @@ async def collected(
         closed = max(
             [(await conv.handle(sid).describe()).close_time for sid in (long, big, audited)]
         )
-    env = worker_env(target, settings.task_queue, store.root, TEMPORAL_NAMESPACE=client.namespace)
+    env = worker_env(target, settings.task_queue, root, TEMPORAL_NAMESPACE=client.namespace)
     # Real time past their close, so a 1-second retention has run out for all three.
     await eventually(lambda: datetime.now(UTC) > closed + timedelta(seconds=1.2), 10)
     gc = await asyncio.to_thread(parley, env, "store", "gc", "--retention", "1", "--json")

@@ -19,7 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from parley.client import Conversations
 from parley.contracts import workflow_id_for
 from parley.settings import Settings
-from parley.storage import LocalFileStorageDriver, data_converter, driver_of
+from parley.storage import data_converter, driver_of
 from parley.tools import ToolRegistry
 from parley.worker import build_worker
 from tests.support import call, script
@@ -57,16 +57,16 @@ async def test_gc_dry_run_deletes_nothing_then_gc_deletes_and_stats_count(
 ) -> None:
     address = temporal_env.client.service_client.config.target_host
     queue = f"parley-cli-{uuid.uuid4().hex[:8]}"
+    where = {"temporal_address": address, "namespace": temporal_env.client.namespace}
     if kind == "local":
         spec, extra = str(tmp_path / "store"), {}
-        settings = Settings(task_queue=queue, payload_store=spec)
-        converter = data_converter(driver=LocalFileStorageDriver(spec))
+        settings = Settings(task_queue=queue, payload_store=spec, **where)  # type: ignore[arg-type]
     else:
         s3: S3Server = request.getfixturevalue("s3")
         bucket = s3.create_bucket(f"parley-{uuid.uuid4().hex[:10]}")
         spec, extra = f"s3://{bucket}/cli", s3.env()
-        settings = s3.settings(f"{bucket}/cli", task_queue=queue)
-        converter = data_converter(settings)
+        settings = s3.settings(f"{bucket}/cli", task_queue=queue, **where)
+    converter = data_converter(settings)  # the store of parts the CLI opens
     env = worker_env(
         address, queue, spec, TEMPORAL_NAMESPACE=temporal_env.client.namespace, **extra
     )

@@ -1,8 +1,9 @@
 """Both payload stores behave the same through one interface (issue 22): the local
-directory and S3 (``moto_server`` on 127.0.0.1). What is stored reads back; a damaged
-object is refused, never taken whole; the inventory names who stored what; a removed
-object is gone. The local directory keeps shared bytes once and never removes an object
-that a conversation stored since the inventory."""
+directory and S3 (``moto_server`` on 127.0.0.1), each as one part and as a cluster's part
+of a store of parts (issue 33). What is stored reads back; a damaged object is refused,
+never taken whole; the inventory names who stored what; a removed object is gone. The
+local directory keeps shared bytes once and never removes an object that a conversation
+stored since the inventory."""
 
 from __future__ import annotations
 
@@ -18,8 +19,19 @@ from temporalio.converter import (
     StorageDriverWorkflowInfo,
 )
 
-from parley.storage import LocalFileStorageDriver, PayloadStore, Referrer, data_converter, driver_of
+from parley.storage import (
+    LocalFileStorageDriver,
+    PartitionedStore,
+    PayloadStore,
+    Referrer,
+    data_converter,
+    driver_of,
+)
+from parley.storage.clusters import ClusterPart
+from parley.storage.stores import local_store
 from tests.support.s3 import S3Server, moto_server
+
+CLUSTER = ClusterPart("cluster-a", "default")
 
 
 @pytest.fixture(scope="module")
@@ -28,17 +40,28 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", "local part", "s3 part"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[PayloadStore]:
     if request.param == "local":
-        found = LocalFileStorageDriver(tmp_path / "store")
+        found: PayloadStore = LocalFileStorageDriver(tmp_path / "store")
+    elif request.param == "local part":
+        found = local_store(tmp_path / "store")
     else:
         s3: S3Server = request.getfixturevalue("s3")
         bucket = s3.create_bucket(f"parley-{uuid.uuid4().hex[:10]}")
         found = driver_of(data_converter(s3.settings(f"{bucket}/some/prefix")))
+    if isinstance(found, PartitionedStore):
+        found.bind_part(CLUSTER)  # as a worker's start does
     assert isinstance(found, PayloadStore)
     yield found
     await found.aclose()
+
+
+async def local_part(store: PayloadStore) -> LocalFileStorageDriver | None:
+    """The local directory (or part of one) ``store`` writes to; None for S3."""
+    if isinstance(store, PartitionedStore):
+        store = await store.part()
+    return store if isinstance(store, LocalFileStorageDriver) else None
 
 
 def stored_for(workflow_id: str) -> StorageDriverStoreContext:
@@ -59,14 +82,15 @@ async def test_what_is_stored_reads_back_and_the_inventory_names_who_stored_it(
 
     objects = await store.inventory()
     owners = sorted(sorted(r.workflow_id for r in o.referrers) for o in objects)
-    if isinstance(store, LocalFileStorageDriver):  # the same bytes once, both refer to it
+    local = await local_part(store)
+    if local:  # the same bytes once, both refer to it
         assert owners == [[], ["conversation-a/1", "conversation-b"]]
     else:  # a key per conversation: its id is in the key
         assert owners == [[], ["conversation-a/1"], ["conversation-b"]]
     assert all(o.size >= 300_000 for o in objects if o.referrers)
 
     [of_a] = [o for o in objects if Referrer("default", "conversation-a/1") in o.referrers]
-    if isinstance(store, LocalFileStorageDriver):
+    if local:
         await store.release(of_a, [Referrer("default", "conversation-a/1")])
         [still] = [o for o in await store.inventory() if o.referrers]
         assert list(still.referrers) == [Referrer("default", "conversation-b")]
@@ -82,8 +106,8 @@ async def test_a_damaged_object_is_refused_on_both_stores(
     payload = Payload(metadata={"encoding": b"binary/plain"}, data=b"d" * 200_000)
     [claim] = await store.store(stored_for("conversation-d"), [payload])
     [stored] = await store.inventory()
-    if isinstance(store, LocalFileStorageDriver):
-        path = store.root / stored.key[:2] / stored.key
+    if local := await local_part(store):
+        path = local.root / stored.key[:2] / stored.key
         path.write_bytes(path.read_bytes()[: stored.size // 2])
     else:
         s3: S3Server = request.getfixturevalue("s3")

@@ -71,6 +71,7 @@ async def store_client(
     )
     store = driver_of(converter)
     assert isinstance(store, PayloadStore)
+    await store.bind(client)  # S3: its cluster's and namespace's part, as a worker's start
     yield store, client
     await store.aclose()
 

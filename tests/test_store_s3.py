@@ -26,7 +26,8 @@ from temporalio.converter import (
 from temporalio.testing import WorkflowEnvironment
 
 from parley.client import Conversations
-from parley.storage import TranscriptStore, data_converter, driver_of
+from parley.storage import PartitionedStore, TranscriptStore, data_converter, driver_of
+from parley.storage.clusters import ClusterPart
 from parley.storage.s3 import S3PayloadStore, S3Retry
 from parley.storage.schedule import gc_schedule_id
 from tests.support import call
@@ -48,11 +49,13 @@ def new_bucket(s3: S3Server) -> str:
     return s3.create_bucket(f"parley-{uuid.uuid4().hex[:10]}")
 
 
-def store_for(endpoint: str, bucket: str, s3: S3Server) -> S3PayloadStore:
+def store_for(endpoint: str, bucket: str, s3: S3Server) -> PartitionedStore:
+    """The bucket's part of one cluster and namespace, as a worker's start binds it."""
     settings = dataclasses.replace(s3.settings(bucket), aws_endpoint_url=endpoint)
     store = driver_of(data_converter(settings))
-    assert isinstance(store, S3PayloadStore)
-    store.objects.retry = S3Retry(attempts=8, first_delay=0.05, max_delay=0.5)
+    assert isinstance(store, PartitionedStore) and isinstance(store.whole, S3PayloadStore)
+    store.whole.objects.retry = S3Retry(attempts=8, first_delay=0.05, max_delay=0.5)
+    store.bind_part(ClusterPart("cluster-s3", "default"))
     return store
 
 

@@ -1,6 +1,7 @@
 """``parley store``: the payload store's statistics and retention (``gc``). Client side:
 it lists and deletes stored objects (``parley.storage.retention``) and asks Temporal
-which conversations still need them; it needs no worker.
+which conversations still need them, and whose part of the store is its own (its
+cluster's and namespace's); it needs no worker.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from rich.text import Text
 
 from parley.cli.app import AsJson, out, run_async, settings
 from parley.client import connect
-from parley.storage import open_store, store_of
+from parley.storage import store_of
+from parley.storage.base import Tally
 from parley.storage.retention import GcReport, StoreStats, collect_garbage, store_stats
 
 store_app = typer.Typer(
@@ -36,11 +38,23 @@ def gc(
             min=0,
         ),
     ] = None,
+    legacy: Annotated[
+        bool,
+        typer.Option(
+            "--legacy",
+            help="Also collect what was written before the store kept a part per cluster "
+            "and namespace, as this cluster's (refused while another cluster has a part "
+            "of the store: then delete it by hand once no conversation started before "
+            "then is open; local: the two-hex folders, refs/, referrers/ and collected/ "
+            "at the top; S3: <prefix>v0/ and <prefix>collected/).",
+        ),
+    ] = False,
     as_json: AsJson = False,
 ) -> None:
     """Delete the stored payloads and transcripts of conversations closed longer than
     the retention period, and print what was deleted. Nothing an open conversation, or
-    one closed inside retention, can read is deleted."""
+    one closed inside retention, can read is deleted; only this cluster's and
+    namespace's part of the store is looked at (the others are counted apart)."""
     config = settings()
     seconds = retention if retention is not None else config.store_retention_seconds
 
@@ -54,6 +68,7 @@ def gc(
                 now=datetime.now(UTC),
                 retention=timedelta(seconds=seconds) if seconds is not None else None,
                 dry_run=dry_run,
+                legacy=legacy,
             )
         finally:
             await store.aclose()
@@ -74,16 +89,21 @@ def gc(
             f"{report.kept_bytes} bytes"
         )
     )
+    if report.elsewhere:
+        out.print(Text(f"untouched: {_elsewhere(report.elsewhere)}"))
 
 
 @store_app.command()
 def stats(as_json: AsJson = False) -> None:
-    """Print the store's objects, bytes and oldest entry."""
+    """Print this cluster's and namespace's part of the store: its objects, bytes and
+    oldest entry; and the other parts' apart."""
     config = settings()
 
     async def work() -> tuple[str, StoreStats]:
-        store = open_store(config)  # no Temporal needed: the store alone
+        client = await connect(config)  # whose part is ours: the cluster says
+        store = store_of(client.data_converter)
         try:
+            await store.bind(client)
             return store.location(), await store_stats(store)
         finally:
             await store.aclose()
@@ -101,6 +121,23 @@ def stats(as_json: AsJson = False) -> None:
             "object(s) stored for none (never collected)"
         )
     )
+    if found.elsewhere:
+        out.print(Text(f"not counted: {_elsewhere(found.elsewhere)}"))
+
+
+def _elsewhere(parts: list[Tally]) -> str:
+    """The other parts of the store, in one line."""
+    said = []
+    for part in parts:
+        if not part.segment:
+            whose = "written before the store kept a part per cluster (whose, none can tell)"
+        elif part.cluster_id is not None:
+            at = f" at {part.address}" if part.address else ""
+            whose = f"cluster {part.cluster_id}{at}, namespace {part.namespace}"
+        else:
+            whose = f"part {part.segment}"
+        said.append(f"{whose}: {part.objects} object(s), {part.bytes} bytes")
+    return "; ".join(said)
 
 
 def _duration(span: timedelta) -> str:

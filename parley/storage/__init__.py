@@ -24,19 +24,24 @@ The store is chosen by ``PARLEY_PAYLOAD_STORE``: a directory (``local``: ``parle
 tests and single-host deployments), ``s3://bucket[/prefix]`` (``s3``: Temporal's S3
 driver, for several hosts; the standard AWS settings apply), or ``module:factory`` for
 any other ``StorageDriver``. Every worker and client of a namespace must use the same
-store. The directory and S3 stores implement one interface (``base.PayloadStore``) that
-also lists each object with the conversations referring to it; ``retention`` deletes
-what no open or recently closed conversation can read (``parley store gc``, or the
-worker's Schedule, ``schedule``), and records when, per conversation
-(``base.Collected``), so a reader can say so.
+store. A directory (the machine's default one too) or bucket holds a part per Temporal
+cluster and namespace (``clusters``, ``parts``): each writes, lists and collects only
+its own, so clusters sharing a store never judge each other's conversations. The
+directory and S3 stores implement one interface (``base.PayloadStore``) that also lists
+each object with the conversations referring to it; ``retention`` deletes what no open
+or recently closed conversation can read (``parley store gc``, or the worker's
+Schedule, ``schedule``), and records when, per conversation (``base.Collected``), so a
+reader can say so.
 
-Modules: ``base`` (the interface), ``local``, ``s3``, ``stores`` (choosing the store,
-the data converter), ``transcripts`` (the chain), ``audit_archive`` (audit entries
-older than the kept window), ``retention``, ``schedule``.
+Modules: ``base`` (the interface), ``local``, ``s3``, ``clusters`` (whose part: the
+cluster id), ``parts`` (a store of parts), ``stores`` (choosing the store, the data
+converter), ``transcripts`` (the chain), ``audit_archive`` (audit entries older than the
+kept window), ``retention``, ``schedule``.
 """
 
 from parley.storage.base import PayloadStore, Referrer, StoredObject
 from parley.storage.local import LocalFileStorageDriver
+from parley.storage.parts import PartitionedStore
 from parley.storage.stores import (
     OFFLOAD_THRESHOLD_BYTES,
     build_driver,
@@ -60,6 +65,7 @@ __all__ = [
     "OFFLOAD_THRESHOLD_BYTES",
     "TRANSCRIPT_CACHE_CHARS",
     "LocalFileStorageDriver",
+    "PartitionedStore",
     "PayloadStore",
     "Referrer",
     "StoredObject",

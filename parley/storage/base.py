@@ -1,6 +1,8 @@
 """The one interface both payload stores implement (the local directory and S3): a
 Temporal ``StorageDriver`` for the claim checks, plus what retention needs to see and
-remove: every stored object with the conversations that refer to it.
+remove: every stored object with the conversations that refer to it, and how much of
+the store is other parts' (``Tally``: another cluster's or namespace's, or written
+before the store kept a part per cluster).
 
 Outside the workflow sandbox (worker, activities, clients).
 """
@@ -12,12 +14,19 @@ import json
 from abc import abstractmethod
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from temporalio.converter import (
     StorageDriver,
     StorageDriverStoreContext,
     StorageDriverWorkflowInfo,
 )
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+#: The part of a store written before it kept a part per cluster and namespace.
+UNSPLIT = ""
 
 
 @dataclass(frozen=True, order=True)
@@ -80,6 +89,30 @@ class Collected:
             return None
 
 
+@dataclass(frozen=True)
+class Tally:
+    """One part of a store that is not the reader's: its objects and bytes, and whose it
+    is as its marker says (``segment`` ``UNSPLIT``: written before the store kept a
+    part per cluster and namespace, so whose it is cannot be told)."""
+
+    segment: str
+    objects: int
+    bytes: int
+    cluster_id: str | None = None
+    namespace: str | None = None
+    address: str | None = None
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "part": self.segment or None,
+            "cluster_id": self.cluster_id,
+            "namespace": self.namespace,
+            "address": self.address,
+            "objects": self.objects,
+            "bytes": self.bytes,
+        }
+
+
 class PayloadStore(StorageDriver):
     """A claim-check driver that retention can inventory and prune. Both stores keep
     the same promise: an object is readable until :meth:`remove` is called for it, and
@@ -116,6 +149,24 @@ class PayloadStore(StorageDriver):
     @abstractmethod
     async def collected(self, referrer: Referrer) -> Collected | None:
         """Retention's record for ``referrer``, if it collected what it stored."""
+
+    @abstractmethod
+    async def tally(self) -> list[Tally]:
+        """Every part of the directory or bucket (prefix) with its objects and bytes, as
+        its marker names it, and what was written before parts (``UNSPLIT``)."""
+
+    @abstractmethod
+    async def write_marker(self, segment: str, marker: bytes) -> None:
+        """Write part ``segment``'s marker (``clusters.ClusterPart.marker``)."""
+
+    async def bind(self, client: Client) -> None:
+        """Take ``client``'s cluster and namespace as this store's own part (a store with
+        parts, ``parts.PartitionedStore``); a store of one part has nothing to do."""
+
+    async def elsewhere(self) -> list[Tally]:
+        """The parts of the store that are not this one's (none for a store of one
+        part): counted apart, never listed, changed nor deleted."""
+        return []
 
     async def aclose(self) -> None:
         """Close connections the store holds open."""

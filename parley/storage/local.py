@@ -1,7 +1,12 @@
 """The local-directory payload store: content-addressed files under one directory.
 
 Outside the workflow sandbox (worker, activities, clients). For ``parley dev``, tests and
-single-host deployments. Layout under the root:
+single-host deployments. A directory named by ``PARLEY_PAYLOAD_STORE`` (or the default)
+holds a part per cluster and namespace (``clusters``), ``<cluster id>/<namespace>/``,
+each laid out as below, with its marker ``part.json``; what was written before parts
+(and what a store built on a directory alone writes) is laid out so at the top. A
+claim names its part (``part``), so any reader of the directory reads it. Layout under
+a part's root:
 
 - ``<sha[:2]>/<sha>``: the objects (the serialized payload; its name is its SHA-256, so
   the same bytes are stored once, whichever conversations store them);
@@ -31,9 +36,39 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
-from parley.storage.base import Collected, PayloadStore, Referrer, StoredObject, referrer_of
+from parley.storage.base import (
+    UNSPLIT,
+    Collected,
+    PayloadStore,
+    Referrer,
+    StoredObject,
+    Tally,
+    referrer_of,
+)
+from parley.storage.clusters import MARKER, checked_segment, read_marker
 
 _HEX = frozenset("0123456789abcdef")
+#: What the top of a directory holds besides parts: the layout before parts.
+_UNSPLIT_FOLDERS = frozenset({"refs", "referrers", "collected"})
+
+
+def _is_object_folder(folder: Path) -> bool:
+    return len(folder.name) == 2 and set(folder.name) <= _HEX and folder.is_dir()
+
+
+def _tally_objects(root: Path) -> tuple[int, int]:
+    """How many objects the part at ``root`` holds, and their bytes."""
+    count = size = 0
+    for folder in root.iterdir() if root.is_dir() else ():
+        if _is_object_folder(folder):
+            for path in folder.iterdir():
+                if not path.name.startswith(".tmp-"):
+                    try:
+                        size += path.stat().st_size
+                    except FileNotFoundError:
+                        continue
+                    count += 1
+    return count, size
 
 
 def _when(path: Path) -> datetime:
@@ -61,8 +96,18 @@ class LocalFileStorageDriver(PayloadStore):
     (a temporary file, then ``os.replace``) so a reader never sees half a payload.
     """
 
-    def __init__(self, root: str | os.PathLike[str], name: str = "parley-local-file") -> None:
-        self._root = Path(root)
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        name: str = "parley-local-file",
+        *,
+        part: str | None = None,
+    ) -> None:
+        """Files under ``root``, or under its part ``part`` (``<cluster>/<namespace>``,
+        ``clusters.ClusterPart.segment``), whose claims say so."""
+        self._base = Path(root)
+        self._part = checked_segment(part) if part else None
+        self._root = self._base / part if part else self._base
         self._name = name
 
     def name(self) -> str:
@@ -120,7 +165,8 @@ class LocalFileStorageDriver(PayloadStore):
             path = self._object(digest)
             if not path.exists():
                 _write_atomically(path, blob)
-            claims.append(StorageDriverClaim(claim_data={"sha256": digest}))
+            claim = {"sha256": digest, **({"part": self._part} if self._part else {})}
+            claims.append(StorageDriverClaim(claim_data=claim))
         return claims
 
     def _mark(self, digest: str, referrer: Referrer) -> None:
@@ -144,17 +190,21 @@ class LocalFileStorageDriver(PayloadStore):
             digest = claim.claim_data["sha256"]
             if len(digest) != 64 or not set(digest) <= _HEX:
                 raise ValueError(f"not a stored payload name: {digest!r}")
+            # The claim's part (any reader of the directory reads any part's claims);
+            # none: written before parts, at the top.
+            part = claim.claim_data.get("part")
+            root = self._base / checked_segment(part) if part else self._base
             try:
-                blob = self._object(digest).read_bytes()
+                blob = (root / digest[:2] / digest).read_bytes()
             except FileNotFoundError:
                 raise FileNotFoundError(
-                    f"payload {digest} is not in the store at {self._root}: every worker and "
+                    f"payload {digest} is not in the store at {root}: every worker and "
                     "client must use the same PARLEY_PAYLOAD_STORE"
                 ) from None
             if hashlib.sha256(blob).hexdigest() != digest:
                 # As the S3 driver does: a damaged file is never taken for the payload.
                 raise ValueError(
-                    f"payload {digest} in the store at {self._root} is damaged: its content "
+                    f"payload {digest} in the store at {root} is damaged: its content "
                     "does not match its SHA-256"
                 )
             payload = Payload()
@@ -173,7 +223,7 @@ class LocalFileStorageDriver(PayloadStore):
         if not self._root.is_dir():
             return []
         for folder in sorted(self._root.iterdir()):
-            if len(folder.name) != 2 or not set(folder.name) <= _HEX or not folder.is_dir():
+            if not _is_object_folder(folder):
                 continue
             for path in sorted(folder.iterdir()):
                 if path.name.startswith(".tmp-"):
@@ -247,3 +297,46 @@ class LocalFileStorageDriver(PayloadStore):
         except FileNotFoundError:
             return None
         return Collected.from_json(raw)
+
+    # --- the parts of the directory (a store of parts reads them here) -----------------
+
+    async def write_marker(self, segment: str, marker: bytes) -> None:
+        path = self._base / checked_segment(segment) / MARKER
+        await asyncio.to_thread(_write_atomically, path, marker)
+
+    async def tally(self) -> list[Tally]:
+        return await asyncio.to_thread(self._tally)
+
+    def _tally(self) -> list[Tally]:
+        """Every part of the directory with its objects, as its marker names it, and
+        what was written before parts (``UNSPLIT``)."""
+        found = []
+        objects, size = _tally_objects(self._base)
+        if objects:
+            found.append(Tally(UNSPLIT, objects, size))
+        clusters = self._base.iterdir() if self._base.is_dir() else ()
+        for cluster in sorted(clusters):
+            if (
+                cluster.name.startswith(".")
+                or cluster.name in _UNSPLIT_FOLDERS
+                or _is_object_folder(cluster)
+                or not cluster.is_dir()  # a file, or a link to a folder gone
+            ):
+                continue
+            for namespace in sorted(p for p in cluster.iterdir() if p.is_dir()):
+                objects, size = _tally_objects(namespace)
+                try:
+                    who = read_marker((namespace / MARKER).read_bytes())
+                except OSError:
+                    who = None
+                found.append(
+                    Tally(
+                        f"{cluster.name}/{namespace.name}",
+                        objects,
+                        size,
+                        cluster_id=who.cluster_id if who else None,
+                        namespace=who.namespace if who else None,
+                        address=who.address if who else None,
+                    )
+                )
+        return found

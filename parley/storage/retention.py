@@ -4,7 +4,14 @@ delete, and what ``parley store stats`` counts. The same for both stores (throug
 
 Outside the workflow sandbox: the CLI runs it directly, the worker in an activity.
 
-An object is kept while any conversation that refers to it can still read it:
+A collection (and a count) sees only its own cluster's and namespace's part of the store
+(``parts``): other clusters' and namespaces' parts, and what was written before the
+store kept parts (whose cluster cannot be told), are counted apart and never touched
+(``GcReport.elsewhere``). ``legacy`` takes what was written before parts as this
+cluster's, which is refused while another cluster has a part of the store.
+
+In its part, an object is kept while any conversation that refers to it can still read
+it:
 
 - an open conversation (its workflow is running), or one closed less than the retention
   period ago (by default the namespace's retention: nothing outlives the history that
@@ -33,7 +40,9 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from parley.storage.base import Collected, PayloadStore, Referrer, StoredObject
+from parley.storage.base import UNSPLIT, Collected, PayloadStore, Referrer, StoredObject, Tally
+from parley.storage.clusters import slug
+from parley.storage.parts import PartitionedStore
 
 #: Conversations described at once while collecting.
 DESCRIBE_CONCURRENCY = 16
@@ -59,6 +68,8 @@ class GcReport:
     released: int = 0
     #: Objects that a conversation stored again while they were being collected.
     spared: int = 0
+    #: The store's other parts (clusters, namespaces, before parts): never touched.
+    elsewhere: list[Tally] = field(default_factory=list)
 
     @property
     def deleted_bytes(self) -> int:
@@ -89,6 +100,7 @@ class GcReport:
             "kept_bytes": self.kept_bytes,
             "released_marks": self.released,
             "spared_objects": self.spared,
+            "elsewhere": [t.summary() for t in self.elsewhere],
         }
 
 
@@ -144,19 +156,28 @@ async def collect_garbage(
     now: datetime,
     retention: timedelta | None = None,
     dry_run: bool = False,
+    legacy: bool = False,
 ) -> GcReport:
-    """Delete (or with ``dry_run`` only report) every object no conversation keeps at
-    ``now`` (a test clock, the Schedule's workflow time, or the wall clock)."""
+    """Delete (or with ``dry_run`` only report) every object of ``client``'s part of
+    ``store`` that no conversation keeps at ``now`` (a test clock, the Schedule's
+    workflow time, or the wall clock); with ``legacy``, also of what was written before
+    the store kept parts."""
     if retention is None:
         retention = await namespace_retention(client)
+    await store.bind(client)  # its part: this client's cluster and namespace
     report = GcReport(dry_run=dry_run, retention=retention, now=now)
-    objects = await store.inventory()
+    report.elsewhere = await store.elsewhere()
+    found = [(store, stored) for stored in await store.inventory()]
+    if legacy and isinstance(store, PartitionedStore):
+        refuse_legacy(store, report.elsewhere)
+        found += [(store.whole, stored) for stored in await store.whole.inventory()]
+        report.elsewhere = [t for t in report.elsewhere if t.segment != UNSPLIT]
     standings = Standings(client, retention, now)
-    referrers = sorted({r for o in objects for r in o.referrers})
+    referrers = sorted({r for _, o in found for r in o.referrers})
     answers = await asyncio.gather(*map(standings.of, referrers))
     standing = dict(zip(referrers, answers, strict=True))
     gone: set[Referrer] = set()  # conversations that lost content in this collection
-    for stored in objects:
+    for holder, stored in found:
         keeping = [
             referrer
             for referrer, marked in stored.referrers.items()
@@ -168,10 +189,10 @@ async def collect_garbage(
             report.kept_bytes += stored.size
             expired = [r for r in stored.referrers if r not in keeping]
             if expired and not dry_run:
-                await store.release(stored, expired)
+                await holder.release(stored, expired)
                 report.released += len(expired)
                 gone.update(expired)
-        elif dry_run or await store.remove(stored):
+        elif dry_run or await holder.remove(stored):
             report.deleted.append(stored)
             gone.update(stored.referrers)
         else:
@@ -184,6 +205,22 @@ async def collect_garbage(
     return report
 
 
+def refuse_legacy(store: PartitionedStore, elsewhere: list[Tally]) -> None:
+    """What was written before parts may be any cluster's that used the store then:
+    taken as this cluster's only while no other cluster has a part of it."""
+    assert store.cluster is not None
+    mine = slug(store.cluster.cluster_id)
+    for tally in elsewhere:
+        if tally.segment and tally.segment.split("/")[0] != mine:
+            who = tally.cluster_id or tally.segment.split("/")[0]
+            raise ValueError(
+                f"--legacy refused: {store.location()} also has a part of cluster {who} "
+                f"(namespace {tally.namespace or tally.segment.split('/')[1]}), so what was "
+                "written before parts may be its; delete that by hand once no conversation "
+                "started before then is open (see `parley store gc --help`)"
+            )
+
+
 @dataclass(frozen=True)
 class StoreStats:
     objects: int
@@ -192,6 +229,8 @@ class StoreStats:
     conversations: int
     #: Objects stored with no conversation (never collected).
     unclaimed: int
+    #: The store's other parts (clusters, namespaces, before parts), counted apart.
+    elsewhere: list[Tally] = field(default_factory=list)
 
     def summary(self) -> dict[str, object]:
         return {
@@ -200,10 +239,13 @@ class StoreStats:
             "oldest": self.oldest.isoformat() if self.oldest else None,
             "conversations": self.conversations,
             "unclaimed_objects": self.unclaimed,
+            "elsewhere": [t.summary() for t in self.elsewhere],
         }
 
 
 async def store_stats(store: PayloadStore) -> StoreStats:
+    """What this cluster's and namespace's part of ``store`` holds, and the other parts
+    apart."""
     objects = await store.inventory()
     return StoreStats(
         objects=len(objects),
@@ -211,4 +253,5 @@ async def store_stats(store: PayloadStore) -> StoreStats:
         oldest=min((o.modified for o in objects), default=None),
         conversations=len({r for o in objects for r in o.referrers}),
         unclaimed=sum(1 for o in objects if not o.referrers),
+        elsewhere=await store.elsewhere(),
     )

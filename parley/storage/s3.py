@@ -6,8 +6,13 @@ Outside the workflow sandbox (worker, activities, clients). The standard AWS
 configuration applies: the credential chain (keys, profile, role), ``AWS_REGION`` and
 ``AWS_ENDPOINT_URL`` for S3-compatible servers (MinIO). Keys are the driver's:
 ``v0/ns/<namespace>/wt/<type>/wi/<workflow id>/ri/<run id>/d/sha256/<digest>``, so
-every object names the one conversation that stored it; retention's records of what it
-collected are ``collected/<referrer>.json``, outside ``v0/`` (never listed as objects).
+every object names the one conversation that stored it, under the part of the cluster
+and namespace that stored it (``clusters``): ``<prefix><cluster id>/<namespace>/v0/…``,
+with the part's marker ``<cluster id>/<namespace>/part.json`` and retention's records
+of what it collected, ``<cluster id>/<namespace>/collected/<referrer>.json`` (never
+listed as objects). A claim holds its whole key under the prefix, part included, so any
+reader of the bucket reads it; keys written before parts (``<prefix>v0/…``,
+``<prefix>collected/…``) are read as they were.
 A PUT is atomic in S3 (a reader sees the whole object or none) and the driver checks
 each object's SHA-256 on reading, so a payload is never taken whole when it is not.
 """
@@ -17,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any, TypeVar
@@ -28,10 +33,13 @@ import aiohttp
 import boto3
 from botocore import exceptions as boto
 from botocore.config import Config
+from temporalio.api.common.v1 import Payload
 from temporalio.contrib.aws.s3driver import S3StorageDriver, S3StorageDriverClient
 from temporalio.contrib.aws.s3driver.aioboto3 import new_aioboto3_client
+from temporalio.converter import StorageDriverClaim, StorageDriverStoreContext
 
-from parley.storage.base import Collected, PayloadStore, Referrer, StoredObject
+from parley.storage.base import UNSPLIT, Collected, PayloadStore, Referrer, StoredObject, Tally
+from parley.storage.clusters import MARKER, checked_segment, read_marker
 
 log = logging.getLogger("parley.storage")
 T = TypeVar("T")
@@ -207,13 +215,16 @@ class S3Objects:
 
 
 class _RetryingClient(S3StorageDriverClient):
-    """The driver's aioboto3 adapter, under the store's prefix and retry policy."""
+    """The driver's aioboto3 adapter, under the store's prefix and retry policy: it
+    writes under the part's ``segment`` and reads the key a claim names (its part in
+    it)."""
 
-    def __init__(self, objects: S3Objects) -> None:
+    def __init__(self, objects: S3Objects, segment: str = "") -> None:
         self._objects = objects
+        self._segment = segment
 
     async def put_object(self, *, bucket: str, key: str, data: bytes) -> None:
-        full = self._objects.prefix + key
+        full = self._objects.prefix + self._segment + key
 
         async def put(client: Any) -> None:
             await new_aioboto3_client(client).put_object(bucket=bucket, key=full, data=data)
@@ -221,7 +232,7 @@ class _RetryingClient(S3StorageDriverClient):
         await self._objects.call("put", put)
 
     async def object_exists(self, *, bucket: str, key: str) -> bool:
-        full = self._objects.prefix + key
+        full = self._objects.prefix + self._segment + key
         return await self._objects.call(
             "head",
             lambda client: new_aioboto3_client(client).object_exists(bucket=bucket, key=full),
@@ -255,50 +266,64 @@ def referrer_in_key(key: str) -> Referrer | None:
 
 
 class S3PayloadStore(S3StorageDriver, PayloadStore):
-    """``temporalio.contrib.aws.s3driver.S3StorageDriver`` on one bucket and prefix, and
-    retention's view of it."""
+    """``temporalio.contrib.aws.s3driver.S3StorageDriver`` on one bucket and prefix (or
+    one part of it, ``part``), and retention's view of it."""
 
-    def __init__(self, spec: str, config: S3Config, retry: S3Retry | None = None) -> None:
+    def __init__(
+        self,
+        spec: str,
+        config: S3Config,
+        retry: S3Retry | None = None,
+        *,
+        part: str | None = None,
+        objects: S3Objects | None = None,
+    ) -> None:
         bucket, prefix = parse_s3_spec(spec)
         self.spec = spec
-        self.objects = S3Objects(bucket, prefix, config, retry)
-        super().__init__(client=_RetryingClient(self.objects), bucket=bucket)
+        self.objects = objects or S3Objects(bucket, prefix, config, retry)
+        #: The part's keys begin so (after the prefix): ``<cluster>/<namespace>/``.
+        self.segment = f"{checked_segment(part)}/" if part else ""
+        super().__init__(client=_RetryingClient(self.objects, self.segment), bucket=bucket)
+
+    def part(self, segment: str) -> S3PayloadStore:
+        """The part ``segment`` of this bucket and prefix, on the same connection."""
+        return S3PayloadStore(self.spec, self.objects.config, part=segment, objects=self.objects)
 
     def location(self) -> str:
         endpoint = self.objects.config.endpoint_url
         where = f" at {endpoint}" if endpoint else ""
-        return f"s3://{self.objects.bucket}/{self.objects.prefix}{where}"
+        return f"s3://{self.objects.bucket}/{self.objects.prefix}{self.segment}{where}"
+
+    async def store(
+        self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
+    ) -> list[StorageDriverClaim]:
+        claims = await super().store(context, payloads)
+        # The driver names the key it built; the object is under the part's segment.
+        return [
+            StorageDriverClaim(
+                claim_data={**claim.claim_data, "key": self.segment + claim.claim_data["key"]}
+            )
+            for claim in claims
+        ]
 
     def check_access(self) -> None:
         self.objects.check_access(self.spec)
 
     async def inventory(self) -> list[StoredObject]:
-        found: list[StoredObject] = []
-        prefix = self.objects.prefix
-        token: str | None = None
-        while True:
-            args = {"Bucket": self.objects.bucket, "Prefix": f"{prefix}v0/"}
-            if token:
-                args["ContinuationToken"] = token
-
-            async def page(client: Any, args: dict[str, str] = args) -> Any:
-                return await client.list_objects_v2(**args)
-
-            listed = await self.objects.call("list", page)
-            for item in listed.get("Contents", []):
-                modified = item["LastModified"].astimezone(UTC)
-                referrer = referrer_in_key(item["Key"][len(prefix) :])
-                found.append(
-                    StoredObject(
-                        key=item["Key"],
-                        size=item["Size"],
-                        modified=modified,
-                        referrers={referrer: modified} if referrer else {},
-                    )
+        prefix = self.objects.prefix + self.segment
+        found = []
+        async for item in self._listing(f"{prefix}v0/"):
+            modified = item["LastModified"].astimezone(UTC)
+            referrer = referrer_in_key(item["Key"][len(prefix) :])
+            found.append(
+                StoredObject(
+                    key=item["Key"],
+                    size=item["Size"],
+                    modified=modified,
+                    referrers={referrer: modified} if referrer else {},
                 )
-            token = listed.get("NextContinuationToken")
-            if not listed.get("IsTruncated") or not token:
-                return found
+            )
+        return found
 
     async def remove(self, stored: StoredObject) -> bool:
         # One conversation per key (its id is in the key): no one else can have come to
@@ -313,7 +338,7 @@ class S3PayloadStore(S3StorageDriver, PayloadStore):
         return None  # a key has one referrer: kept or removed, never shared
 
     def _record(self, referrer: Referrer) -> str:
-        return f"{self.objects.prefix}collected/{referrer.digest()}.json"
+        return f"{self.objects.prefix}{self.segment}collected/{referrer.digest()}.json"
 
     async def record_collected(self, referrer: Referrer, collected: Collected) -> None:
         if await self.collected(referrer) is not None:
@@ -327,19 +352,86 @@ class S3PayloadStore(S3StorageDriver, PayloadStore):
         await self.objects.call("put", put)
 
     async def collected(self, referrer: Referrer) -> Collected | None:
+        raw = await self._get(self._record(referrer))
+        return None if raw is None else Collected.from_json(raw)
+
+    async def write_marker(self, segment: str, marker: bytes) -> None:
+        key = f"{self.objects.prefix}{checked_segment(segment)}/{MARKER}"
+
+        async def put(client: Any) -> None:
+            await client.put_object(Bucket=self.objects.bucket, Key=key, Body=marker)
+
+        await self.objects.call("put", put)
+
+    async def tally(self) -> list[Tally]:
+        """One listing of the prefix: objects by part (``<c>/<n>/v0/…``, or ``v0/…``
+        written before parts), and each part's marker."""
+        counts: dict[str, list[int]] = {}
+        markers: list[str] = []
+        async for item in self._listing(self.objects.prefix):
+            key, size = item["Key"][len(self.objects.prefix) :], item["Size"]
+            pieces = key.split("/")
+            if pieces[0] == "v0":
+                segment = UNSPLIT
+            elif len(pieces) > 3 and pieces[2] == "v0":
+                segment = f"{pieces[0]}/{pieces[1]}"
+            else:
+                if len(pieces) == 3 and pieces[2] == MARKER:
+                    markers.append(key)
+                    counts.setdefault(f"{pieces[0]}/{pieces[1]}", [0, 0])
+                continue
+            count = counts.setdefault(segment, [0, 0])
+            count[0] += 1
+            count[1] += size
+        found = []
+        for segment, (objects, size) in sorted(counts.items()):
+            raw = None
+            if f"{segment}/{MARKER}" in markers:
+                raw = await self._get(self.objects.prefix + f"{segment}/{MARKER}")
+            who = read_marker(raw) if raw is not None else None
+            found.append(
+                Tally(
+                    segment,
+                    objects,
+                    size,
+                    cluster_id=who.cluster_id if who else None,
+                    namespace=who.namespace if who else None,
+                    address=who.address if who else None,
+                )
+            )
+        return found
+
+    async def _listing(self, prefix: str) -> AsyncIterator[dict[str, Any]]:
+        """Every object under ``prefix``, as ``list_objects_v2`` describes it."""
+        token: str | None = None
+        while True:
+            args = {"Bucket": self.objects.bucket, "Prefix": prefix}
+            if token:
+                args["ContinuationToken"] = token
+
+            async def page(client: Any, args: dict[str, str] = args) -> Any:
+                return await client.list_objects_v2(**args)
+
+            listed = await self.objects.call("list", page)
+            for item in listed.get("Contents", []):
+                yield item
+            token = listed.get("NextContinuationToken")
+            if not listed.get("IsTruncated") or not token:
+                return
+
+    async def _get(self, key: str) -> bytes | None:
+        """The object at ``key``; None when there is none."""
+
         async def get(client: Any) -> bytes | None:
             try:
-                answer = await client.get_object(
-                    Bucket=self.objects.bucket, Key=self._record(referrer)
-                )
+                answer = await client.get_object(Bucket=self.objects.bucket, Key=key)
             except boto.ClientError as err:
                 if str(err.response.get("Error", {}).get("Code", "")) in ("NoSuchKey", "404"):
                     return None
                 raise
             return await answer["Body"].read()
 
-        raw = await self.objects.call("get", get)
-        return None if raw is None else Collected.from_json(raw)
+        return await self.objects.call("get", get)
 
     async def aclose(self) -> None:
         await self.objects.aclose()

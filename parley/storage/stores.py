@@ -1,7 +1,10 @@
 """Choosing the payload store (``PARLEY_PAYLOAD_STORE``) and the data converter that
 writes to it: the one converter every worker, client and Replayer uses.
 
-Outside the workflow sandbox (worker, activities, clients).
+Outside the workflow sandbox (worker, activities, clients). A directory (the default
+one too) and an S3 bucket are stores of parts (``parts.PartitionedStore``): each
+cluster and namespace has its own part of it. A driver built in code on a directory
+alone (``LocalFileStorageDriver(root)``: tests, ``module:factory``) is one part.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from temporalio.converter import DataConverter, ExternalStorage, StorageDriver
 from parley.contracts import PayloadConverter
 from parley.storage.base import PayloadStore
 from parley.storage.local import LocalFileStorageDriver
+from parley.storage.parts import PartitionedStore
 
 if TYPE_CHECKING:
     from parley.settings import Settings
@@ -30,20 +34,31 @@ history far below Temporal's 2 MB limit and its 256 KB warning."""
 
 
 def default_store_dir() -> Path:
+    """The machine's default store (``$XDG_DATA_HOME/parley/payloads``): every cluster
+    of the user has its part of it, ``<cluster id>/<namespace>/``."""
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
     return Path(base) / "parley" / "payloads"
 
 
+def local_store(root: Path) -> PartitionedStore:
+    """The directory ``root`` as a store of parts, one per cluster and namespace."""
+    return PartitionedStore(
+        LocalFileStorageDriver(root), lambda segment: LocalFileStorageDriver(root, part=segment)
+    )
+
+
 def build_driver(spec: str | None, settings: Settings | None = None) -> StorageDriver:
-    """The driver ``PARLEY_PAYLOAD_STORE`` names: a directory, ``s3://bucket[/prefix]``
-    (with the AWS settings of ``settings``), or ``module:factory`` returning any
+    """The driver ``PARLEY_PAYLOAD_STORE`` names: a directory (none: the machine's
+    default), ``s3://bucket[/prefix]`` (with the AWS settings of ``settings``), both with
+    a part per cluster and namespace; or ``module:factory`` returning any
     ``StorageDriver``."""
     if not spec:
-        return LocalFileStorageDriver(default_store_dir())
+        return local_store(default_store_dir())
     if spec.startswith("s3://"):
         from parley.storage.s3 import S3PayloadStore  # boto3 loads only when S3 is used
 
-        return S3PayloadStore(spec, s3_config(settings))
+        whole = S3PayloadStore(spec, s3_config(settings))
+        return PartitionedStore(whole, whole.part)
     module_name, sep, attr = spec.partition(":")
     if sep and module_name and attr and "/" not in spec and "\\" not in spec:
         try:
@@ -60,7 +75,7 @@ def build_driver(spec: str | None, settings: Settings | None = None) -> StorageD
                 "temporalio.converter.StorageDriver"
             )
         return driver
-    return LocalFileStorageDriver(Path(spec).expanduser())
+    return local_store(Path(spec).expanduser())
 
 
 def s3_config(settings: Settings | None) -> S3Config:
@@ -93,7 +108,10 @@ def check_store(driver: StorageDriver) -> None:
 def describe_store(spec: str | None) -> str:
     """One line naming the store ``PARLEY_PAYLOAD_STORE`` selects."""
     if not spec:
-        return f"{default_store_dir()} (local files; set PARLEY_PAYLOAD_STORE to change)"
+        return (
+            f"{default_store_dir()} (local files, a part per cluster and namespace; set "
+            "PARLEY_PAYLOAD_STORE to change)"
+        )
     return spec
 
 
