@@ -130,7 +130,7 @@ def instrument_app(app: Any) -> None:
     FastAPIInstrumentor.instrument_app(
         app,
         tracer_provider=_provider,
-        excluded_urls="healthz,metrics,static",
+        excluded_urls="healthz,readyz,metrics,static",
         # No span per ASGI message: an event stream would make one per event.
         exclude_spans=["receive", "send"],
         server_request_hook=route_only,

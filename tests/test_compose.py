@@ -4,6 +4,8 @@ and every command it runs is a real ``parley`` command with those options."""
 
 from __future__ import annotations
 
+import ast
+import importlib
 import os
 import re
 import subprocess
@@ -88,12 +90,31 @@ def test_compose_runs_two_workers_and_creates_the_search_attributes() -> None:
         assert attribute in setup
 
 
+def configuration_source() -> str:
+    """``parley/settings.py`` and the Parley modules it imports to read the environment
+    with (the Temporal connection's part, for one)."""
+    settings_file = Path(parley.settings.__file__)
+    tree = ast.parse(settings_file.read_text())
+    modules = [
+        node.module
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("parley.")
+    ]
+    files = [settings_file, *(Path(str(importlib.import_module(m).__file__)) for m in modules)]
+    return "".join(path.read_text() for path in files)
+
+
 def test_every_variable_compose_sets_is_read_by_parley() -> None:
     spec = yaml.safe_load(COMPOSE.read_text())
-    settings_source = Path(parley.settings.__file__).read_text()
+    settings_source = configuration_source()
     for name in PARLEY_SERVICES:
         for variable in spec["services"][name]["environment"]:
-            assert f'"{variable}"' in settings_source, f"{name}: {variable} is not read"
+            # Read by name, or (TEMPORAL_*) through the SDK's environment configuration,
+            # as the module that hands it the environment says.
+            read = f'"{variable}"' in settings_source or (
+                variable.startswith("TEMPORAL_") and f"``{variable}``" in settings_source
+            )
+            assert read, f"{name}: {variable} is not read"
 
 
 def test_every_command_compose_runs_exists_with_its_options() -> None:
@@ -111,3 +132,81 @@ def test_every_command_compose_runs_exists_with_its_options() -> None:
         assert help_text.returncode == 0, (name, help_text.stderr)
         for option in options:
             assert re.search(rf"{option}\b", help_text.stdout), (name, option)
+
+
+#: Services that run until stopped (the setup jobs run once, and compose waits for them).
+LONG_RUNNING = ("postgresql", "temporal", "temporal-ui", "minio", "worker", "gateway", "plans")
+
+
+def seconds(duration: str) -> float:
+    """A compose duration (``40s``, ``1m30s``) in seconds."""
+    units = {"h": 3600, "m": 60, "s": 1}
+    found = re.findall(r"(\d+(?:\.\d+)?)([hms])", duration)
+    assert found and "".join(n + u for n, u in found) == duration, duration
+    return sum(float(number) * units[unit] for number, unit in found)
+
+
+def test_every_long_running_service_has_a_healthcheck_its_dependents_wait_for() -> None:
+    spec = yaml.safe_load(compose("config", **SECRETS).stdout)
+    services = spec["services"]
+    for name in LONG_RUNNING:
+        check = services[name].get("healthcheck")
+        assert check and check["test"][0] in ("CMD", "CMD-SHELL"), name
+    assert "pg_isready" in " ".join(services["postgresql"]["healthcheck"]["test"])
+    assert services["temporal"]["healthcheck"]["test"][1:5] == [
+        "temporal",
+        "operator",
+        "cluster",
+        "health",
+    ]
+    # The gateway's: /healthz from the image's own Python (it has no curl).
+    gateway_check = services["gateway"]["healthcheck"]["test"]
+    assert gateway_check[:3] == ["CMD", "python", "-c"]
+    assert "urllib.request.urlopen('http://127.0.0.1:8770/healthz'" in gateway_check[3]
+    assert "127.0.0.1:8765/health'" in services["plans"]["healthcheck"]["test"][3]
+    # The worker's: `parley worker --check` reads the heartbeat file its command writes.
+    worker_command = services["worker"]["command"]
+    health_file = worker_command[worker_command.index("--health-file") + 1]
+    assert services["worker"]["healthcheck"]["test"] == [
+        "CMD",
+        "parley",
+        "worker",
+        "--check",
+        "--health-file",
+        health_file,
+    ]
+    assert health_file.startswith("/tmp/")  # writable by the image's user
+    # Who depends on a service with a healthcheck waits until it is healthy.
+    for name, service in services.items():
+        for needed, how in (service.get("depends_on") or {}).items():
+            if needed in LONG_RUNNING:
+                assert how["condition"] == "service_healthy", (name, needed)
+
+
+def test_a_stopped_service_gets_longer_than_its_own_grace_period() -> None:
+    """compose's stop_grace_period (then SIGKILL) is longer than the time the worker
+    lets running activities finish, and than the gateway's drain."""
+    spec = yaml.safe_load(compose("config", **SECRETS).stdout)
+    worker = spec["services"]["worker"]
+    grace = worker["environment"]["PARLEY_WORKER_GRACE_SECONDS"]
+    assert float(grace) == parley.settings.Settings().worker_grace_seconds
+    assert seconds(worker["stop_grace_period"]) >= float(grace) + 5
+    gateway = spec["services"]["gateway"]
+    command = gateway["command"]
+    drain = float(command[command.index("--grace-seconds") + 1])
+    assert seconds(gateway["stop_grace_period"]) >= drain + 5
+
+
+def test_the_image_runs_as_an_unprivileged_user_with_a_writable_data_dir() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    instructions = [line.split(None, 1) for line in dockerfile.splitlines() if line[:1].isalpha()]
+    users = [rest.strip() for word, rest in instructions if word == "USER"]
+    assert users, "the image runs as root"
+    user = users[-1].split(":")[0]
+    assert user not in ("root", "0")
+    created = re.search(r"useradd [^\n]*--uid (\d+)[^\n]* parley", dockerfile)
+    assert created and user in (created.group(1), "parley"), dockerfile
+    assert "chown -R parley:parley /var/lib/parley" in dockerfile
+    # The user comes after the last RUN: nothing is installed as it, nothing after as root.
+    words = [word for word, _ in instructions]
+    assert words.index("USER") > max(i for i, word in enumerate(words) if word == "RUN")

@@ -1,11 +1,20 @@
 """The commands that run servers: ``dev``, ``gateway``, ``plans-service``, ``worker``,
 ``deploy``. Client side: each starts a process's servers or asks Temporal; loading the
-worker's tools and model is ``parley.worker``'s job.
+worker's tools and model is ``parley.worker``'s job, serving and draining the gateway
+``parley.gateway.server``'s.
+
+What a container's health check runs: the gateway's ``/healthz`` (``readyz`` for
+readiness); ``parley worker --check --health-file F``, which reads the heartbeat a
+``parley worker --health-file F`` writes from its event loop (``heartbeat``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated
 
@@ -57,9 +66,19 @@ def gateway(
     port: Annotated[
         int | None, typer.Option(help="Port [PARLEY_GATEWAY_PORT].", min=1, max=65535)
     ] = None,
+    grace_seconds: Annotated[
+        float,
+        typer.Option(
+            help="On SIGTERM: how long requests in flight may finish (streams that follow "
+            "a conversation end at once, reconnectable).",
+            min=1,
+            max=3600,
+        ),
+    ] = 25.0,
 ) -> None:
-    """Run the HTTP gateway: REST + AG-UI event streams + the approval page at /.
-    Bearer tokens come from PARLEY_GATEWAY_TOKENS_FILE ('<user id> <token>' lines)."""
+    """Run the HTTP gateway: REST + AG-UI event streams + the approval page at /, and
+    /healthz and /readyz for probes. Bearer tokens come from PARLEY_GATEWAY_TOKENS_FILE
+    ('<user id> <token>' lines). SIGTERM drains it, then it exits 0."""
     from parley.gateway.access import TokenTable
     from parley.gateway.server import run_gateway
     from parley.logs import configure_logging
@@ -82,17 +101,35 @@ def gateway(
     bind_host = host or config.gateway_host
     bind_port = port or config.gateway_port
 
-    async def work() -> None:
-        conversations = Conversations(await connect(config, role="gateway"), config)
-        out.print(f"gateway on http://{bind_host}:{bind_port} ({len(tokens)} token(s))")
-        await run_gateway(conversations, tokens, bind_host, bind_port)
+    async def reach() -> Conversations:
+        return Conversations(await connect(config, role="gateway"), config)
+
+    def serving_at(url: str, problem: str | None) -> None:
+        out.print(f"gateway on {url} ({len(tokens)} token(s))")
+        if problem:
+            warn(
+                f"{problem} Meanwhile /healthz answers, /readyz and the API answer 503, "
+                "and the gateway keeps trying."
+            )
 
     try:
-        run_async(work, serves=True)
+        run_async(
+            lambda: run_gateway(
+                reach,
+                config,
+                tokens,
+                bind_host,
+                bind_port,
+                grace_seconds=grace_seconds,
+                on_serving=serving_at,
+            ),
+            serves=True,
+        )
     except OSError as problem:
         raise fail(f"could not listen on {bind_host}:{bind_port}: {problem}") from None
     except KeyboardInterrupt:
-        out.print("stopped")
+        pass
+    out.print("stopped")
 
 
 def plans_service(
@@ -109,12 +146,39 @@ def plans_service(
     serve(host, port, db.resolve(), api_key)
 
 
-def worker() -> None:
-    """Run a worker against TEMPORAL_ADDRESS with PARLEY_MODEL and PARLEY_TOOLS."""
+def worker(
+    health_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Rewrite this file every 5 s while the worker runs (removed when it "
+            "stops): what --check reads.",
+        ),
+    ] = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Check the worker that writes --health-file instead of running one: exit 0 "
+            "if it beat within 30 s and its process lives, else 1 with one line (a "
+            "container's health check).",
+        ),
+    ] = False,
+) -> None:
+    """Run a worker against TEMPORAL_ADDRESS with PARLEY_MODEL and PARLEY_TOOLS. SIGTERM
+    stops it: no new task is taken, and running activities may finish for
+    PARLEY_WORKER_GRACE_SECONDS (default 30)."""
     from parley.activities.http import new_http_client
     from parley.logs import configure_logging
     from parley.worker import load_tools_and_model, run_worker
 
+    if check:
+        if health_file is None:
+            raise fail("--check reads the worker's --health-file: name it")
+        problem = heartbeat_problem(health_file)
+        if problem is not None:
+            raise fail(problem)
+        out.print(f"worker alive ({health_file})")
+        return
     config = settings()
     configure_logging(config.log_format)
     http_client = new_http_client()  # the worker's one client; run_worker closes it
@@ -123,13 +187,77 @@ def worker() -> None:
         registry, model = load_tools_and_model(config, warn=warn, http_client=http_client)
     except ValueError as problem:
         raise fail(str(problem)) from None
+
+    async def work() -> None:
+        async with heartbeat(health_file):
+            await run_worker(config, registry=registry, model=model, http_client=http_client)
+
     try:
-        run_async(
-            lambda: run_worker(config, registry=registry, model=model, http_client=http_client),
-            serves=True,
-        )
+        run_async(work, serves=True)
     except KeyboardInterrupt:
         out.print("stopped")
+
+
+#: A worker's heartbeat: written this often, and stale (the worker wedged) after this.
+HEARTBEAT_SECONDS = 5.0
+HEARTBEAT_STALE_SECONDS = 30.0
+
+
+@contextlib.asynccontextmanager
+async def heartbeat(path: Path | None) -> AsyncIterator[None]:
+    """While the block runs, ``path`` holds this process's id, rewritten every
+    ``HEARTBEAT_SECONDS`` by the event loop the worker runs on: a blocked loop stops it.
+    It beats on while the worker stops gracefully, and is removed once it has."""
+    if path is None:
+        yield
+        return
+
+    async def beat() -> None:
+        while True:
+            _beat(path)  # on the loop itself: a loop that is blocked beats no more
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+
+    beating = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        beating.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beating
+        _stop_beating(path)
+
+
+def _beat(path: Path) -> None:
+    written = path.with_name(f".{path.name}.{os.getpid()}")
+    written.write_text(f"{os.getpid()}\n")
+    os.replace(written, path)  # whole or not at all, for a reader
+
+
+def _stop_beating(path: Path) -> None:
+    path.unlink(missing_ok=True)
+
+
+def heartbeat_problem(path: Path) -> str | None:
+    """Why the worker that writes ``path`` is not healthy, in one line; None if it is."""
+    try:
+        pid = int(path.read_text().strip())
+        age = time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return f"no worker heartbeat at {path}: no worker runs with --health-file {path}"
+    except (OSError, ValueError) as err:
+        return f"cannot read the worker heartbeat {path}: {err}"
+    try:
+        os.kill(pid, 0)  # no signal: is it there?
+    except ProcessLookupError:
+        return f"the worker (pid {pid}) that wrote {path} is gone"
+    except PermissionError:
+        pass  # there, another user's
+    if age > HEARTBEAT_STALE_SECONDS:
+        return (
+            f"the worker (pid {pid}) has not beaten for {age:.0f} s: its event loop is "
+            "blocked (a tool that blocks it?) or the process hangs"
+        )
+    return None
 
 
 def deploy(

@@ -11,5 +11,8 @@ client; never imported by workflows).
 - ``access``: bearer tokens mapped to user ids (the user always comes from the token);
 - ``feeds``: one ``wait_for_events`` subscription per conversation, shared by every
   stream that follows it;
-- ``server``: running the app with uvicorn on the caller's event loop.
+- ``health``: ``/healthz`` and ``/readyz`` for probes, and the answers of a gateway
+  not yet connected to Temporal;
+- ``server``: running the app with uvicorn on the caller's event loop, and draining it
+  on SIGTERM.
 """

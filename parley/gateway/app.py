@@ -12,7 +12,8 @@ Temporal through ``parley.client.Conversations``).
 - ``guard``: authentication and a body-size limit, before any body is read;
 - ``link_pages``: no referrer and no caching for anything under ``/links/``;
 - ``deps``: the caller's user (from the bearer token), checked session ids;
-- and here: the approval page at ``/`` and ``/healthz``.
+- ``health``: ``/healthz`` (alive) and ``/readyz`` (Temporal answers), with no token;
+- and here: the approval page at ``/``.
 
 Every ``/v1`` and ``/agui`` request carries ``Authorization: Bearer <token>``; the
 user id is the token's (``access``), never the body's.
@@ -30,7 +31,7 @@ from fastapi.staticfiles import StaticFiles
 
 from parley import tracing
 from parley.client import Conversations
-from parley.gateway import agui, audit, forks, links, rest
+from parley.gateway import agui, audit, forks, health, links, rest
 from parley.gateway.access import TokenTable
 from parley.gateway.deps import Gateway
 from parley.gateway.errors import install_error_handlers
@@ -38,9 +39,13 @@ from parley.gateway.feeds import Feeds
 from parley.gateway.guard import RefuseBeforeReading, max_body_bytes
 from parley.gateway.link_pages import LinkPageHeaders
 from parley.gateway.schemas import document
+from parley.gateway.streams import Drain
 
 
-def create_app(conversations: Conversations, tokens: TokenTable) -> FastAPI:
+def create_app(
+    conversations: Conversations, tokens: TokenTable, *, drain: Drain | None = None
+) -> FastAPI:
+    """The gateway's app; ``drain`` (the server's) ends its event streams as it stops."""
     feeds = Feeds(conversations)
 
     @contextlib.asynccontextmanager
@@ -59,6 +64,7 @@ def create_app(conversations: Conversations, tokens: TokenTable) -> FastAPI:
         generate_unique_id_function=lambda route: route.name,
     )
     app.state.feeds = feeds
+    app.state.drain = drain or Drain()
     app.state.gateway = Gateway(conversations=conversations, tokens=tokens, feeds=feeds)
     install_error_handlers(app)
     # Outermost but for Starlette's own error handling: before routing, before a body.
@@ -76,10 +82,7 @@ def create_app(conversations: Conversations, tokens: TokenTable) -> FastAPI:
     async def page() -> FileResponse:
         return FileResponse(str(static / "index.html"), headers={"Cache-Control": "no-cache"})
 
-    @app.get("/healthz", tags=["gateway"])
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
-
+    app.include_router(health.router)
     app.include_router(rest.router)
     app.include_router(forks.router)
     app.include_router(agui.router)

@@ -5,11 +5,18 @@ A stream's ``id:`` is the event's offset in the conversation's log, so a client
 resumes with ``Last-Event-ID``. Streams wait on the conversation's shared feed
 (``feeds``), never on a poll loop, and read with the ``events`` query from their own
 offset.
+
+A stopping gateway drains (``Drain``, begun by ``server``): a stream that follows a
+conversation ends at once, a turn's stream when its run ends (or at the cut, shortly
+before the grace period runs out), each with a reconnectable end (``reconnect_end``):
+an SSE comment that says so, ``retry:``, and the last event id again, so a client
+resumes on another replica from its ``Last-Event-ID``, with no gap and no repeat.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -18,6 +25,7 @@ from ag_ui.encoder import EventEncoder
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import TypeAdapter
+from starlette.types import Receive, Scope, Send
 
 from parley.client import ConversationRefused
 from parley.contracts import OffsetEvent, TurnResult
@@ -30,8 +38,12 @@ AG_UI_EVENT: TypeAdapter[Any] = TypeAdapter(Event)
 #: A comment line every this many seconds keeps proxies from closing an idle stream.
 KEEPALIVE_SECONDS = 15.0
 
-#: A stream's items: (offset, event); offset None for events outside the log, an
-#: empty event for a keepalive.
+#: How soon an EventSource reconnects to a stream the gateway ended as it stopped.
+RECONNECT_MILLISECONDS = 1000
+
+#: A stream's items: (offset, event); offset None for events outside the log. An empty
+#: event is a keepalive (offset None), or where the stream stands (an offset: nothing
+#: is sent, but a reconnectable end names it).
 StreamItem = tuple[int | None, dict[str, Any]]
 StreamItems = AsyncIterator[StreamItem]
 
@@ -65,8 +77,8 @@ async def turn_stream(
     try:
         first = await anext(events)
     except StopAsyncIteration:
-        return sse(events)
-    return sse(_starting_with(first, events))
+        return sse(events, bounded=True)
+    return sse(_starting_with(first, events), bounded=True)
 
 
 async def _starting_with(first: StreamItem, rest: StreamItems) -> StreamItems:
@@ -182,6 +194,8 @@ async def follow(
     latest offset the workflow reported to this user just now: an ``after`` beyond it
     is read as ``latest`` (only new events), never waited for."""
     cursor = min(after, latest)
+    if cursor >= 0:
+        yield cursor, {}  # where it stands: a reconnect resumes here
     async with gateway.feeds.follow(session_id, user_id, latest) as feed:
         while True:
             try:
@@ -197,22 +211,123 @@ async def follow(
                 yield None, {}
 
 
-def sse(events: StreamItems) -> StreamingResponse:
-    encoder = EventEncoder()
+def sse(events: StreamItems, *, bounded: bool = False) -> StreamingResponse:
+    """``events`` as Server-Sent Events. ``bounded``: a turn's stream, which ends when
+    its run does (a drain lets it); otherwise a stream that follows (a drain ends it)."""
+    return EventStream(events, bounded=bounded)
 
-    async def body() -> AsyncIterator[str]:
-        async for offset, event in events:
-            if not event:
-                yield ": keepalive\n\n"
-                continue
-            encoded = encoder.encode(AG_UI_EVENT.validate_python(event))
-            yield (f"id: {offset}\n" if offset is not None else "") + encoded
 
-    return StreamingResponse(
-        body(),
-        media_type=encoder.get_content_type(),
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+class Drain:
+    """A stopping gateway's streams: once it has begun, every stream that follows a
+    conversation ends with its reconnectable end; a turn's stream does at the cut (or
+    when its run ends first)."""
+
+    def __init__(self) -> None:
+        self.began = asyncio.Event()
+        self.cut = asyncio.Event()
+
+    def begin(self, cut_after: float) -> None:
+        """Stop: the cut comes ``cut_after`` seconds later."""
+        if not self.began.is_set():
+            self.began.set()
+            asyncio.get_running_loop().call_later(cut_after, self.cut.set)
+
+    @property
+    def draining(self) -> bool:
+        return self.began.is_set()
+
+
+def reconnect_end(last_id: int | None) -> str:
+    """The end of a stream the gateway closes as it stops: a comment saying so, how
+    soon to reconnect, and the last event id again (an ``id:`` with no ``data:``
+    dispatches nothing: an EventSource keeps it, and sends it as ``Last-Event-ID``)."""
+    if last_id is None or last_id < 0:
+        return f": reconnect: the gateway is stopping\nretry: {RECONNECT_MILLISECONDS}\n\n"
+    return (
+        f": reconnect: the gateway is stopping; resume with Last-Event-ID: {last_id}\n"
+        f"retry: {RECONNECT_MILLISECONDS}\nid: {last_id}\n\n"
     )
+
+
+class EventStream(StreamingResponse):
+    """An SSE response that ends with ``reconnect_end`` when its app (``app.state.drain``)
+    drains: at once for a stream that follows, at the cut for a bounded one."""
+
+    def __init__(self, items: StreamItems, *, bounded: bool) -> None:
+        self._items = items
+        self._bounded = bounded
+        self._until: asyncio.Event | None = None
+        self._encoder = EventEncoder()
+        super().__init__(
+            self._body(),
+            media_type=self._encoder.get_content_type(),
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        drain = getattr(getattr(scope.get("app"), "state", None), "drain", None)
+        if isinstance(drain, Drain):
+            self._until = drain.cut if self._bounded else drain.began
+        await super().__call__(scope, receive, send)
+
+    async def _body(self) -> AsyncIterator[str]:
+        last: int | None = None  # the last offset the client has (or the start's)
+        step: asyncio.Future[StreamItem] | None = None
+        try:
+            while True:
+                step = asyncio.ensure_future(_next(self._items))
+                step.add_done_callback(_retrieved)
+                try:
+                    stopped = await self._stopped_before(step)
+                finally:
+                    if not step.done():
+                        step.cancel()  # the items end where they stood; nothing is lost
+                        await asyncio.wait({step})
+                if stopped:
+                    yield reconnect_end(last)
+                    return
+                try:
+                    offset, event = step.result()
+                except StopAsyncIteration:
+                    return
+                if not event:
+                    if offset is None:
+                        yield ": keepalive\n\n"
+                    else:
+                        last = offset
+                    continue
+                encoded = self._encoder.encode(AG_UI_EVENT.validate_python(event))
+                if offset is not None:
+                    last = offset
+                yield (f"id: {offset}\n" if offset is not None else "") + encoded
+        finally:
+            closing = getattr(self._items, "aclose", None)
+            if closing is not None and (step is None or step.done()):
+                await closing()  # a client that left: the items' own cleanup runs now
+
+    async def _stopped_before(self, step: asyncio.Future[StreamItem]) -> bool:
+        """Wait for ``step``; True if the drain says to end first (an item ready as it
+        says so is still sent)."""
+        if self._until is None:
+            await asyncio.wait({step})
+            return False
+        stopping = asyncio.ensure_future(self._until.wait())
+        try:
+            await asyncio.wait({step, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        return not step.done()
+
+
+async def _next(items: StreamItems) -> StreamItem:
+    return await anext(items)
+
+
+def _retrieved(step: asyncio.Future[Any]) -> None:
+    """A step cancelled as the stream ends may fail meanwhile: its failure is known."""
+    if not step.cancelled():
+        with contextlib.suppress(BaseException):
+            step.exception()
 
 
 def with_run_id(event: dict[str, Any], run_id: str | None) -> dict[str, Any]:
