@@ -220,7 +220,7 @@ def test_chat_respond_works_show_prints_the_conversation_and_ctrl_c_leaves(
 
     started = time.monotonic()
     chat.type("\x03")  # Ctrl-C at the prompt
-    assert chat.wait(timeout=10) == 130
+    assert chat.wait(timeout=30) == 130
     assert time.monotonic() - started < 5, "Ctrl-C must leave at once, not at the next Enter"
     assert "Traceback" not in chat.output and "interrupted" in chat.output
 
@@ -234,7 +234,7 @@ def test_chat_ctrl_c_at_a_decision_prompt_leaves_the_call_pending(dev_server, te
     chat.expect(ASK_DECISION)
     started = time.monotonic()
     chat.type("\x03")
-    assert chat.wait(timeout=10) == 130 and time.monotonic() - started < 5
+    assert chat.wait(timeout=30) == 130 and time.monotonic() - started < 5
     assert "Traceback" not in chat.output
 
     again = terminals("chat", *who, env=env)  # the call still waits: asked at once

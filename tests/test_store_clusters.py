@@ -31,6 +31,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from parley.binaries import temporal_cli
 from parley.client import Conversations
+from parley.client.connection import connect
 from parley.contracts import SEARCH_ATTRIBUTES, workflow_id_for
 from parley.dev import claim_dev_store
 from parley.settings import Settings
@@ -241,8 +242,10 @@ async def test_parley_dev_keeps_its_part_in_its_data_dir(
     link = default / cluster.segment.split("/")[0]
     assert where.startswith(f"{part} (linked from {link}")
     assert link.is_symlink() and link.resolve() == part.resolve()
-    # Any client of the cluster, finding the default store, writes into the data dir.
-    store = driver_of(data_converter(Settings(temporal_address=address_of(temporal_env))))
+    # Any client of the cluster, finding the default store, writes into the data dir
+    # (connect attaches its client to its store: the store asks it its cluster).
+    other = await connect(Settings(temporal_address=address_of(temporal_env)))
+    store = driver_of(other.data_converter)
     [claim] = await store.store(stored_for("conversation-dev"), [Payload(data=b"d")])
     digest = claim.claim_data["sha256"]
     assert (part / "default" / digest[:2] / digest).is_file()
