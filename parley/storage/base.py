@@ -25,6 +25,8 @@ from temporalio.converter import (
 if TYPE_CHECKING:
     from temporalio.client import Client
 
+    from parley.storage.clusters import ClusterPart
+
 #: The part of a store written before it kept a part per cluster and namespace.
 UNSPLIT = ""
 
@@ -101,6 +103,13 @@ class Tally:
     cluster_id: str | None = None
     namespace: str | None = None
     address: str | None = None
+
+    @classmethod
+    def marked(cls, segment: str, objects: int, size: int, who: ClusterPart | None) -> Tally:
+        """A part's tally, whose it is as its marker (``who``, if it has one) says."""
+        if who is None:
+            return cls(segment, objects, size)
+        return cls(segment, objects, size, who.cluster_id, who.namespace, who.address)
 
     def summary(self) -> dict[str, object]:
         return {

@@ -329,14 +329,5 @@ class LocalFileStorageDriver(PayloadStore):
                     who = read_marker((namespace / MARKER).read_bytes())
                 except OSError:
                     who = None
-                found.append(
-                    Tally(
-                        f"{cluster.name}/{namespace.name}",
-                        objects,
-                        size,
-                        cluster_id=who.cluster_id if who else None,
-                        namespace=who.namespace if who else None,
-                        address=who.address if who else None,
-                    )
-                )
+                found.append(Tally.marked(f"{cluster.name}/{namespace.name}", objects, size, who))
         return found

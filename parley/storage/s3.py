@@ -389,16 +389,7 @@ class S3PayloadStore(S3StorageDriver, PayloadStore):
             if f"{segment}/{MARKER}" in markers:
                 raw = await self._get(self.objects.prefix + f"{segment}/{MARKER}")
             who = read_marker(raw) if raw is not None else None
-            found.append(
-                Tally(
-                    segment,
-                    objects,
-                    size,
-                    cluster_id=who.cluster_id if who else None,
-                    namespace=who.namespace if who else None,
-                    address=who.address if who else None,
-                )
-            )
+            found.append(Tally.marked(segment, objects, size, who))
         return found
 
     async def _listing(self, prefix: str) -> AsyncIterator[dict[str, Any]]:
