@@ -9,12 +9,15 @@ call. Ending the parent cancels it, and what it waited for never runs.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
+import threading
+from typing import Any
 from pathlib import Path
 
 import pytest
-from langchain_core.messages import SystemMessage
+from langchain_core.messages import HumanMessage, SystemMessage
 from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 
@@ -201,6 +204,53 @@ async def test_ending_the_parent_cancels_its_subagent(parley_worker) -> None:
         description = await eventually(closed, 60, "the subagent's workflow closed")
         assert description.status == WorkflowExecutionStatus.CANCELED
         assert runs_in(child, "create_plan") == []
+
+
+class HeldTask(ByConversation):
+    """``planner_model``'s scripts, with the subagent's first model call held until
+    ``RELEASE`` is set (``HELD`` is set while it waits)."""
+
+    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> Any:
+        if not any(isinstance(m, HumanMessage) and m.id == "task" for m in messages):
+            return super()._generate(messages, stop, run_manager, **kw)
+        HELD.set()
+        RELEASE.wait(120)
+        return super()._generate(messages, stop, run_manager, **kw)
+
+
+HELD, RELEASE = threading.Event(), threading.Event()
+
+
+async def test_a_subagent_cancelled_during_its_model_call_ends_cancelled(parley_worker) -> None:
+    """A cancel that reaches a run during an activity (an operator's, or the parent's
+    close policy) ends it cancelled: the turn it interrupted does not swallow it and end
+    the run "completed", nor keep it waiting for ever (``CANCEL_ENDS_THE_RUN``)."""
+    task = f"record a plan for Q3 ({new_session()})"
+    model = HeldTask(scripts=planner_model(task).scripts)
+    HELD.clear()
+    RELEASE.clear()
+    async with parley_worker(registry(), model) as conversations:
+        sid = new_session()
+        child = conversations.handle(f"{sid}/planner-1")
+        sending = asyncio.create_task(conversations.send(sid, "alice", "get the Q3 plan done"))
+        try:
+            await eventually(HELD.is_set, 60, "the subagent's model call began")
+            await child.cancel()
+
+            async def closed() -> WorkflowExecutionDescription | None:
+                description = await child.describe()
+                return description if description.status != WorkflowExecutionStatus.RUNNING else None
+
+            description = await eventually(closed, 60, "the subagent's workflow closed")
+        finally:
+            RELEASE.set()
+        assert description.status == WorkflowExecutionStatus.CANCELED
+        turn = await sending
+        assert turn.pending == []
+        parent = await conversations.state(sid, "alice")
+        answer = str(tool_messages(parent.transcript)["p1"].content)
+        assert "subagent planner could not finish its task" in answer
+        assert runs_in(f"{sid}/planner-1", "create_plan") == []
 
 
 async def test_a_subagent_call_nobody_decides_on_expires_and_the_parent_goes_on(

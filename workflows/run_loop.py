@@ -4,7 +4,8 @@ side (deterministic).
 Between turns the loop waits until one of its steps is ready, then takes the first
 ready one, in this order (:meth:`RunLoop.steps`, one table):
 
-1. the conversation ended (the ``end`` update, a cancel) → stop;
+1. the conversation ended (the ``end`` update, a cancel) → stop; a cancel the code
+   below swallowed → raise it again (:data:`CANCEL_ENDS_THE_RUN`);
 2. a subagent's conversation whose task has its answer → end it, stop;
 3. calls past their deadline → escalate or answer them (``deadlines``);
 4. a decision that came by signal → apply it (``signalled``);
@@ -21,6 +22,7 @@ conversation begins with its task as its one message (:meth:`RunLoop.take_task`)
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from langchain_core.messages import HumanMessage, SystemMessage
@@ -35,6 +37,13 @@ from parley.workflows.ledger import Ledger
 from parley.workflows.publishing import publish_status
 from parley.workflows.signalled import SignalledDecisions
 from parley.workflows.turns import TurnEngine
+
+#: A cancel request ends the run even where it was lost on the way to an ``await``: on
+#: Python 3.11 ``asyncio.wait_for`` (under ``wait_condition`` with a timeout) returns a
+#: condition that came true in the same activation and drops the cancel, and a turn turns
+#: a cancelled activity into a failed turn. Before this patch such a run, a subagent whose
+#: parent ended among them, kept waiting for ever.
+CANCEL_ENDS_THE_RUN = "cancel-ends-the-run"
 
 #: A step's action returns True when the loop should stop.
 Step = tuple[Callable[[], bool], Callable[[], Awaitable[bool]]]
@@ -59,11 +68,13 @@ class RunLoop:
         self.handover = Handover(state, start, ledger)
         self.deadlines = Deadlines(state, start, ledger, turns)
         self.audit_archiver = AuditArchiver(state)
+        self._cancel_left_running = False  # a history from before CANCEL_ENDS_THE_RUN
 
     def steps(self) -> list[Step]:
         state, idle = self._state, self._idle
         return [
             (lambda: state.ended, self._stop),
+            (self._cancel_lost, self._cancel_again),
             (self._task_done, self._finish_task),
             (lambda: idle() and self.deadlines.expired() != [], self._expire),
             (lambda: idle() and state.dedup.queued_decisions != [], self._apply_signalled),
@@ -99,6 +110,16 @@ class RunLoop:
 
     async def _stop(self) -> bool:
         return True
+
+    def _cancel_lost(self) -> bool:
+        """Temporal asked this run to cancel and the run goes on: the cancel was lost."""
+        return workflow.cancellation_reason() is not None and not self._cancel_left_running
+
+    async def _cancel_again(self) -> bool:
+        if not workflow.patched(CANCEL_ENDS_THE_RUN):
+            self._cancel_left_running = True  # replaying a run that went on: it still does
+            return False
+        raise asyncio.CancelledError("the run was cancelled")
 
     def _task_done(self) -> bool:
         """A subagent's conversation whose task has its answer (or failed): it ends, and
