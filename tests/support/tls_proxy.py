@@ -4,13 +4,17 @@ trusts), and Debian's nginx terminating TLS in front of a plain dev server, as a
 cluster behind a load balancer is run: gRPC passed on (``grpc_pass``), a client
 certificate required (``ssl_verify_client on``) and a bearer API key checked (the SDK
 sends ``authorization: Bearer <key>``); on request, every call after the first fails as
-an unavailable cluster's does. Client side: the test starts it, on a free port of
+an unavailable cluster's does. Three more listeners stand for the README's other
+clusters: Temporal Cloud with an API key (no client certificate; a certificate for the
+address itself, ``127.0.0.1``, as a public endpoint's names its host), Cloud with mTLS
+(no key) and a self-hosted cluster with TLS only. Client side: the test starts it, on a free port of
 127.0.0.1, as its own child process (no daemon) with its prefix in a temp dir.
 """
 
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import os
 import shutil
 import socket
@@ -50,6 +54,8 @@ class Pki:
     other_ca: Path
     other_client_cert: Path
     other_client_key: Path
+    public_server_cert: Path
+    public_server_key: Path
 
 
 def _name(common_name: str) -> x509.Name:
@@ -106,6 +112,7 @@ def _leaf(
     issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey],
     *,
     server: bool,
+    by_address: bool = False,
 ) -> None:
     ca_cert, ca_key = issuer
     key = ec.generate_private_key(ec.SECP256R1())
@@ -131,9 +138,10 @@ def _leaf(
         )
     )
     if server:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.DNSName(SERVER_NAME)]), critical=False
-        )
+        names: list[x509.GeneralName] = [x509.DNSName(SERVER_NAME)]
+        if by_address:
+            names = [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())
     (directory / f"{stem}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     _write_key(key, directory / f"{stem}.key")
@@ -146,6 +154,7 @@ def make_pki(directory: Path) -> Pki:
     _leaf(directory, "server", ca, server=True)
     _leaf(directory, "client", ca, server=False)
     _leaf(directory, "other-client", other, server=False)
+    _leaf(directory, "public-server", ca, server=True, by_address=True)
     return Pki(
         ca=directory / "ca.pem",
         server_cert=directory / "server.pem",
@@ -155,6 +164,8 @@ def make_pki(directory: Path) -> Pki:
         other_ca=directory / "other-ca.pem",
         other_client_cert=directory / "other-client.pem",
         other_client_key=directory / "other-client.key",
+        public_server_cert=directory / "public-server.pem",
+        public_server_key=directory / "public-server.key",
     )
 
 
@@ -165,10 +176,18 @@ def nginx() -> str | None:
     )
 
 
-def _conf(prefix: Path, pki: Pki, port: int, upstream: str) -> str:
+def _conf(prefix: Path, pki: Pki, ports: Ports, upstream: str) -> str:
     # As root, the workers would run as `nobody` and could not use the prefix's temp
     # directories; unprivileged, the directive is ignored.
     user = "user root;\n" if os.geteuid() == 0 else ""
+    servers = "\n".join(
+        [
+            _server(ports.secured, pki.server_cert, pki.server_key, pki, True, True, upstream),
+            _server(ports.api_key, pki.public_server_cert, pki.public_server_key, pki, False, True, upstream),
+            _server(ports.mtls, pki.public_server_cert, pki.public_server_key, pki, True, False, upstream),
+            _server(ports.tls, pki.server_cert, pki.server_key, pki, False, False, upstream),
+        ]
+    )
     return f"""{user}daemon off;
 worker_processes 1;
 pid {prefix}/nginx.pid;
@@ -187,18 +206,29 @@ http {{
         "~^unavailable:/temporal.api.workflowservice.v1.WorkflowService/(?!GetSystemInfo$)" 1;
         default 0;
     }}
-    server {{
-        listen 127.0.0.1:{port} ssl http2;
-        ssl_certificate {pki.server_cert};
-        ssl_certificate_key {pki.server_key};
-        ssl_client_certificate {pki.ca};
-        ssl_verify_client on;
-        client_max_body_size 0;
-        grpc_read_timeout 3600s;
-        grpc_send_timeout 3600s;
-        default_type application/grpc;
-        location / {{
-            # No key at all: a gRPC answer, UNAUTHENTICATED (16), as Temporal Cloud's.
+{servers}
+}}
+"""
+
+
+def _server(
+    port: int,
+    cert: Path,
+    key: Path,
+    pki: Pki,
+    client_certificate: bool,
+    api_key: bool,
+    upstream: str,
+) -> str:
+    """One listener: TLS with ``cert``; a client certificate of ``pki.ca`` required if
+    ``client_certificate``; the bearer key checked if ``api_key``."""
+    client_certificates = (
+        f"        ssl_client_certificate {pki.ca};\n        ssl_verify_client on;\n"
+        if client_certificate
+        else ""
+    )
+    key_checks = (
+        f"""            # No key at all: a gRPC answer, UNAUTHENTICATED (16), as Temporal Cloud's.
             if ($http_authorization = "") {{
                 add_header grpc-status 16 always;
                 add_header grpc-message "Request unauthorized." always;
@@ -213,7 +243,20 @@ http {{
             if ($http_authorization != "Bearer {API_KEY}") {{
                 return 401;
             }}
-            if ($parley_fault) {{
+"""
+        if api_key
+        else ""
+    )
+    return f"""    server {{
+        listen 127.0.0.1:{port} ssl http2;
+        ssl_certificate {cert};
+        ssl_certificate_key {key};
+{client_certificates}        client_max_body_size 0;
+        grpc_read_timeout 3600s;
+        grpc_send_timeout 3600s;
+        default_type application/grpc;
+        location / {{
+{key_checks}            if ($parley_fault) {{
                 add_header grpc-status 14 always;
                 add_header grpc-message "the cluster is unavailable" always;
                 return 200;
@@ -221,15 +264,28 @@ http {{
             grpc_pass grpc://{upstream};
         }}
     }}
-}}
 """
 
 
 @dataclass(frozen=True)
+class Ports:
+    secured: int
+    api_key: int
+    mtls: int
+    tls: int
+
+
+@dataclass(frozen=True)
 class Proxy:
+    #: TLS, a client certificate and the key (the server's name: ``SERVER_NAME``).
     address: str
     pki: Pki
     log: Path
+    #: The README's clusters: Cloud by API key, Cloud by mTLS (both certified for
+    #: 127.0.0.1, by ``pki.ca``), self-hosted with TLS only (``SERVER_NAME``).
+    api_key_address: str = ""
+    mtls_address: str = ""
+    tls_address: str = ""
 
 
 @contextmanager
@@ -241,9 +297,9 @@ def tls_proxy(directory: Path, upstream: str) -> Iterator[Proxy]:
     pki = make_pki(directory / "pki")
     prefix = directory / "nginx"
     prefix.mkdir()
-    port = free_port()
+    ports = Ports(free_port(), free_port(), free_port(), free_port())
     conf = prefix / "nginx.conf"
-    conf.write_text(_conf(prefix, pki, port, upstream))
+    conf.write_text(_conf(prefix, pki, ports, upstream))
     log = prefix / "error.log"
     with (prefix / "stderr.log").open("ab") as out:
         started = subprocess.Popen(
@@ -252,8 +308,16 @@ def tls_proxy(directory: Path, upstream: str) -> Iterator[Proxy]:
             stderr=out,
         )
     try:
-        _wait_for_listener(started, port, prefix)
-        yield Proxy(address=f"127.0.0.1:{port}", pki=pki, log=log)
+        for port in (ports.secured, ports.api_key, ports.mtls, ports.tls):
+            _wait_for_listener(started, port, prefix)
+        yield Proxy(
+            address=f"127.0.0.1:{ports.secured}",
+            pki=pki,
+            log=log,
+            api_key_address=f"127.0.0.1:{ports.api_key}",
+            mtls_address=f"127.0.0.1:{ports.mtls}",
+            tls_address=f"127.0.0.1:{ports.tls}",
+        )
     finally:
         started.terminate()  # nginx's fast shutdown
         try:
