@@ -123,7 +123,9 @@ async def test_the_secured_cluster_section_runs_as_written(
     clients = {
         "API key": by_key,
         "mTLS": machine(tmp_path, proxy, **common, **swapped(exports(cloud_mtls), local)),
-        "self-hosted TLS": machine(tmp_path, proxy, **common, **swapped(exports(self_hosted), local)),
+        "self-hosted TLS": machine(
+            tmp_path, proxy, **common, **swapped(exports(self_hosted), local)
+        ),
         "profile": machine(
             tmp_path,
             proxy,

@@ -13,8 +13,8 @@ import asyncio
 import os
 import subprocess
 import threading
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langchain_core.messages import HumanMessage, SystemMessage
@@ -239,7 +239,9 @@ async def test_a_subagent_cancelled_during_its_model_call_ends_cancelled(parley_
 
             async def closed() -> WorkflowExecutionDescription | None:
                 description = await child.describe()
-                return description if description.status != WorkflowExecutionStatus.RUNNING else None
+                return (
+                    description if description.status != WorkflowExecutionStatus.RUNNING else None
+                )
 
             description = await eventually(closed, 60, "the subagent's workflow closed")
         finally:

@@ -183,8 +183,24 @@ def _conf(prefix: Path, pki: Pki, ports: Ports, upstream: str) -> str:
     servers = "\n".join(
         [
             _server(ports.secured, pki.server_cert, pki.server_key, pki, True, True, upstream),
-            _server(ports.api_key, pki.public_server_cert, pki.public_server_key, pki, False, True, upstream),
-            _server(ports.mtls, pki.public_server_cert, pki.public_server_key, pki, True, False, upstream),
+            _server(
+                ports.api_key,
+                pki.public_server_cert,
+                pki.public_server_key,
+                pki,
+                False,
+                True,
+                upstream,
+            ),
+            _server(
+                ports.mtls,
+                pki.public_server_cert,
+                pki.public_server_key,
+                pki,
+                True,
+                False,
+                upstream,
+            ),
             _server(ports.tls, pki.server_cert, pki.server_key, pki, False, False, upstream),
         ]
     )
