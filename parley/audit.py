@@ -22,7 +22,7 @@ rewritten whole (every hash recomputed) is consistent; only the conversation its
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -57,13 +57,17 @@ class BrokenExport(Exception):
     """An export that does not verify; the message names the first broken line."""
 
 
-async def read_log(conversations: Conversations, session_id: str, user_id: str) -> AuditLog:
+async def read_log(
+    conversations: Conversations, session_id: str, user_id: str, groups: Sequence[str] = ()
+) -> AuditLog:
     """Every entry of the conversation: the audit archive's (from the payload store),
-    then the window's, a page at a time (refusals as the ``state`` query's:
-    ``ConversationRefused``). The archive is checked against the window: its last hash
-    must be the first kept entry's ``prev_hash``, so an archive changed in the store is
-    found even when its own chain was rewritten."""
-    query = StateQuery(user_id=user_id, transcript_limit=0, audit_offset=0, audit_limit=1000)
+    then the window's, a page at a time, read as ``user_id`` with their verified
+    ``groups`` (refusals as the ``state`` query's: ``ConversationRefused``). The archive
+    is checked against the window: its last hash must be the first kept entry's
+    ``prev_hash``, so an archive changed in the store is found even when its own chain
+    was rewritten."""
+    reader = StateQuery(user_id=user_id, transcript_limit=0, audit_limit=1000, groups=[*groups])
+    query = reader.model_copy(update={"audit_offset": 0})
     page = await conversations.state(session_id, user_id, query)
     first, total = page.audit_offset, page.audit_total
     archive = page.audit_archive
@@ -87,7 +91,7 @@ async def read_log(conversations: Conversations, session_id: str, user_id: str) 
         entries = list(page.audit)
     while first + len(entries) < total:
         at = first + len(entries)
-        query = StateQuery(user_id=user_id, transcript_limit=0, audit_offset=at, audit_limit=1000)
+        query = reader.model_copy(update={"audit_offset": at})
         page = await conversations.state(session_id, user_id, query)
         if page.audit_offset != at:
             raise ConversationRefused(

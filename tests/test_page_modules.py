@@ -20,7 +20,7 @@ MAX_LINES = 450
 LAYERS: list[set[str]] = [
     {"state.js", "events.js"},  # the shared state and constants; the event bus
     {"dom.js"},  # building nodes from untrusted text, formatting, the error banner
-    {"api.js"},  # the gateway's REST API
+    {"api.js", "oidc.js"},  # the gateway's REST API; an OpenID Connect provider's sign-in
     {"refresh.js"},  # reading the snapshot and the list again
     {"transcript.js", "list.js"},  # views that need no other view
     {"approvals.js", "stream.js"},  # the cards and the live events (use the transcript)

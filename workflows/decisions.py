@@ -112,7 +112,12 @@ class Decisions:
             catalogue = self._catalogue()
             if call.subagent is not None:
                 catalogue = catalogue.for_subagent(call.subagent.name)
-            verdict = triage(edited, self._proposal(catalogue), edited_by=decide.decided_by)
+            verdict = triage(
+                edited,
+                self._proposal(catalogue),
+                edited_by=decide.decided_by,
+                groups=decide.groups,
+            )
             if isinstance(verdict, Refuse):
                 problems.append(f"the edit of {call.tool_call_id} is refused: {verdict.message}")
             reviews[call.tool_call_id] = (edited, verdict)
@@ -166,7 +171,7 @@ class Decisions:
                 self._ledger.abandon_unanswered(owner_ai)
             raise
         if passed_on:
-            refused = await self._subagents.pass_on(passed_on, decide.decided_by)
+            refused = await self._subagents.pass_on(passed_on, decide.decided_by, decide.groups)
             for call, detail in passed_calls:
                 assert call.subagent is not None
                 why = refused.get(call.subagent.tool_call_id)

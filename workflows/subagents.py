@@ -114,10 +114,11 @@ class Subagents:
         self.apply_news()
 
     async def pass_on(
-        self, decisions: dict[str, list[Decision]], decided_by: str
+        self, decisions: dict[str, list[Decision]], decided_by: str, groups: list[str]
     ) -> dict[str, str]:
         """Send each subagent the decisions on its calls (by the call that started it),
-        then wait until each has come to rest again. Returns why, by the call that
+        as ``decided_by`` with their verified ``groups`` (the subagent's reviewers are
+        the parent's), then wait until each has come to rest again. Returns why, by the call that
         started it, each subagent that refused its decisions did so (nothing of them
         was applied there)."""
         from parley.workflows.conversation import ConversationWorkflow  # a cycle otherwise
@@ -129,7 +130,7 @@ class Subagents:
             try:
                 await handle.signal(
                     ConversationWorkflow.decide_signal,
-                    DecideInput(decisions=given, decided_by=decided_by),
+                    DecideInput(decisions=given, decided_by=decided_by, groups=groups),
                 )
             except Exception as err:  # it ended meanwhile: its end is applied below
                 workflow.logger.info("could not pass decisions on to a subagent: %s", err)

@@ -17,6 +17,7 @@ that will run. The answer is one of:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,6 +35,7 @@ from parley.contracts import (
     evaluate,
 )
 from parley.errors import ErrorType
+from parley.workflows.membership import is_named
 
 
 @dataclass(frozen=True)
@@ -71,10 +73,17 @@ class Proposal:
     reviewers: list[str]
 
 
-def triage(call: ToolCall, context: Proposal, *, edited_by: str | None = None) -> Verdict:
+def triage(
+    call: ToolCall,
+    context: Proposal,
+    *,
+    edited_by: str | None = None,
+    groups: Sequence[str] = (),
+) -> Verdict:
     """The verdict on ``call`` (canonical arguments). With ``edited_by``, the call is a
     person's edit of a pending call: a rule that needs a reviewer lets it run only if
-    that person is a reviewer other than the owner; a ``confirm`` lets it run (the edit
+    that person is a reviewer other than the owner (by name, or a member of a reviewer
+    group: their verified ``groups``, ``membership``); a ``confirm`` lets it run (the edit
     is the editor's approval); a quorum (``approvals`` > 1) makes it wait, its count
     started again; ``deny`` refuses it."""
     catalogue = context.catalogue
@@ -100,7 +109,7 @@ def triage(call: ToolCall, context: Proposal, *, edited_by: str | None = None) -
     if (
         edited_by is not None
         and outcome.approvals <= 1  # a quorum's edit is a new proposal: counted again
-        and not (outcome.requires_reviewer and not is_other_reviewer(edited_by, context))
+        and not (outcome.requires_reviewer and not is_other_reviewer(edited_by, context, groups))
     ):
         return Run(outcome)
     on_timeout = on_timeout_of(outcome, context.expiry_seconds)
@@ -122,9 +131,10 @@ def triage(call: ToolCall, context: Proposal, *, edited_by: str | None = None) -
     return Wait(pending, outcome)
 
 
-def is_other_reviewer(user: str, context: Proposal) -> bool:
-    """A reviewer of the conversation who is not its owner (the one who asked)."""
-    return user != context.owner and user in context.reviewers
+def is_other_reviewer(user: str, context: Proposal, groups: Sequence[str] = ()) -> bool:
+    """A reviewer of the conversation who is not its owner (the one who asked): named,
+    or a member of a reviewer ``group:<name>`` by their verified ``groups``."""
+    return user != context.owner and is_named(context.reviewers, user, groups)
 
 
 def policy_of(

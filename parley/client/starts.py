@@ -1,6 +1,7 @@
 """How a conversation's workflow is started, by a first message (``Conversations.send``)
 or by a fork (``parley.client.forks``): its input, from this client's settings, and the
-start options both use. Client side (never imported by workflows).
+start options both use, and ``settle`` for an update-with-start's start operation. Client
+side (never imported by workflows).
 
 A conversation is started with ``REJECT_DUPLICATE``: an ended conversation stays ended,
 and a new message or a fork never silently starts an empty one under the same id. Its
@@ -10,8 +11,10 @@ costs fewer bytes.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from temporalio.client import WithStartWorkflowOperation
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
@@ -70,3 +73,18 @@ def start_options(
         ),
         "static_summary": summary,
     }
+
+
+async def settle(start: WithStartWorkflowOperation[object, object]) -> None:
+    """Read the outcome of an update-with-start's start operation: the SDK keeps it in a
+    future, and an unread failure (a refusal, or the ``CancelledError`` it is given when
+    the liveness watch cancels the call) is logged later as "Future exception was never
+    retrieved". Bounded, in case the SDK never settled it."""
+    try:
+        await asyncio.wait_for(start.workflow_handle(), timeout=1)
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # this call itself is being cancelled: let it be
+    except Exception:  # the call's own outcome says what happened
+        pass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from pydantic import BaseModel
@@ -29,6 +30,7 @@ from parley.contracts import (
 )
 from parley.errors import ErrorType
 from parley.workflows.conversation import ConversationWorkflow
+from parley.workflows.membership import GROUP_PREFIX
 
 
 class ConversationSummary(BaseModel):
@@ -54,19 +56,27 @@ class ConversationListing:
     _client: Client
 
     async def list(
-        self, user_id: str, limit: int = 1_000, *, reviewing: bool = False
+        self,
+        user_id: str,
+        limit: int = 1_000,
+        *,
+        reviewing: bool = False,
+        groups: Sequence[str] = (),
     ) -> list[ConversationSummary]:
         """The user's conversations, from Temporal's visibility (no worker needed):
         those awaiting a decision first, then the others, most recent first. At most
         ``limit`` workflow runs are read. With ``reviewing``, the conversations of
-        others that name the user a reviewer instead. Subagents' conversations are
-        left out: their calls wait, and are decided, on their parents' lists."""
+        others that name the user a reviewer instead, or one of their verified
+        ``groups`` (a reviewer ``group:<name>``; the gateway's, from an OpenID Connect
+        token). Subagents' conversations are left out: their calls wait, and are
+        decided, on their parents' lists."""
         user_id = checked_user(user_id)
+        names = sorted({user_id, *(f"{GROUP_PREFIX}{group}" for group in groups)})
         query = (
             f"WorkflowType = {_literal(ConversationWorkflow.__name__)} AND ParentWorkflowId IS NULL"
         )
         if reviewing:
-            query += f" AND ParleyReviewers = {_literal(user_id)}"
+            query += f" AND ParleyReviewers IN ({', '.join(map(_literal, names))})"
         elif '"' in user_id or "\\" in user_id:
             # Temporal's SQL visibility never matches such a keyword with ``=``: select
             # by the part before it, and keep the exact owner below.
@@ -79,10 +89,12 @@ class ConversationListing:
         try:
             async for execution in self._client.list_workflows(query, limit=limit):
                 attributes = execution.typed_search_attributes
+                owner = attributes.get(PARLEY_USER)
                 mine = (
-                    user_id in (attributes.get(PARLEY_REVIEWERS) or [])
+                    not set(names).isdisjoint(attributes.get(PARLEY_REVIEWERS) or [])
+                    and owner != user_id  # others' (their group may review their own)
                     if reviewing
-                    else attributes.get(PARLEY_USER) == user_id
+                    else owner == user_id
                 )
                 if mine:
                     runs.setdefault(execution.id, []).append(execution)

@@ -23,6 +23,8 @@ class TokenTable:
         """``tokens`` maps each token to its user id."""
         for token, user_id in tokens.items():
             check_user_id(user_id)
+            if user_id.startswith("group:"):  # a reviewer group's name, never a user's
+                raise ValueError(f"user id {user_id!r}: 'group:' names a group of reviewers")
             if len(token) < MIN_TOKEN_CHARS:
                 raise ValueError(
                     f"the token of user {user_id!r} is shorter than {MIN_TOKEN_CHARS} "

@@ -39,7 +39,7 @@ from parley.contracts import (
     TurnResult,
 )
 from parley.errors import ErrorType
-from parley.gateway.deps import Gateway, current_user, gateway, session
+from parley.gateway.deps import Gateway, current_groups, current_user, gateway, session
 from parley.gateway.errors import ApiError, describe, refused
 from parley.gateway.reconnect import reconnect_events
 from parley.gateway.rest import MESSAGE_ID, StrictDecision
@@ -59,6 +59,7 @@ router = APIRouter(responses=ERROR_RESPONSES)
 async def agui(
     request: Request,
     user_id: str = Depends(current_user),
+    groups: tuple[str, ...] = Depends(current_groups),
     gw: Gateway = Depends(gateway),
 ) -> StreamingResponse:
     """AG-UI: a ``RunAgentInput`` whose ``threadId`` is the session id. With
@@ -66,7 +67,8 @@ async def agui(
     ``true``/``false``); otherwise the last message, a user message, is sent. A
     refused run answers its error before any stream: 409 for new input while calls
     wait for a decision, 422 ``InvalidDecision`` for an invalid resume (nothing is
-    decided). A retried request replays the run that answered it."""
+    decided). A retried request replays the run that answered it. An OpenID Connect
+    token's groups count its user in as a reviewer ``group:<name>`` (reading, deciding)."""
     try:
         body = await request.json()
     except ValueError:
@@ -79,16 +81,18 @@ async def agui(
         ) from None
     session_id = session(run.thread_id)
     if not run.resume and not run.messages:
-        return sse(_items(await reconnect_events(gw, session_id, user_id, run.run_id)))
+        return sse(_items(await reconnect_events(gw, session_id, user_id, run.run_id, groups)))
     client_run = ClientRun(
         run_id=run.run_id, context=client_context(run), client_tools=client_tools(run)
     )
     if run.resume:
         decisions = decisions_from_resume(body["resume"])
-        await _answers_every_interrupt(gw, session_id, user_id, decisions)
+        await _answers_every_interrupt(gw, session_id, user_id, decisions, groups)
 
         def call() -> Awaitable[TurnResult]:
-            return gw.conversations.decide(session_id, user_id, decisions, run=client_run)
+            return gw.conversations.decide(
+                session_id, user_id, decisions, run=client_run, groups=groups
+            )
     elif results := tool_results(run):
         # The front end answers calls of its own tools: no text, an id made of the calls'.
         client_run["tool_results"] = results
@@ -106,7 +110,7 @@ async def agui(
                 session_id, user_id, text, message_id=message_id, run=client_run
             )
 
-    return await turn_stream(gw, session_id, user_id, call, run_id=run.run_id)
+    return await turn_stream(gw, session_id, user_id, call, run_id=run.run_id, groups=groups)
 
 
 async def _items(items: list[StreamItem]) -> StreamItems:
@@ -202,11 +206,16 @@ def decisions_from_resume(entries: list[dict[str, Any]]) -> list[Decision]:
 
 
 async def _answers_every_interrupt(
-    gw: Gateway, session_id: str, user_id: str, decisions: list[Decision]
+    gw: Gateway,
+    session_id: str,
+    user_id: str,
+    decisions: list[Decision],
+    groups: tuple[str, ...] = (),
 ) -> None:
     """AG-UI's rule: one resume answers every open interrupt (elsewhere a decision may
-    name some of the pending calls and leave the others waiting)."""
-    query = StateQuery(user_id=user_id, transcript_limit=0, audit_limit=0)
+    name some of the pending calls and leave the others waiting). Read as the decider,
+    with their verified ``groups``."""
+    query = StateQuery(user_id=user_id, transcript_limit=0, audit_limit=0, groups=[*groups])
     try:
         snapshot = await gw.conversations.state(session_id, user_id, query)
     except ConversationRefused as refusal:  # a stranger's 404, no worker...: before any stream

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse, Response
 
 from parley.audit import entry_record, export_lines, header_record, read_log
-from parley.gateway.deps import Gateway, current_user, gateway, guarded, session
+from parley.gateway.deps import Gateway, current_groups, current_user, gateway, guarded, session
 from parley.gateway.schemas import ERROR_RESPONSES, AuditExport
 
 router = APIRouter(responses=ERROR_RESPONSES)
@@ -36,6 +36,7 @@ router = APIRouter(responses=ERROR_RESPONSES)
 async def export_audit(
     session_id: str = Depends(session),
     user_id: str = Depends(current_user),
+    groups: tuple[str, ...] = Depends(current_groups),
     gw: Gateway = Depends(gateway),
     format_: Literal["jsonl", "json"] = Query(
         default="jsonl",
@@ -45,7 +46,7 @@ async def export_audit(
     ),
 ) -> Response:
     """Every decision with its call, argument hash, decider, channel and time, chained."""
-    log = await guarded(session_id, read_log(gw.conversations, session_id, user_id))
+    log = await guarded(session_id, read_log(gw.conversations, session_id, user_id, groups))
     if format_ == "json":
         entries = [entry_record(e, n) for n, e in enumerate(log.entries, start=log.offset)]
         export = AuditExport.model_validate({"header": header_record(log), "entries": entries})

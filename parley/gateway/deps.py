@@ -20,7 +20,8 @@ from parley.errors import ErrorType
 from parley.gateway.access import TokenTable
 from parley.gateway.errors import ApiError, refused
 from parley.gateway.feeds import Feeds
-from parley.gateway.guard import USER_STATE_KEY
+from parley.gateway.guard import GROUPS_STATE_KEY, USER_STATE_KEY
+from parley.gateway.oidc import OidcVerifier
 from parley.settings import Settings
 
 bearer = HTTPBearer(auto_error=False)
@@ -33,6 +34,8 @@ class Gateway:
     conversations: Conversations
     tokens: TokenTable
     feeds: Feeds
+    #: The OpenID Connect issuer's verifier, when one is configured.
+    oidc: OidcVerifier | None = None
 
     @property
     def settings(self) -> Settings:
@@ -65,6 +68,12 @@ async def current_user(
             401, ErrorType.UNAUTHENTICATED, "send your token as 'Authorization: Bearer <token>'"
         )
     return user_id
+
+
+def current_groups(request: Request) -> tuple[str, ...]:
+    """The caller's groups, from a verified OpenID Connect token (none for a token of
+    the tokens file): a reviewer ``group:<name>`` counts its members in."""
+    return tuple(getattr(request.state, GROUPS_STATE_KEY, ()) or ())
 
 
 def session(session_id: str) -> str:

@@ -7,8 +7,9 @@ ten in flight and a run about 2,000 in all. The gateway keeps one :class:`Feed` 
 conversation, shared by the owner's and the reviewers' streams alike: one task that
 waits (``Conversations.wait_for_events``) and wakes its followers when the conversation
 has new events; each follower then reads them with the ``events`` query, as its own
-user (the access check stays per follower), from its own offset. The feed stops when
-its last follower leaves.
+user (the access check stays per follower), from its own offset. The shared wait is
+one follower's, with that follower's verified groups (a member of a reviewer group).
+The feed stops when its last follower leaves.
 
 The feed only ever waits beyond an offset the workflow itself reported (an ``events``
 page's ``latest`` or a wait's answer), never beyond one a client sent: a client's
@@ -25,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from parley.client import ConversationRefused, Conversations
 from parley.errors import ErrorType
@@ -51,14 +52,17 @@ class Feed:
         self._changed = asyncio.Event()
         #: Following users and how many streams each has open.
         self.followers: Counter[str] = Counter()
+        #: Each following user's verified groups, as they last joined.
+        self._groups: dict[str, Sequence[str]] = {}
         #: The user whose access the shared wait uses (one of the followers).
         self._waiting_as: str | None = None
         self._task: asyncio.Task[None] | None = None
 
-    def join(self, user_id: str, latest: int) -> None:
+    def join(self, user_id: str, latest: int, groups: Sequence[str] = ()) -> None:
         """A follower arrives; ``latest`` is the latest offset as the workflow reported
-        it to this follower just now."""
+        it to this follower (with their ``groups``) just now."""
         self.followers[user_id] += 1
+        self._groups[user_id] = tuple(groups)
         self.note(latest)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._follow(), name=f"feed-{self.session_id}")
@@ -67,6 +71,7 @@ class Feed:
         self.followers[user_id] -= 1
         if self.followers[user_id] <= 0:
             del self.followers[user_id]
+            self._groups.pop(user_id, None)
 
     def note(self, latest: int) -> None:
         """The workflow reported ``latest``: wake the followers if it is news."""
@@ -119,7 +124,8 @@ class Feed:
         if await self._conversations.closed(self.session_id):
             return True
         try:
-            await self._conversations.events(self.session_id, user_id, limit=1)
+            groups = self._groups.get(user_id, ())
+            await self._conversations.events(self.session_id, user_id, limit=1, groups=groups)
         except ConversationRefused as refusal:
             return refusal.error_type == ErrorType.CONVERSATION_ENDED
         return False
@@ -132,7 +138,9 @@ class Feed:
                 return
             after = self.latest
             try:
-                latest = await self._conversations.wait_for_events(self.session_id, user_id, after)
+                latest = await self._conversations.wait_for_events(
+                    self.session_id, user_id, after, self._groups.get(user_id, ())
+                )
             except ConversationRefused as refusal:
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():
@@ -171,14 +179,17 @@ class Feeds:
         self._feeds: dict[str, Feed] = {}
 
     @contextlib.asynccontextmanager
-    async def follow(self, session_id: str, user_id: str, latest: int) -> AsyncIterator[Feed]:
+    async def follow(
+        self, session_id: str, user_id: str, latest: int, groups: Sequence[str] = ()
+    ) -> AsyncIterator[Feed]:
         """The conversation's feed, for as long as the caller follows it. The caller has
-        checked that ``user_id`` may read the conversation, and read its latest offset
-        ``latest`` (-1 if it has none yet) from the workflow."""
+        checked that ``user_id`` (with their verified ``groups``) may read the
+        conversation, and read its latest offset ``latest`` (-1 if it has none yet) from
+        the workflow."""
         feed = self._feeds.get(session_id)
         if feed is None:
             feed = self._feeds[session_id] = Feed(self._conversations, session_id)
-        feed.join(user_id, latest)
+        feed.join(user_id, latest, groups)
         try:
             yield feed
         finally:

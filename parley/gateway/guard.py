@@ -4,6 +4,9 @@ Client side (the gateway).
 - ``/v1`` and ``/agui`` requests need ``Authorization: Bearer <token>``: one without a
   known token answers 401 from its headers alone, its body never read. The token's
   user id is handed to the routes (``deps.current_user``) in the request's state.
+  With an OpenID Connect issuer configured (``oidc``), a JWT-shaped bearer is verified
+  there (its groups go to the state too; an issuer that cannot be reached when a key
+  must be fetched answers 503); any other bearer is looked up in the tokens file.
 - No request body is read past the limit (``PARLEY_GATEWAY_MAX_BODY_BYTES``; by
   default the message limit plus 4 MiB, room for a largest message however its JSON
   escapes it): a ``Content-Length`` over it answers 413 at once, and a body sent
@@ -22,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from parley.errors import ErrorType
 from parley.gateway.access import TokenTable
+from parley.gateway.oidc import IssuerUnreachable, OidcVerifier, Refused, looks_like_jwt
 from parley.settings import Settings
 
 #: Room above the message limit for the rest of a body and for JSON's escapes.
@@ -30,6 +34,8 @@ BODY_MARGIN_BYTES = 4 * 1024 * 1024
 REQUEST_TOO_LARGE = ErrorType.REQUEST_TOO_LARGE
 #: Where the user id of a request's token goes (``request.state.user_id``).
 USER_STATE_KEY = "user_id"
+#: Where the groups of a verified OIDC token go (``request.state.groups``).
+GROUPS_STATE_KEY = "groups"
 
 
 def max_body_bytes(settings: Settings) -> int:
@@ -47,10 +53,17 @@ class BodyTooLarge(Exception):
 class RefuseBeforeReading:
     """Authentication from the headers, and a body-size limit, before any route runs."""
 
-    def __init__(self, app: ASGIApp, tokens: TokenTable, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        tokens: TokenTable,
+        max_body_bytes: int,
+        oidc: OidcVerifier | None = None,
+    ) -> None:
         self.app = app
         self.tokens = tokens
         self.max_body_bytes = max_body_bytes
+        self.oidc = oidc
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -58,11 +71,17 @@ class RefuseBeforeReading:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         if needs_token(scope["path"]):
-            user_id, problem = self._user(headers.get("authorization"))
+            try:
+                user_id, groups, problem = await self._user(headers.get("authorization"))
+            except IssuerUnreachable as down:
+                message = f"the sign-in provider cannot be reached to check this token: {down}"
+                await answer(send, 503, ErrorType.UNREACHABLE, message)
+                return
             if user_id is None:
                 await answer(send, 401, ErrorType.UNAUTHENTICATED, problem)
                 return
             scope.setdefault("state", {})[USER_STATE_KEY] = user_id
+            scope["state"][GROUPS_STATE_KEY] = groups
         declared = headers.get("content-length")
         if declared is not None:
             if not declared.strip().isdigit():
@@ -75,14 +94,22 @@ class RefuseBeforeReading:
                 return
         await self._counting(scope, receive, send)
 
-    def _user(self, authorization: str | None) -> tuple[str | None, str]:
+    async def _user(self, authorization: str | None) -> tuple[str | None, tuple[str, ...], str]:
+        """The caller's user id and groups, or None and why not."""
         scheme, _, token = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            return None, "send your token as 'Authorization: Bearer <token>'"
-        user_id = self.tokens.user_for(token.strip())
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            return None, (), "send your token as 'Authorization: Bearer <token>'"
+        if self.oidc is not None and looks_like_jwt(token):
+            try:
+                identity = await self.oidc.identify(token)
+            except Refused as refused:
+                return None, (), str(refused)
+            return identity.user_id, identity.groups, ""
+        user_id = self.tokens.user_for(token)
         if user_id is None:
-            return None, "this token is not known to the gateway"
-        return user_id, ""
+            return None, (), "this token is not known to the gateway"
+        return user_id, (), ""
 
     def _too_large(self) -> str:
         return f"the request body is larger than the gateway's limit of {self.max_body_bytes} bytes"

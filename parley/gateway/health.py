@@ -31,6 +31,7 @@ from parley.errors import ErrorType
 from parley.gateway.access import TokenTable
 from parley.gateway.errors import error_response
 from parley.gateway.guard import RefuseBeforeReading, answer
+from parley.gateway.oidc import OidcVerifier
 from parley.gateway.schemas import ErrorResponse
 from parley.gateway.streams import Drain
 
@@ -99,10 +100,16 @@ class Unconnected:
     """The gateway's answers before it has reached Temporal: alive, not ready.
     ``problem`` is why it has not (the last attempt's one line)."""
 
-    def __init__(self, tokens: TokenTable, max_body_bytes: int, problem: str) -> None:
+    def __init__(
+        self,
+        tokens: TokenTable,
+        max_body_bytes: int,
+        problem: str,
+        oidc: OidcVerifier | None = None,
+    ) -> None:
         self.problem = problem
         self._guarded = RefuseBeforeReading(
-            self._answer, tokens=tokens, max_body_bytes=max_body_bytes
+            self._answer, tokens=tokens, max_body_bytes=max_body_bytes, oidc=oidc
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

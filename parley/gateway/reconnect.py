@@ -15,6 +15,7 @@ offset. A thread that does not exist, or is another user's, reads as an empty on
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from ag_ui.core import (
@@ -35,7 +36,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.messages import ToolMessage as LangChainToolMessage
 
 from parley.client import ConversationRefused
-from parley.contracts import ConversationSnapshot, PendingCall, text_of
+from parley.contracts import ConversationSnapshot, PendingCall, StateQuery, text_of
 from parley.errors import ErrorType
 from parley.gateway.deps import Gateway
 from parley.gateway.errors import refused
@@ -46,13 +47,15 @@ RECENT_EVENTS = 1_000
 
 
 async def reconnect_events(
-    gateway: Gateway, session_id: str, user_id: str, run_id: str
+    gateway: Gateway, session_id: str, user_id: str, run_id: str, groups: Sequence[str] = ()
 ) -> list[tuple[int | None, dict[str, Any]]]:
-    """The reconnecting run's three events. A refusal other than not-found raises its
-    ``ApiError`` (answered before any stream)."""
+    """The reconnecting run's three events, read as ``user_id`` with their verified
+    ``groups``. A refusal other than not-found raises its ``ApiError`` (answered before
+    any stream)."""
+    query = StateQuery(user_id=user_id, groups=sorted(set(groups)))
     try:
         snapshot: ConversationSnapshot | None = await gateway.conversations.state(
-            session_id, user_id
+            session_id, user_id, query
         )
     except ConversationRefused as refusal:
         if refusal.error_type != ErrorType.NOT_FOUND:
@@ -63,7 +66,7 @@ async def reconnect_events(
     outcome: RunFinishedInterruptOutcome | RunFinishedSuccessOutcome = RunFinishedSuccessOutcome()
     if pending:
         outcome = RunFinishedInterruptOutcome(
-            interrupts=await _open_interrupts(gateway, session_id, user_id, pending)
+            interrupts=await _open_interrupts(gateway, session_id, user_id, pending, groups)
         )
     events = (
         RunStartedEvent(thread_id=session_id, run_id=run_id),
@@ -74,16 +77,25 @@ async def reconnect_events(
 
 
 async def _open_interrupts(
-    gateway: Gateway, session_id: str, user_id: str, pending: list[PendingCall]
+    gateway: Gateway,
+    session_id: str,
+    user_id: str,
+    pending: list[PendingCall],
+    groups: Sequence[str],
 ) -> list[Interrupt]:
     """Each pending call's interrupt as the run that raised it gave it (with its
     ``responseSchema``), read from the log's latest events; one the log no longer
     holds (or a subagent's, raised by its own run) is made from the pending call."""
     raised: dict[str, dict[str, Any]] = {}
     try:
-        latest = (await gateway.conversations.events(session_id, user_id, limit=1)).latest
-        page = await gateway.conversations.events(
-            session_id, user_id, after=max(-1, latest - RECENT_EVENTS), limit=RECENT_EVENTS
+        conversations = gateway.conversations
+        latest = (await conversations.events(session_id, user_id, limit=1, groups=groups)).latest
+        page = await conversations.events(
+            session_id,
+            user_id,
+            after=max(-1, latest - RECENT_EVENTS),
+            limit=RECENT_EVENTS,
+            groups=groups,
         )
     except ConversationRefused:
         page = None

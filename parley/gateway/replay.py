@@ -13,6 +13,7 @@ log no longer holds it (trimmed), ``RUN_STARTED`` and ``RUN_FINISHED`` (or
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ag_ui.core import (
@@ -35,10 +36,15 @@ MOST_EVENTS = 20_000
 
 
 async def run_events(
-    conversations: Conversations, session_id: str, user_id: str, result: TurnResult
+    conversations: Conversations,
+    session_id: str,
+    user_id: str,
+    result: TurnResult,
+    groups: Sequence[str] = (),
 ) -> list[tuple[int | None, dict[str, Any]]]:
-    """The events of the run whose result is ``result``, with their offsets."""
-    log = await _kept_events(conversations, session_id, user_id)
+    """The events of the run whose result is ``result``, with their offsets, read as
+    ``user_id`` with their verified ``groups``."""
+    log = await _kept_events(conversations, session_id, user_id, groups)
     for run in reversed(_runs(log)):
         if _answers(run, result):
             return [(item.offset, item.event) for item in run]
@@ -46,12 +52,14 @@ async def run_events(
 
 
 async def _kept_events(
-    conversations: Conversations, session_id: str, user_id: str
+    conversations: Conversations, session_id: str, user_id: str, groups: Sequence[str]
 ) -> list[OffsetEvent]:
     events: list[OffsetEvent] = []
     after = -1
     while len(events) < MOST_EVENTS:
-        page = await conversations.events(session_id, user_id, after=after, limit=PAGE)
+        page = await conversations.events(
+            session_id, user_id, after=after, limit=PAGE, groups=groups
+        )
         events.extend(page.events)
         if not page.events or page.next_after >= page.latest:
             break

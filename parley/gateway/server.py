@@ -18,6 +18,10 @@ rest of the requests up to the grace period, then cancels them.
 ``/readyz`` and the API 503 ``Unreachable`` (``health.Unconnected``), and it connects
 as soon as Temporal answers. On SIGTERM or SIGINT it drains and returns (exit status
 0); a second signal cuts the drain short.
+
+With an OpenID Connect issuer (``oidc``, an ``OidcVerifier`` its caller started, so
+discovery failed in one line before anything listens), JWT bearers are verified
+beside the tokens file; the verifier's HTTP client is closed as the server stops.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from parley.gateway.access import TokenTable
 from parley.gateway.app import create_app
 from parley.gateway.guard import max_body_bytes
 from parley.gateway.health import Unconnected
+from parley.gateway.oidc import OidcVerifier
 from parley.gateway.streams import Drain
 from parley.redaction import remember_config, remember_values
 from parley.settings import Settings
@@ -109,10 +114,11 @@ class Running:
     front: Front
     drain: Drain
     apps: list[FastAPI] = field(default_factory=list)
+    oidc: OidcVerifier | None = None
 
     def connected(self, conversations: Conversations, tokens: TokenTable) -> None:
         """Serve the gateway's app, on ``conversations``' Temporal client, from now on."""
-        app = create_app(conversations, tokens, drain=self.drain)
+        app = create_app(conversations, tokens, drain=self.drain, oidc=self.oidc)
         self.apps.append(app)
         self.front.app = app
 
@@ -125,6 +131,7 @@ async def _running(
     settings: Settings,
     address: tuple[str, int],
     grace: float,
+    oidc: OidcVerifier | None = None,
 ) -> AsyncIterator[Running]:
     """uvicorn serving ``front`` on ``address`` (port 0: a free one) while the block
     runs; stopped (drained by ``drain``) on the way out. Refuses at once (``OSError``)
@@ -141,7 +148,7 @@ async def _running(
     remember_config(settings)
     server = GatewayServer(front, drain, grace)
     task = asyncio.create_task(server.serve(sockets=[listener]))
-    running = Running(f"http://{bound_host}:{bound_port}", server, task, front, drain)
+    running = Running(f"http://{bound_host}:{bound_port}", server, task, front, drain, oidc=oidc)
     try:
         while not server.started:
             if task.done():
@@ -161,6 +168,8 @@ async def _running(
                 await task
         for app in running.apps:
             await app.state.feeds.aclose()
+        if oidc is not None:
+            await oidc.aclose()
         listener.close()
 
 
@@ -172,13 +181,16 @@ async def serving(
     port: int,
     *,
     grace: float = IN_PROCESS_GRACE_SECONDS,
+    oidc: OidcVerifier | None = None,
 ) -> AsyncIterator[str]:
     """Serve the gateway on ``host:port`` (port 0: a free one) while the block runs;
     yields its base URL. Refuses at once (``OSError``) if the port is taken. Leaving the
-    block drains it; a turn's stream may finish its run for ``grace`` seconds."""
+    block drains it; a turn's stream may finish its run for ``grace`` seconds. ``oidc``:
+    a started verifier of OpenID Connect tokens (closed on the way out)."""
     drain = Drain()
-    app = create_app(conversations, tokens, drain=drain)
-    running = _running(Front(app), drain, tokens, conversations.settings, (host, port), grace)
+    app = create_app(conversations, tokens, drain=drain, oidc=oidc)
+    settings = conversations.settings
+    running = _running(Front(app), drain, tokens, settings, (host, port), grace, oidc)
     async with running as served:
         served.apps.append(app)
         yield served.url
@@ -193,13 +205,14 @@ async def run_gateway(
     *,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     on_serving: Callable[[str, str | None], None] = lambda url, problem: None,
+    oidc: OidcVerifier | None = None,
 ) -> None:
     """``parley gateway``: reach Temporal with ``connect`` and serve until SIGTERM or
     SIGINT, then drain and return. A configuration ``connect`` refuses (a payload store
     that does not exist) raises before anything listens; a Temporal that cannot be
     reached does not stop it: it serves ``Unconnected`` meanwhile and tries again.
     ``on_serving(url, problem)`` is told once it listens (``problem``: why Temporal is
-    not reached yet, or None)."""
+    not reached yet, or None). ``oidc``: a started verifier of OpenID Connect tokens."""
     try:
         conversations, problem = await asyncio.wait_for(
             _try_connect(connect), FIRST_CONNECT_SECONDS
@@ -214,11 +227,13 @@ async def run_gateway(
     stop = asyncio.Event()
     drain = Drain()
     if conversations is not None:
-        first: ASGIApp = create_app(conversations, tokens, drain=drain)
+        first: ASGIApp = create_app(conversations, tokens, drain=drain, oidc=oidc)
     else:
-        first = Unconnected(tokens, max_body_bytes(settings), problem or "not connected")
+        limit = max_body_bytes(settings)
+        first = Unconnected(tokens, limit, problem or "not connected", oidc=oidc)
     address = (host, port)
-    async with _running(Front(first), drain, tokens, settings, address, grace_seconds) as running:
+    front = Front(first)
+    async with _running(front, drain, tokens, settings, address, grace_seconds, oidc) as running:
         if isinstance(first, FastAPI):
             running.apps.append(first)
 

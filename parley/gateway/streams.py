@@ -4,7 +4,8 @@ offset on, and both as Server-Sent Events. Client side (the gateway).
 A stream's ``id:`` is the event's offset in the conversation's log, so a client
 resumes with ``Last-Event-ID``. Streams wait on the conversation's shared feed
 (``feeds``), never on a poll loop, and read with the ``events`` query from their own
-offset.
+offset, as their caller with their verified ``groups`` (a member of a reviewer
+``group:<name>`` reads as that reviewer).
 
 A stopping gateway drains (``Drain``, begun by ``server``): a stream that follows a
 conversation ends at once, a turn's stream when its run ends (or at the cut, shortly
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from ag_ui.core import Event, RunErrorEvent
@@ -54,9 +55,10 @@ async def respond_to_turn(
     session_id: str,
     user_id: str,
     call: Callable[[], Awaitable[TurnResult]],
+    groups: Sequence[str] = (),
 ) -> Any:
     if "text/event-stream" in request.headers.get("accept", ""):
-        return await turn_stream(gateway, session_id, user_id, call)
+        return await turn_stream(gateway, session_id, user_id, call, groups=groups)
     result = await guarded(session_id, call())
     return JSONResponse(result.model_dump(mode="json"))
 
@@ -67,13 +69,14 @@ async def turn_stream(
     user_id: str,
     call: Callable[[], Awaitable[TurnResult]],
     run_id: str | None = None,
+    groups: Sequence[str] = (),
 ) -> StreamingResponse:
     """The turn's events as Server-Sent Events. A refused request answers its HTTP
     error (404 another user's conversation, 409 not now, 422 an invalid decision...)
     before the stream, and its 200, begin: the stream starts with the run's first
     event, once the conversation has taken the request."""
-    cursor = await current_offset(gateway, session_id, user_id)
-    events = turn_events(gateway, session_id, user_id, call, cursor, run_id)
+    cursor = await current_offset(gateway, session_id, user_id, groups)
+    events = turn_events(gateway, session_id, user_id, call, cursor, run_id, groups)
     try:
         first = await anext(events)
     except StopAsyncIteration:
@@ -87,10 +90,12 @@ async def _starting_with(first: StreamItem, rest: StreamItems) -> StreamItems:
         yield item
 
 
-async def current_offset(gateway: Gateway, session_id: str, user_id: str) -> int:
+async def current_offset(
+    gateway: Gateway, session_id: str, user_id: str, groups: Sequence[str] = ()
+) -> int:
     """The latest event offset; -1 for a conversation that does not exist yet."""
     try:
-        page = await gateway.conversations.events(session_id, user_id, limit=1)
+        page = await gateway.conversations.events(session_id, user_id, limit=1, groups=groups)
     except ConversationRefused as refusal:
         if refusal.error_type == ErrorType.NOT_FOUND:
             return -1
@@ -99,24 +104,25 @@ async def current_offset(gateway: Gateway, session_id: str, user_id: str) -> int
 
 
 async def read_after(
-    gateway: Gateway, session_id: str, user_id: str, after: int
+    gateway: Gateway, session_id: str, user_id: str, after: int, groups: Sequence[str] = ()
 ) -> list[OffsetEvent]:
     """The events after ``after``; none while the conversation does not exist yet."""
     try:
-        return await _events_after(gateway, session_id, user_id, after)
+        return await _events_after(gateway, session_id, user_id, after, groups)
     except ConversationRefused as refusal:
         if refusal.error_type != ErrorType.CONVERSATION_ENDED:
             raise
     # A read that raced the conversation's start can be told "ended" (Temporal says
     # NOT_FOUND before it exists); a second read says for sure.
-    return await _events_after(gateway, session_id, user_id, after)
+    return await _events_after(gateway, session_id, user_id, after, groups)
 
 
 async def _events_after(
-    gateway: Gateway, session_id: str, user_id: str, after: int
+    gateway: Gateway, session_id: str, user_id: str, after: int, groups: Sequence[str]
 ) -> list[OffsetEvent]:
+    conversations = gateway.conversations
     try:
-        return (await gateway.conversations.events(session_id, user_id, after=after)).events
+        return (await conversations.events(session_id, user_id, after=after, groups=groups)).events
     except ConversationRefused as refusal:
         if refusal.error_type == ErrorType.NOT_FOUND:
             return []
@@ -130,6 +136,7 @@ async def turn_events(
     call: Callable[[], Awaitable[TurnResult]],
     cursor: int,
     run_id: str | None = None,
+    groups: Sequence[str] = (),
 ) -> StreamItems:
     """The events of the turn ``call`` runs, after ``cursor`` (the latest offset
     before it), as they happen. A refusal before the run's first event raises its
@@ -149,10 +156,10 @@ async def turn_events(
     started = False  # a RUN_STARTED after ``cursor`` was streamed
     ended = False  # a run ended after ``cursor``: the streamed one, or one in flight
     try:
-        async with gateway.feeds.follow(session_id, user_id, cursor) as feed:
+        async with gateway.feeds.follow(session_id, user_id, cursor, groups) as feed:
             while not (ended and started):
                 finished = turn.done()
-                for item in await read_after(gateway, session_id, user_id, cursor):
+                for item in await read_after(gateway, session_id, user_id, cursor, groups):
                     cursor = item.offset
                     if ended:
                         continue
@@ -168,7 +175,7 @@ async def turn_events(
                 waiting.cancel()
         result = await turn
         if not started:
-            replayed = await run_events(gateway.conversations, session_id, user_id, result)
+            replayed = await run_events(gateway.conversations, session_id, user_id, result, groups)
             for offset, event in replayed:
                 yield offset, with_run_id(event, run_id)
     except ConversationRefused as refusal:
@@ -187,7 +194,12 @@ async def turn_events(
 
 
 async def follow(
-    gateway: Gateway, session_id: str, user_id: str, after: int, latest: int
+    gateway: Gateway,
+    session_id: str,
+    user_id: str,
+    after: int,
+    latest: int,
+    groups: Sequence[str] = (),
 ) -> StreamItems:
     """Every event after ``after``, then new ones as they come, until the
     conversation's workflow closes. Empty events are keepalives. ``latest`` is the
@@ -196,10 +208,10 @@ async def follow(
     cursor = min(after, latest)
     if cursor >= 0:
         yield cursor, {}  # where it stands: a reconnect resumes here
-    async with gateway.feeds.follow(session_id, user_id, latest) as feed:
+    async with gateway.feeds.follow(session_id, user_id, latest, groups) as feed:
         while True:
             try:
-                page = await read_after(gateway, session_id, user_id, cursor)
+                page = await read_after(gateway, session_id, user_id, cursor, groups)
             except ConversationRefused:
                 return
             for item in page:

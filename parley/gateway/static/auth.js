@@ -1,6 +1,8 @@
-// Signing in and out: the token from `#token=…` or the form, kept in localStorage.
+// Signing in and out: the token from `#token=…` or the form, kept in localStorage; or
+// from an OpenID Connect provider (oidc.js), kept in sessionStorage.
 
 import { api, handleError } from "./api.js";
+import { forgetOidcToken, oidcConfig } from "./oidc.js";
 import { $, state, TOKEN_KEY } from "./state.js";
 import { stopStream } from "./stream.js";
 
@@ -32,6 +34,7 @@ export function showTokenForm(hint) {
   $("me").textContent = "";
   $("token-hint").hidden = !hint;
   $("token-hint").textContent = hint || "";
+  $("oidc-sign-in").hidden = !oidcConfig();
   $("token-input").value = "";
   $("token-input").focus();
 }
@@ -42,6 +45,7 @@ export function signOut(hint) {
   } catch {
     /* ignore */
   }
+  forgetOidcToken();
   state.token = null;
   state.started = false;
   stopStream();
