@@ -9,11 +9,16 @@ Temporal (``NOTIFY_ACTIVITY``). The webhook gets one JSON POST::
     {"event": "awaiting_decision", "session_id": ..., "user_id": ...,
      "pending": [{"tool_call_id", "name", "args", "description", "expires_at"}],
      "url": "<gateway>/#c=<session_id>", "run_id": "run-N",
-     "links": [{"tool_call_id", "user_id", "approve", "reject", "expires_at"}]}
+     "links": [{"tool_call_id", "user_id", "approve", "reject", "expires_at"}],
+     "awaiting": {"<tool_call_id>": ["<who may approve it>"]}}
 
 ``links`` (with ``PARLEY_LINK_SECRET``): signed one-time links (``parley.links``) that
 approve or reject one call as one person (the owner, each reviewer, or the person an
-escalation goes to), for buttons in channels that carry no bearer token.
+escalation goes to), for buttons in channels that carry no bearer token. An approve link
+goes only to those whose approve would be taken (``awaiting``: never the requester of a
+call a reviewer rule holds, never a quorum's reviewer twice); everyone gets a reject link.
+A reviewer group (``group:ops``) gets no link: a link decides as one user, and a group is
+none (its members sign in to the page); ``awaiting`` still names it among the approvers.
 
 with an ``Idempotency-Key`` header (``<workflow id>:<run_id>``, the same on every retry),
 so a receiver that saw the first attempt can drop the next. Failures follow the HTTP
@@ -39,6 +44,9 @@ from parley.activities.redaction import redact
 from parley.contracts import NOTIFY, NotifyInput, workflow_id_for
 from parley.errors import ErrorType, is_transient_status
 from parley.links import ApprovalLink
+
+#: A reviewer group's name (``parley.workflows.membership.GROUP_PREFIX``): no link for it.
+GROUP = "group:"
 
 
 class NotifyActivities:
@@ -71,6 +79,8 @@ class NotifyActivities:
         }
         if request.escalated_to:
             body["escalated_to"] = request.escalated_to
+        if request.approvers:
+            body["awaiting"] = request.approvers
         if self._link_secret:
             body["links"] = self._links(request, self._link_secret)
         key = f"{workflow_id_for(request.session_id)}:{request.run_id}"
@@ -87,16 +97,20 @@ class NotifyActivities:
             raise _failure(HttpStatusError.from_response(response)) from None
 
     def _links(self, request: NotifyInput, secret: str) -> list[dict[str, str]]:
-        """One approve and one reject link per call and per person who may decide it
-        (the owner and the reviewers; on an escalation, the person it goes to)."""
+        """One reject link per call and per person who may decide it (the owner and the
+        reviewers; on an escalation, the person it goes to), and an approve link for
+        those of them whose approve the gate would take (``NotifyInput.approvers``). A
+        reviewer group is no one person: none for ``group:<name>``."""
         people = [request.user_id, *request.reviewers]
         if request.escalated_to:
             people = [request.escalated_to]
+        people = [person for person in people if not person.startswith(GROUP)]
         links = []
         for call in request.pending:
             for person in people:
                 entry = {"tool_call_id": call.tool_call_id, "user_id": person}
-                for action in ("approve", "reject"):
+                may_approve = person in request.approvers.get(call.tool_call_id, [person])
+                for action in ("approve", "reject") if may_approve else ("reject",):
                     link = ApprovalLink(
                         session_id=request.session_id,
                         tool_call_id=call.tool_call_id,

@@ -138,11 +138,20 @@ async def test_a_link_counts_as_one_approval_of_a_quorum(parley_worker) -> None:
             sid = new_session()
             turn = await conversations.send(sid, "alice", "push main", reviewers=["bob", "carol"])
             await eventually(lambda: webhook.requests, what="the webhook is told")
-            links = {e["user_id"]: e for e in webhook.requests[0][1]["links"]}
-            owner = await http.post(local(links["alice"]["approve"], base))
-            assert owner.status_code == 409 and "requires a reviewer" in owner.text
+            body = webhook.requests[0][1]
+            links = {e["user_id"]: e for e in body["links"]}
+            # An approve link goes only to those whose approve is taken: the requester
+            # of a reviewer rule's call gets a reject link only (issue 34, point 3).
+            assert body["awaiting"] == {"m1": ["bob", "carol"]}
+            assert "approve" not in links["alice"] and "reject" in links["alice"]
+            shown = await http.get(local(links["bob"]["approve"], base))
+            # The link page wears the approval page's look and leads back to it.
+            assert '<link rel="stylesheet" href="/static/base.css">' in shown.text
+            assert f'href="/#c={sid}"' in shown.text
+            assert (await http.get(f"{base}/static/base.css")).status_code == 200
             first = await http.post(local(links["bob"]["approve"], base))
             assert "1 of 2 approvals" in first.text and runs_in(sid, "push_branch") == []
+            assert f'href="/#c={sid}"' in first.text
             (pending,) = turn.pending
             approve = Decision(tool_call_id="m1", action="approve", args_hash=pending.args_hash)
             await conversations.decide(sid, "carol", [approve])

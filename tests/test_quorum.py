@@ -8,7 +8,11 @@ worker, through the client, the gateway and the ``parley`` CLI:
   it once, with the arguments both approved;
 - a rejection answers the call and its approvals go with it: the model's next proposal
   of the very same call starts from 0; an edit is a new proposal, counted again;
-- the worker refuses to run a quorum call with fewer approvers, whatever it is told.
+- the worker refuses to run a quorum call with fewer approvers, whatever it is told;
+- (issue 34, point 3) ``parley show`` says who the call waits for, and hints a decision
+  only to those whose approve would be taken; deciding a decided call again says "q1
+  already decided by carol at …: approved" (the same command: exit 0; another decision:
+  refused, by the CLI and the gateway).
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ from datetime import UTC, datetime
 
 import httpx
 import pytest
+from rich.console import Console
 from temporalio.exceptions import ApplicationError
 
 from parley.activities.tool_calls import ToolActivities
 from parley.client import ConversationRefused
-from parley.contracts import Decision, PendingCall, PolicyRule, RunToolInput
+from parley.contracts import SPEND_CALL, Awaiting, Decision, PendingCall, PolicyRule, RunToolInput
 from parley.policies import load_policies
+from parley.rendering import print_pending
 from parley.tools import ToolRegistry, confirm
 from tests.support import call, script
 from tests.support.gateway import BOB_TOKEN, auth, serve_gateway
@@ -97,17 +103,61 @@ async def test_two_reviewers_are_needed_and_the_requester_never_counts(parley_wo
             "TEMPORAL_ADDRESS": conversations.temporal.service_client.config.target_host,
             "PARLEY_TASK_QUEUE": conversations.settings.task_queue,
         }
-        show = await asyncio.to_thread(
-            subprocess.run,
-            [*PARLEY, "show", "--session", sid, "--user", "carol"],
-            env=env, capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
-        assert show.returncode == 0, show.stderr
-        assert "1 of 2 approvals: bob" in show.stdout, show.stdout
+
+        def parley(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*PARLEY, *args, "--session", sid],
+                env=env, capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
+
+        # Each reader is told what they may do (issue 34, point 3): the hint to decide
+        # goes only to those whose approve would be taken, and everyone reads who the
+        # call waits for.
+        *shown, twice = await asyncio.gather(
+            *(
+                asyncio.to_thread(parley, "show", "--user", who)
+                for who in ("carol", "bob", "alice")
+            ),
+            asyncio.to_thread(parley, "approve", "--user", "bob", "q1"),
+        )
+        assert twice.returncode == 0, twice.stderr  # the same command again: said, not run
+        assert twice.stdout.startswith("q1 already approved by bob at "), twice.stdout
+        assert "1 of 2 approvals: bob; it runs once enough other reviewers" in twice.stdout
+        for show in shown:
+            assert show.returncode == 0, show.stderr
+            assert "1 of 2 approvals: bob" in show.stdout, show.stdout
+            assert "waiting for 1 more reviewer: carol or dave" in show.stdout, show.stdout
+        carol, bob, alice = (show.stdout for show in shown)
+        assert "Decide with: parley approve|edit|reject|respond --session" in carol
+        assert "--user carol" in carol
+        for other, name in ((bob, "bob"), (alice, "alice")):
+            assert "Decide with" not in other and "Waiting for a decision:" in other, other
+            assert (
+                f"You may reject: parley reject|respond --session {sid} --user {name} q1" in other
+            )
 
         done = await conversations.decide(sid, "carol", approve(waiting))
         assert done.status == "completed" and done.reply == "Pushed after two reviews."
         assert [r["branch"] for r in runs_in(sid, "push_branch")] == ["main"]
+
+        # Deciding again what is decided says who decided it, when, and how: the same
+        # command again exits 0 with that line; another decision is refused with it, by
+        # the CLI and the gateway alike.
+        again, other = await asyncio.gather(
+            asyncio.to_thread(parley, "approve", "--user", "carol", "q1"),
+            asyncio.to_thread(parley, "reject", "--user", "bob", "q1"),
+        )
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.startswith("q1 already decided by carol at "), again.stdout
+        assert again.stdout.rstrip().endswith("UTC: approved"), again.stdout
+        assert other.returncode != 0 and "q1 already decided by carol at" in other.stderr
+        late = await http.post(
+            f"/v1/conversations/{sid}/decisions",
+            headers=auth(BOB_TOKEN),
+            json={"decisions": [{"tool_call_id": "q1", "action": "reject"}]},
+        )
+        assert late.status_code == 409, late.text
+        assert "q1 already decided by carol at" in late.json()["error"]["message"]
         state = await conversations.state(sid, "alice")
         decided = [e for e in state.audit if e.event == "decided"]
         assert [(e.actor, e.detail.get("approvals")) for e in decided] == [
@@ -202,3 +252,38 @@ def test_the_policy_file_takes_approvals(tmp_path) -> None:
     with pytest.raises(ValueError) as bad:
         load_policies(str(path))
     assert "approvals apply to calls that wait" in str(bad.value)
+
+
+def test_the_hint_names_only_what_the_reader_may_do() -> None:
+    """``print_pending`` (``show``, and a turn's result): an approver is told to decide;
+    a reader who may only reject is told that, naming the call; a spend approval offers
+    approve and reject alone."""
+    expires = datetime(2026, 12, 7, 10, 2, tzinfo=UTC)
+    push = PendingCall(
+        tool_call_id="q1", name="push_branch", args={"branch": "main"}, description="Push.",
+        expires_at=expires, reviewer_rule="two", approvals_needed=2,
+    )  # fmt: skip
+    spend = PendingCall(
+        tool_call_id="s1", name=SPEND_CALL, args={"total_tokens": 260_000, "mark": 200_000},
+        description="Approve to go on (the mark rises by 200,000).", expires_at=expires,
+    )  # fmt: skip
+
+    def printed(call: PendingCall, view: Awaiting) -> str:
+        console = Console(record=True, width=200)
+        print_pending([call], console, session="s", user="bob", awaiting=[view])
+        return console.export_text()
+
+    text = "waiting for 1 more reviewer: carol or dave"
+    mine = Awaiting(tool_call_id="q1", text=text, may_approve=True, may_decide=True)
+    assert "Decide with: parley approve|edit|reject|respond --session s --user bob" in printed(
+        push, mine
+    )
+    theirs = printed(push, mine.model_copy(update={"may_approve": False}))
+    assert "Decide with" not in theirs and f"({text})" in theirs
+    assert "You may reject: parley reject|respond --session s --user bob q1" in theirs
+    shown = printed(spend, Awaiting(tool_call_id="s1", may_approve=True, may_decide=True))
+    assert (
+        "spend approval (s1)" in shown and "260,000 tokens used, past the mark of 200,000" in shown
+    )
+    assert "Decide with: parley approve|reject --session s --user bob" in shown
+    assert "respond" not in shown and "edit" not in shown

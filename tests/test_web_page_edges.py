@@ -6,6 +6,11 @@ against the real gateway, worker and Temporal dev server; the model is a script.
 - A closed conversation (`end --force`) shows `ended`, with no decision buttons.
 - The pending panel never hides the transcript: its last message stays in view, and
   the whole transcript scrolls, while calls wait.
+- (Issue 34, points 3 and 4.) A call a reviewer rule holds offers its requester no
+  approve and says who it waits for; a reviewer on a phone (390x844) reads its title,
+  expiry, arguments and buttons without scrolling, and at 1280x900 too; the list's
+  status is the header's; the icon is served. The spend approval shows the tokens and
+  the mark, with approve and reject only.
 """
 
 from __future__ import annotations
@@ -13,8 +18,13 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from playwright.async_api import Page, expect
+import httpx
+from langchain_core.outputs import ChatResult
+from playwright.async_api import Browser, Page, expect
 
+from parley.activities.models.script_file import ScriptFileChatModel
+from parley.contracts import SPEND_CALL, PolicyRule, SpendBudget
+from parley.tools import ToolRegistry, confirm
 from tests.support import RUNS, call, registry, runs_of, script
 from tests.support.browser import (
     PROPOSE_WRITE,
@@ -23,8 +33,8 @@ from tests.support.browser import (
     send,
     sign_in_and_start,
 )
-from tests.support.gateway import ALICE_TOKEN
-from tests.support.policy_tools import planner_model, planner_registry
+from tests.support.gateway import ALICE_TOKEN, BOB_TOKEN, TOKENS, serve_gateway
+from tests.support.policy_tools import planner_model, planner_registry, push_branch
 from tests.support.transcripts import runs_in
 
 
@@ -192,3 +202,177 @@ INSIDE = """(selector) => {
   const outer = box.getBoundingClientRect(), inner = item.getBoundingClientRect();
   return inner.top >= outer.top - 1 && inner.bottom <= outer.bottom + 1;
 }"""
+
+
+# --- Issue 34, points 3 and 4: offered only to whom it can work; read on a phone ------
+
+CAROL_TOKEN = "carol-token-0123456789ab"
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 900}
+LONG_BRANCH = "release/2026-q4-hotfix-for-the-payment-gateway-timeout-and-retry-budget"
+REVIEWED = PolicyRule(
+    name="reviewed-push", tool="push_branch", decide="confirm", requires_reviewer=True
+)
+
+#: Every problem with how a waiting call reads: a part of its card (title, expiry,
+#: arguments, buttons) outside the viewport, cut by a box it sits in, or wider than its
+#: own box; the page (or the conversation's title) scrolling sideways.
+UNREADABLE = """(parts) => {
+  const vw = document.documentElement.clientWidth, vh = window.innerHeight;
+  const problems = [];
+  const html = document.documentElement;
+  if (html.scrollWidth > html.clientWidth)
+    problems.push(`page ${html.scrollWidth} > ${html.clientWidth}`);
+  for (const [name, node] of Object.entries(parts)) {
+    if (!node) { problems.push(`${name}: missing`); continue; }
+    const r = node.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) problems.push(`${name}: not shown`);
+    if (r.left < 0 || r.top < 0 || r.right > vw + 0.5 || r.bottom > vh + 0.5)
+      problems.push(`${name}: ${JSON.stringify(r)} outside ${vw}x${vh}`);
+    if (node.clientWidth && node.scrollWidth > node.clientWidth + 1)
+      problems.push(`${name}: cut (${node.scrollWidth} > ${node.clientWidth})`);
+    if (node.tagName === "TEXTAREA" && node.scrollHeight > node.clientHeight + 2)
+      problems.push(`${name}: cut (${node.scrollHeight} > ${node.clientHeight} high)`);
+    for (let up = node.parentElement; up; up = up.parentElement) {
+      const style = getComputedStyle(up);
+      if (style.overflowX === "visible" && style.overflowY === "visible") continue;
+      const b = up.getBoundingClientRect();
+      const out = r.top < b.top - 0.5 || r.bottom > b.bottom + 0.5;
+      if (out || r.left < b.left - 0.5 || r.right > b.right + 0.5)
+        problems.push(`${name}: cut by ${up.className || up.tagName}`);
+    }
+  }
+  return problems;
+}"""
+
+
+async def unreadable(page: Page, buttons: list[str]) -> list[str]:
+    card = page.get_by_test_id("approval-card")
+    parts = {
+        "title": card.get_by_test_id("card-title"),
+        "expiry": card.locator(".expiry"),
+        "conversation": page.locator("#chat-title"),
+        **{name: card.get_by_test_id(name) for name in buttons},
+    }
+    if await card.get_by_test_id("args").count():
+        parts["args"] = card.get_by_test_id("args")
+    handles = {name: await part.element_handle() for name, part in parts.items()}
+    return await page.evaluate(UNREADABLE, handles)
+
+
+async def opened_as(browser: Browser, token: str, base: str, sid: str, viewport: dict) -> Page:
+    """A page of its own (a person's phone or desktop) that failed no request."""
+    context = await browser.new_context(viewport=viewport)
+    page = await context.new_page()
+    failed: list[str] = []
+    page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    page.on("pageerror", lambda err: failed.append(f"threw: {err}"))
+    page.failed = failed  # type: ignore[attr-defined]
+    await page.goto(f"{base}/#token={token}&c={sid}")
+    await expect(page.get_by_test_id("approval-card")).to_have_count(1)
+    return page
+
+
+async def list_agrees_with_header(page: Page, sid: str) -> None:
+    header = page.get_by_test_id("status")
+    row = page.locator(f'[data-testid="conversation"][data-session-id="{sid}"] .badge')
+    await expect(row).to_have_text(await header.text_content() or "")
+
+
+async def test_a_reviewer_call_is_offered_to_reviewers_and_reads_on_a_phone(
+    parley_worker, browser: Browser, tmp_path: Path
+) -> None:
+    RUNS.clear()
+    sid = f"web-{uuid.uuid4().hex[:10]}"
+    model = script(
+        {"content": "", "tool_calls": [call("push_branch", "p1", branch=LONG_BRANCH)]},
+        {"content": "Pushed after review."},
+    )
+    tokens = {**TOKENS, CAROL_TOKEN: "carol"}
+    tools = ToolRegistry([confirm(push_branch)], rules=[REVIEWED])
+    async with (
+        parley_worker(tools, model) as conversations,
+        serve_gateway(conversations, tokens) as base,
+    ):
+        turn = await conversations.send(sid, "alice", "push it", reviewers=["bob", "carol"])
+        assert turn.status == "awaiting_approval"
+        async with httpx.AsyncClient(base_url=base) as http:  # an icon, not a 404
+            icon = await http.get("/favicon.ico")
+            assert icon.status_code == 200 and "svg" in icon.headers["content-type"]
+
+        # The requester reads the call and who it waits for; nothing offers an approve.
+        alice = await opened_as(browser, ALICE_TOKEN, base, sid, DESKTOP)
+        card = alice.get_by_test_id("approval-card")
+        await expect(card.get_by_test_id("awaiting")).to_have_text(
+            "waiting for 1 more reviewer: bob or carol"
+        )
+        for offered in ("approve", "edit"):
+            await expect(card.get_by_test_id(offered)).to_have_count(0)
+        await expect(alice.get_by_test_id("approvals")).to_contain_text("waiting for others")
+        assert await unreadable(alice, ["reject", "respond"]) == []
+        await list_agrees_with_header(alice, sid)
+        await screenshot(alice, tmp_path, "requester-desktop")
+
+        # A reviewer, on a phone: the call reads whole at a glance, without scrolling.
+        bob = await opened_as(browser, BOB_TOKEN, base, sid, PHONE)
+        card = bob.get_by_test_id("approval-card")
+        await expect(card.get_by_test_id("approve")).to_be_visible()
+        await expect(bob.get_by_test_id("status")).to_have_attribute(
+            "data-status", "awaiting_approval"
+        )
+        await screenshot(bob, tmp_path, "reviewer-phone")
+        assert await unreadable(bob, ["approve", "edit", "reject"]) == []
+        await list_agrees_with_header(bob, sid)
+        await bob.set_viewport_size(DESKTOP)
+        assert await unreadable(bob, ["approve", "edit", "reject", "respond"]) == []
+
+        await card.get_by_test_id("approve").click()
+        await expect(bob.get_by_test_id("transcript")).to_contain_text("Pushed after review.")
+        await expect(bob.get_by_test_id("status")).to_have_attribute("data-status", "idle")
+        await list_agrees_with_header(bob, sid)
+        assert [r["branch"] for r in runs_in(sid, "push_branch")] == [LONG_BRANCH]
+        for page in (alice, bob):
+            assert page.failed == []  # type: ignore[attr-defined]
+            await page.goto("about:blank")
+            await page.context.close()
+
+
+class Counted(ScriptFileChatModel):
+    """A script that reports 60 tokens a reply, as a provider would."""
+
+    def _generate(self, messages: list, stop: object = None, *args: object, **kw: object) -> ChatResult:  # noqa: E501  # fmt: skip
+        result = super()._generate(messages, stop, *args, **kw)
+        usage = {"input_tokens": 50, "output_tokens": 10, "total_tokens": 60}
+        result.generations[0].message.usage_metadata = usage  # type: ignore[attr-defined]
+        return result
+
+
+async def test_the_spend_approval_shows_tokens_and_mark_with_approve_and_reject_only(
+    parley_worker, browser: Browser, tmp_path: Path
+) -> None:
+    sid = f"web-{uuid.uuid4().hex[:10]}"
+    tools = registry()
+    tools.spend = SpendBudget(confirm_over_tokens=50)
+    model = Counted.model_validate({"entries": [{"content": "Hello."}, {"content": "On."}]})
+    async with (
+        parley_worker(tools, model) as conversations,
+        serve_gateway(conversations, TOKENS) as base,
+    ):
+        await conversations.send(sid, "alice", "hi")
+        waiting = await conversations.send(sid, "alice", "go on")
+        assert [c.name for c in waiting.pending] == [SPEND_CALL]
+        page = await opened_as(browser, ALICE_TOKEN, base, sid, PHONE)
+        card = page.get_by_test_id("approval-card")
+        await expect(card).to_have_attribute("data-kind", "spend")
+        await expect(card.get_by_test_id("card-title")).to_have_text("Go on spending?")
+        await expect(card.get_by_test_id("spend")).to_have_text("Tokens so far: 60Mark: 50")
+        await expect(card).to_contain_text("the mark rises by 50")
+        for never in ("edit", "respond", "args", "respond-message"):
+            await expect(card.get_by_test_id(never)).to_have_count(0)
+        await screenshot(page, tmp_path, "spend-phone")
+        assert await unreadable(page, ["approve", "reject"]) == []
+        await card.get_by_test_id("approve").click()
+        await expect(page.get_by_test_id("transcript")).to_contain_text("On.")
+        assert page.failed == []  # type: ignore[attr-defined]
+        await page.goto("about:blank")
+        await page.context.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -27,6 +28,7 @@ from parley.contracts import (
     SendMessageInput,
     SubagentTask,
     ToolCatalogue,
+    already_decided,
 )
 from parley.contracts.busy import QUEUED_MESSAGES_MAX, WhileBusy
 from parley.errors import (
@@ -41,6 +43,7 @@ from parley.errors import (
     Refusal,
     TurnInProgress,
 )
+from parley.workflows.membership import as_seen_by
 
 Input = TypeVar("Input", bound=BaseModel)
 
@@ -75,10 +78,11 @@ def is_member(state: ConversationState, user_id: str) -> bool:
     return user_id == state.user_id or user_id in state.reviewers
 
 
-def check_member(state: ConversationState, user_id: str) -> None:
-    """The owner or one of the conversation's reviewers: they may read it and decide
-    on its calls (only the owner sends messages and ends it)."""
-    if not is_member(state, user_id):
+def check_member(state: ConversationState, user_id: str, groups: Sequence[str] = ()) -> None:
+    """The owner or one of the conversation's reviewers (a member of a reviewer group
+    too, ``membership``): they may read it and decide on its calls (only the owner
+    sends messages and ends it)."""
+    if not is_member(as_seen_by(state, user_id, groups), user_id):
         raise NotOwner(NOT_OWNER_MESSAGE)
 
 
@@ -100,10 +104,13 @@ def escalated_to(state: ConversationState, user_id: str) -> set[str]:
     return ids
 
 
-def check_reader(state: ConversationState, user_id: str) -> set[str] | None:
-    """Who may read the conversation: a member reads all of it (None); the person a
-    call was escalated to reads those calls only (their ids); anyone else is refused."""
-    if is_member(state, user_id):
+def check_reader(
+    state: ConversationState, user_id: str, groups: Sequence[str] = ()
+) -> set[str] | None:
+    """Who may read the conversation: a member (a reviewer group's too) reads all of it
+    (None); the person a call was escalated to reads those calls only (their ids);
+    anyone else is refused."""
+    if is_member(as_seen_by(state, user_id, groups), user_id):
         return None
     escalated = escalated_to(state, user_id)
     if not escalated:
@@ -119,6 +126,26 @@ def may_review(state: ConversationState, call: PendingCall, user_id: str) -> boo
     timeout = call.on_timeout
     escalated = timeout is not None and timeout.escalated and timeout.escalate_to == user_id
     return user_id in state.reviewers or escalated
+
+
+def approve_refusals(state: ConversationState, call: PendingCall, user_id: str) -> list[str]:
+    """Why ``user_id``'s approve of ``call`` would be refused by its rule (a reviewer
+    rule's requester; a quorum's reviewer approving twice); none: it would be taken.
+    ``workflows.awaiting`` asks it too, so every surface offers what the gate takes."""
+    problems = []
+    if call.reviewer_rule and not may_review(state, call, user_id):
+        problems.append(
+            f"rule `{call.reviewer_rule}` requires a reviewer other than the requester "
+            f"to approve {call.tool_call_id}"
+        )
+    given_by = [a.by for a in call.approvals]
+    if call.approvals_needed > 1 and user_id in given_by:
+        problems.append(
+            f"{user_id} already approved {call.tool_call_id} ({len(given_by)} of "
+            f"{call.approvals_needed} approvals, by {', '.join(given_by)}); another "
+            "reviewer must approve it"
+        )
+    return problems
 
 
 def check_open(state: ConversationState) -> None:
@@ -199,8 +226,16 @@ def check_message(
     return False
 
 
+def as_decider_sees_it(state: ConversationState, decision: DecideInput) -> ConversationState:
+    """The state with the decider among the reviewers when one of their verified groups
+    (``DecideInput.groups``) is a reviewer ``group:<name>``: a group member counts as
+    that reviewer, for this decision only (``membership.as_seen_by``)."""
+    return as_seen_by(state, decision.decided_by, decision.groups)
+
+
 def check_decider(state: ConversationState, decision: DecideInput) -> None:
     """A member decides any call; the person a call was escalated to, only that call."""
+    state = as_decider_sees_it(state, decision)
     escalated = check_reader(state, decision.decided_by)
     if escalated is None:
         return
@@ -226,6 +261,7 @@ def check_decisions(state: ConversationState, decision: DecideInput, now: dateti
     waiting), each named once, no unknown or expired ids, edited args that fit the
     tool's schema (no keys it does not name, unless it opts in). The person a call was
     escalated to decides that call, and nothing else."""
+    state = as_decider_sees_it(state, decision)
     check_decider(state, decision)
     # A call past its deadline is expired even if the timer has not fired yet (the
     # decision and the timer may arrive in the same workflow task): never run it. One
@@ -242,7 +278,8 @@ def check_decisions(state: ConversationState, decision: DecideInput, now: dateti
     check_open(state)
     pending = {c.tool_call_id: c for c in state.pending if c.tool_call_id not in expired}
     if not pending:
-        message = "no tool call waits for a decision"
+        decided = [already_decided(state.audit.entries, i) for i in sorted(given_ids - expired)]
+        message = "; ".join(t for t in decided if t) or "no tool call waits for a decision"
         if expired:
             message += f"; {', '.join(sorted(expired))} expired and will not run"
         raise NoDecisionsOwed(message)
@@ -254,7 +291,8 @@ def check_decisions(state: ConversationState, decision: DecideInput, now: dateti
     if late:
         problems.append(f"expired, will not run: {', '.join(late)}")
     unknown = [i for i in given if i not in pending and i not in expired]
-    if unknown:
+    problems += [t for i in unknown if (t := already_decided(state.audit.entries, i))]
+    if unknown := [i for i in unknown if not already_decided(state.audit.entries, i)]:
         problems.append(f"unknown or no longer pending: {', '.join(unknown)}")
     if not given:
         problems.append("no tool call is named")
@@ -283,24 +321,9 @@ def check_decisions(state: ConversationState, decision: DecideInput, now: dateti
                 f"the arguments of {d.tool_call_id} are no longer the ones you decided on "
                 f"(args_hash {d.args_hash}, now {call.args_hash}); read the call again"
             )
-        if (
-            call is not None
-            and call.reviewer_rule
-            and d.action == "approve"  # an edit is a new proposal: the rules judge it
-            and not may_review(state, call, decision.decided_by)
-        ):
-            problems.append(
-                f"rule `{call.reviewer_rule}` requires a reviewer other than the requester "
-                f"to approve {d.tool_call_id}"
-            )
-        if call is not None and d.action == "approve" and call.approvals_needed > 1:
-            given_by = [a.by for a in call.approvals]
-            if decision.decided_by in given_by:
-                problems.append(
-                    f"{decision.decided_by} already approved {d.tool_call_id} "
-                    f"({len(given_by)} of {call.approvals_needed} approvals, by "
-                    f"{', '.join(given_by)}); another reviewer must approve it"
-                )
+        # An edit is a new proposal: the rules judge it.
+        if call is not None and d.action == "approve":
+            problems += approve_refusals(state, call, decision.decided_by)
         if d.action == "edit" and d.tool_call_id in pending:
             error = args_error(catalogue, pending[d.tool_call_id].name, d.args or {})
             if error:

@@ -25,6 +25,7 @@ from parley.contracts import (
     ToolCatalogue,
 )
 from parley.settings import NOTIFY_ACTIVITY
+from parley.workflows.awaiting import approvers
 from parley.workflows.ledger import Ledger
 
 
@@ -60,6 +61,7 @@ class Notifier:
                 pending=list(self._state.pending),
                 run_id=run_id,
                 reviewers=list(self._state.reviewers),
+                approvers=self._approvers(self._state.pending),
             )
         )
 
@@ -86,8 +88,13 @@ class Notifier:
                     pending=escalated,
                     run_id=f"escalate-{ids}",
                     escalated_to=person,
+                    approvers=self._approvers(escalated),
                 )
             )
+
+    def _approvers(self, calls: list[PendingCall]) -> dict[str, list[str]]:
+        """Who may approve each call: only they get its approve link."""
+        return {call.tool_call_id: approvers(self._state, call) for call in calls}
 
     def _in_background(self, request: NotifyInput) -> None:
         task = asyncio.ensure_future(self._send(request))

@@ -9,6 +9,7 @@ import json
 from typing import Annotated, Any
 
 import typer
+from rich.text import Text
 
 from parley.cli.app import (
     AsJson,
@@ -18,19 +19,25 @@ from parley.cli.app import (
     User,
     conversations,
     fail,
+    out,
     print_turn,
     run_async,
 )
 from parley.client import ConversationRefused
 from parley.contracts import (
     AuditEntry,
+    Awaiting,
     Decision,
     DecisionAction,
     PendingCall,
+    StateQuery,
     TurnResult,
+    already_decided,
     refusal_of,
 )
+from parley.contracts.audit import decided_entry
 from parley.errors import ErrorType
+from parley.rendering import quorum_text
 
 Message = Annotated[
     str | None, typer.Option("--message", "-m", help="Why you reject them (the model is told).")
@@ -119,9 +126,10 @@ def decide(
     if tool_pattern is not None and call_ids:
         raise fail("give CALL_IDs or --all-matching TOOL, not both")
 
-    async def work() -> TurnResult:
+    async def work() -> tuple[TurnResult, list[Awaiting] | None] | str:
         conv = await conversations(session, user)
         pending: list[PendingCall] = []
+        audit: list[AuditEntry] = []
         try:
             state = await conv.state(session, user)
         except ConversationRefused as refusal:
@@ -135,7 +143,13 @@ def decide(
                     f"conversation {session} has ended; its calls will never run",
                     ErrorType.CONVERSATION_ENDED,
                 )
-            pending = state.pending
+            pending, audit = state.pending, state.audit
+        if (
+            call_ids
+            and not as_json
+            and (repeated := repeat_of(call_ids, pending, audit, user, action))
+        ):
+            return repeated
         if tool_pattern is not None:
             pending = [p for p in pending if fnmatch.fnmatchcase(p.name, tool_pattern)]
             if not pending:
@@ -168,9 +182,50 @@ def decide(
         if left:  # refused on the way (by a subagent): say so, never "decided"
             after = await conv.state(session, user)
             raise ConversationRefused(not_applied(left, after.audit), ErrorType.INVALID_DECISION)
-        return result
+        if not result.pending or as_json:
+            return result, None
+        # Who the calls still wait for, as this user reads it (a quorum's approver
+        # is not told to approve again).
+        return result, (
+            await conv.state(session, user, StateQuery(user_id=user, audit_limit=0))
+        ).awaiting
 
-    print_turn(run_async(work), as_json, session, user)
+    outcome = run_async(work)
+    if isinstance(outcome, str):  # this very decision was taken before: nothing to do
+        out.print(Text(outcome))
+        return
+    result, awaiting = outcome
+    print_turn(result, as_json, session, user, awaiting=awaiting)
+
+
+def repeat_of(
+    call_ids: list[str],
+    pending: list[PendingCall],
+    audit: list[AuditEntry],
+    user: str,
+    action: DecisionAction,
+) -> str | None:
+    """ "call-1 already decided by bob at …: approved" when every named call was already
+    decided by ``user`` with ``action`` (the same command again); None otherwise (a
+    different decision on a decided call is sent: the gate refuses it, saying so)."""
+    waiting = {p.tool_call_id: p for p in pending}
+    lines = []
+    for call_id in call_ids:
+        call = waiting.get(call_id)
+        if call is not None:  # a quorum's call this user approved already waits on
+            given = next((a for a in call.approvals if a.by == user), None)
+            if action != "approve" or given is None:
+                return None
+            lines.append(
+                f"{call_id} already approved by {user} at {given.at:%Y-%m-%d %H:%M} UTC: "
+                f"{quorum_text(call)}; it runs once enough other reviewers approve"
+            )
+            continue
+        entry = decided_entry(audit, call_id)
+        if entry is None or entry.actor != user or entry.detail.get("action") != action:
+            return None
+        lines.append(already_decided(audit, call_id) or "")
+    return "\n".join(lines)
 
 
 def not_applied(calls: list[PendingCall], audit: list[AuditEntry]) -> str:

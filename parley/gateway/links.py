@@ -17,12 +17,13 @@ from __future__ import annotations
 import html
 import json
 from datetime import UTC, datetime
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Form
 from fastapi.responses import HTMLResponse
 
 from parley.client import ConversationRefused
-from parley.contracts import Decision, PendingCall, TurnResult, refusal_of
+from parley.contracts import SPEND_CALL, Decision, PendingCall, TurnResult, refusal_of
 from parley.errors import ErrorType
 from parley.gateway.deps import Gateway, gateway
 from parley.links import ApprovalLink, LinkRefused, verify
@@ -34,25 +35,41 @@ router = APIRouter(include_in_schema=False)
 async def show_link(token: str, gw: Gateway = Depends(gateway)) -> HTMLResponse:
     try:
         link = _link(gw, token)
-        call = await _waiting_call(gw, link)
     except LinkRefused as refused:
         return _page(refused.status, "This link cannot decide", refused.reason)
+    try:
+        call = await _waiting_call(gw, link)
+    except LinkRefused as refused:
+        return _page(refused.status, "This link cannot decide", refused.reason, link=link)
     verb = "Approve" if link.action == "approve" else "Reject"
     reason = (
-        '<p><label>Reason (optional)<br><textarea name="message" rows="3" cols="60">'
+        '<p><label>Reason (optional)<br><textarea name="message" rows="3" class="reason">'
         "</textarea></label></p>"
         if link.action == "reject"
         else ""
     )
+    if call.name == SPEND_CALL:  # not a tool: whether the conversation goes on spending
+        what = "the conversation's spending past its mark"
+        shown = (
+            '<p class="spend-figures" data-testid="spend">Tokens so far: '
+            f"<strong>{int(call.args['total_tokens']):,}</strong> Mark: "
+            f"<strong>{int(call.args['mark']):,}</strong></p>"
+            f'<p class="desc">{html.escape(call.description)}</p>'
+        )
+    else:
+        what = f"<code>{html.escape(call.name)}</code>"
+        args = html.escape(json.dumps(call.args, ensure_ascii=False, indent=2))
+        shown = f'<pre class="args">{args}</pre>'
     body = (
         f"<p>{html.escape(link.user_id)}, this link will <strong>{link.action}</strong> "
-        f"<code>{html.escape(call.name)}</code> in conversation "
-        f"<code>{html.escape(link.session_id)}</code>:</p>"
-        f"<pre>{html.escape(json.dumps(call.args, ensure_ascii=False, indent=2))}</pre>"
-        f'<form method="post">{reason}<button type="submit">{verb}</button></form>'
-        f"<p><small>It works once, until {link.expires_at():%Y-%m-%d %H:%M} UTC.</small></p>"
+        f"{what} in conversation <code>{html.escape(link.session_id)}</code>:</p>{shown}"
+        f'<form method="post">{reason}<div class="card-actions"><button type="submit" '
+        f'class="{link.action}">{verb}</button></div></form>'
+        f'<p class="small muted">It works once, until '
+        f"{link.expires_at():%Y-%m-%d %H:%M} UTC.</p>"
     )
-    return _page(200, f"{verb} {call.name}?", body, raw=True)
+    title = "Go on spending?" if call.name == SPEND_CALL else f"{verb} {call.name}?"
+    return _page(200, title, body, raw=True, link=link)
 
 
 @router.post("/links/{token}")
@@ -61,6 +78,9 @@ async def use_link(
 ) -> HTMLResponse:
     try:
         link = _link(gw, token)
+    except LinkRefused as refused:
+        return _page(refused.status, "This link cannot decide", refused.reason)
+    try:
         call = await _waiting_call(gw, link)
         decision = Decision(
             tool_call_id=call.tool_call_id,
@@ -76,13 +96,14 @@ async def use_link(
             run={"link": link.link_id},
         )
     except LinkRefused as refused:
-        return _page(refused.status, "This link cannot decide", refused.reason)
+        return _page(refused.status, "This link cannot decide", refused.reason, link=link)
     except ConversationRefused as refusal:
-        return _page(409, "This link cannot decide", refusal.message)
+        return _page(409, "This link cannot decide", refusal.message, link=link)
     if result.left_waiting(call):
         why = await _refusal_of(gw, link)
-        return _page(409, "Not decided", f"{why} {call.name} still waits for a decision.")
-    return _page(200, "Decided", _outcome(link, call, result))
+        text = f"{why} {call.name} still waits for a decision."
+        return _page(409, "Not decided", text, link=link)
+    return _page(200, "Decided", _outcome(link, call, result), link=link)
 
 
 async def _refusal_of(gw: Gateway, link: ApprovalLink) -> str:
@@ -142,13 +163,28 @@ def _outcome(link: ApprovalLink, call: PendingCall, result: TurnResult) -> str:
     return f"You approved {call.name}; it no longer waits for a decision."
 
 
-def _page(status: int, title: str, body: str, *, raw: bool = False) -> HTMLResponse:
+def _page(
+    status: int, title: str, body: str, *, raw: bool = False, link: ApprovalLink | None = None
+) -> HTMLResponse:
+    """A page in the approval page's look (its stylesheets and icon), leading back to
+    the conversation when the link is one Parley made."""
     text = body if raw else f"<p>{html.escape(body)}</p>"
+    back = (
+        f'<p><a data-testid="back" href="/#c={quote(link.session_id)}">Open conversation '
+        f"{html.escape(link.session_id)} on the approval page</a></p>"
+        if link is not None
+        else '<p><a data-testid="back" href="/">Open the approval page</a></p>'
+    )
+    sheets = "".join(
+        f'<link rel="stylesheet" href="/static/{sheet}.css">' for sheet in ("base", "approvals")
+    )
     page = (
         "<!doctype html><html lang=en><meta charset=utf-8>"
         '<meta name=viewport content="width=device-width, initial-scale=1">'
-        f"<title>{html.escape(title)} · Parley</title>"
-        f'<body style="font-family: system-ui, sans-serif; max-width: 40rem; margin: 2rem auto">'
-        f"<h1>{html.escape(title)}</h1>{text}</body></html>"
+        f"<title>{html.escape(title)} · Parley</title>{sheets}"
+        '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">'
+        '<body class="link-page"><header class="topbar"><div class="brand">Parley</div>'
+        f'</header><main class="card"><h1>{html.escape(title)}</h1>{text}{back}</main>'
+        "</body></html>"
     )
     return HTMLResponse(page, status_code=status, headers={"Cache-Control": "no-store"})

@@ -16,7 +16,7 @@
 // Untrusted text (messages, tool output, arguments, ids) only ever reaches the DOM
 // through textContent / attribute setters, never innerHTML.
 
-import { approveAll, tickExpiries } from "./approvals.js";
+import { approveAll, fitAllArgs, tickExpiries } from "./approvals.js";
 import { hashParams, loadMe, showTokenForm, signOut, takeTokenFromHash } from "./auth.js";
 import { openConversation, renderChat, retryFrom, sendMessage } from "./conversation.js";
 import { clearError, randomId } from "./dom.js";
@@ -24,12 +24,16 @@ import { EVENTS, on } from "./events.js";
 import { renderList } from "./list.js";
 import { loadList } from "./refresh.js";
 import { $, LIST_EVERY_MS, SESSION_RE, state, TOKEN_KEY } from "./state.js";
+import { beginSignIn, finishSignIn, loadOidcConfig, storedOidcToken } from "./oidc.js";
 import { keepTranscriptInView } from "./transcript.js";
 
 // What the lower modules announce, and who answers.
 function listen() {
   on(EVENTS.UNAUTHORIZED, (message) => signOut(`The gateway refused this token: ${message}`));
-  on(EVENTS.SNAPSHOT, renderChat);
+  on(EVENTS.SNAPSHOT, () => {
+    renderChat();
+    renderList(); // the open conversation's row says what its header says
+  });
   on(EVENTS.CONVERSATIONS, renderList);
   on(EVENTS.OPEN, openConversation);
   on(EVENTS.RETRY, retryFrom);
@@ -67,6 +71,7 @@ function start() {
 function wire() {
   $("error-dismiss").addEventListener("click", clearError);
   $("sign-out").addEventListener("click", () => signOut());
+  $("oidc-sign-in").addEventListener("click", beginSignIn);
   $("token-form").addEventListener("submit", (e) => {
     e.preventDefault();
     const token = $("token-input").value.trim();
@@ -111,13 +116,22 @@ function wire() {
   keepTranscriptInView();
   $("approve-all").addEventListener("click", approveAll);
   window.addEventListener("hashchange", onHashChange);
+  window.addEventListener("resize", fitAllArgs);
   setInterval(tickClocks, 30000);
 }
 
-function boot() {
+async function boot() {
   listen();
   wire();
+  await loadOidcConfig();
+  try {
+    await finishSignIn(); // back from the provider: its token is the bearer now
+  } catch (err) {
+    showTokenForm(err.message);
+    return;
+  }
   takeTokenFromHash();
+  if (!state.token) state.token = storedOidcToken();
   if (!state.token) {
     try {
       state.token = localStorage.getItem(TOKEN_KEY);

@@ -1,7 +1,9 @@
 // The approval cards: one per pending call. A card's button (approve, edit, reject,
 // respond) decides its own call at once, and the others keep waiting; "Approve all"
-// approves every call. A card that is still there after its decision was not applied,
-// and the page says so.
+// approves every call the reader may approve. A card offers only what the gate would
+// take from this reader (the snapshot's `awaiting`) and says who the call waits for; a
+// spend approval shows the tokens and the mark, with approve and reject. A card that is
+// still there after its decision was not applied, and the page says so.
 
 import { api, conversationPath, handleError } from "./api.js";
 import { el, expiryText, showError } from "./dom.js";
@@ -19,23 +21,66 @@ export function renderCards(pending) {
       state.cards.delete(id);
     }
   }
+  let fresh = null;
   for (const p of pending) {
     let card = state.cards.get(p.tool_call_id);
+    const view = awaitingOf(p);
+    // Built again when what it offers changed (a quorum's approval, new arguments).
+    const sig = JSON.stringify([p.args_hash, (p.approvals || []).length, view]);
+    if (card && card._parley.sig !== sig) {
+      card.remove();
+      card = null;
+    }
     if (!card) {
-      card = buildCard(p);
+      card = buildCard(p, view);
+      card._parley.sig = sig;
       state.cards.set(p.tool_call_id, card);
+      fresh = fresh || card;
     }
     cards.append(card); // keeps the order of `pending`
   }
   box.hidden = pending.length === 0;
-  $("approvals-title").textContent =
-    pending.length === 1
-      ? "1 tool call needs your decision"
-      : `${pending.length} tool calls need your decision — each card decides its own call`;
+  fitAllArgs();
+  const yours = pending.filter((p) => awaitingOf(p).may_approve).length;
+  const n = pending.length;
+  const calls = n === 1 ? "1 call" : `${n} calls`;
+  $("approvals-title").textContent = !yours
+    ? `${calls} waiting for others' approval`
+    : n === 1
+      ? "1 call needs your decision"
+      : `${calls} need your decision — each card decides its own call`;
   refreshCards();
+  // A call that starts waiting is brought into view (on a phone the page scrolls).
+  if (fresh) fresh.scrollIntoView({ block: "nearest" });
 }
 
-export function buildCard(p) {
+// The arguments' boxes are as tall as what they hold (wrapped lines included, so
+// nothing is cut), up to most of the screen: on each render, and when the page resizes.
+export function fitAllArgs() {
+  for (const card of state.cards.values()) fitArgs(card);
+}
+
+function fitArgs(card) {
+  const box = card._parley.textarea;
+  if (!box || !box.isConnected) return;
+  box.style.height = "auto";
+  box.style.height = `${Math.min(box.scrollHeight + 2, Math.round(window.innerHeight * 0.6))}px`;
+}
+
+// Who the call waits for and what this reader may do: the gateway's `awaiting` view,
+// computed by the gate itself (never its rules again here). A snapshot without it (an
+// older gateway) offers everything, as before.
+export function awaitingOf(p) {
+  const views = (state.snapshot && state.snapshot.awaiting) || null;
+  const view = views && views.find((v) => v.tool_call_id === p.tool_call_id);
+  if (view) return view;
+  return { tool_call_id: p.tool_call_id, may_approve: !views, may_decide: !views, text: "" };
+}
+
+export const SPEND_CALL = "parley_continue_spending";
+
+export function buildCard(p, view = awaitingOf(p)) {
+  if (p.name === SPEND_CALL) return buildSpendCard(p, view);
   const args = JSON.stringify(p.args ?? {}, null, 2);
   const textarea = el("textarea", {
     class: "args",
@@ -86,39 +131,43 @@ export function buildCard(p) {
   const expiry = el("span", { class: "expiry", "data-expires-at": p.expires_at || "" });
   expiry.textContent = p.expires_at ? expiryText(p.expires_at) : "";
 
+  // Only what this reader's decision can do is offered: a reviewer rule's requester,
+  // or a quorum's reviewer who approved already, reads the call and who it waits for.
+  const mayApprove = Boolean(view.may_approve);
+  const mayDecide = Boolean(view.may_decide);
+  textarea.readOnly = !mayApprove;
   const card = el(
     "div",
-    { class: "card", "data-testid": "approval-card", "data-tool-call-id": p.tool_call_id },
-    el(
-      "div",
-      { class: "card-head" },
-      el("span", { class: "card-kicker", text: "Approve tool call?" }),
-      el("span", { class: "tool-name big", text: p.name }),
-      el("span", { class: "spacer" }),
-      expiry,
-    ),
+    {
+      class: "card" + (mayApprove ? "" : " not-yours"),
+      "data-testid": "approval-card",
+      "data-tool-call-id": p.tool_call_id,
+    },
+    cardHead(mayApprove ? "Approve tool call?" : "Tool call", p.name, expiry),
     p.description ? el("p", { class: "desc", text: p.description }) : null,
     p.reason ? el("p", { class: "small muted reason", text: "Needs approval: " + p.reason }) : null,
     p.subagent ? subagentMark(p.subagent) : null,
     (p.approvals_needed || 1) > 1 ? quorumMark(p) : null,
-    el("label", { class: "small muted", text: "Arguments (JSON, editable)" }),
+    awaitingMark(view),
+    el("label", { class: "small muted", text: mayApprove ? "Arguments (JSON, editable)" : "Arguments" }),
     textarea,
     argsError,
     editedNote,
     el(
       "div",
       { class: "card-actions" },
-      approve,
-      edit,
+      mayApprove ? approve : null,
+      mayApprove ? edit : null,
       el("span", { class: "spacer" }),
-      reason,
-      reject,
+      mayDecide ? reason : null,
+      mayDecide ? reject : null,
     ),
-    el("div", { class: "card-actions respond-row" }, answer, respond),
+    mayDecide ? el("div", { class: "card-actions respond-row" }, answer, respond) : null,
     answerError,
   );
   card._parley = {
     p,
+    mayApprove,
     args,
     textarea,
     argsError,
@@ -133,6 +182,7 @@ export function buildCard(p) {
   };
 
   textarea.addEventListener("input", () => {
+    fitArgs(card);
     argsError.hidden = true;
     const edited = textarea.value.trim() !== args.trim();
     editedNote.hidden = !edited;
@@ -196,7 +246,7 @@ export function decisionFor(card, action) {
     return { tool_call_id: id, action: "respond", message };
   }
   const decision = { tool_call_id: id, action: "reject" };
-  const reason = ui.reason.value.trim();
+  const reason = ui.reason ? ui.reason.value.trim() : "";
   if (reason) decision.message = reason;
   return decision;
 }
@@ -211,20 +261,20 @@ export function choose(toolCallId, action, card) {
 
 export function approveAll() {
   if (state.busy) return;
-  submitDecisions(currentPending().map(approval));
+  submitDecisions(currentPending().filter((p) => awaitingOf(p).may_approve).map(approval));
 }
 
 export function refreshCards() {
   const pending = currentPending();
   for (const card of state.cards.values()) {
     const ui = card._parley;
-    for (const b of [ui.approve, ui.edit, ui.reject, ui.respond]) b.disabled = state.busy;
-    ui.textarea.readOnly = state.busy;
-    ui.reason.disabled = state.busy;
-    ui.answer.disabled = state.busy;
+    for (const b of [ui.approve, ui.edit, ui.reject, ui.respond]) if (b) b.disabled = state.busy;
+    if (ui.textarea) ui.textarea.readOnly = state.busy || !ui.mayApprove;
+    if (ui.reason) ui.reason.disabled = state.busy;
+    if (ui.answer) ui.answer.disabled = state.busy;
   }
   const approveAllButton = $("approve-all");
-  approveAllButton.hidden = pending.length < 2;
+  approveAllButton.hidden = pending.filter((p) => awaitingOf(p).may_approve).length < 2;
   approveAllButton.disabled = state.busy;
   $("approvals").classList.toggle("busy", state.busy);
 }
@@ -281,6 +331,60 @@ function subagentMark(subagent) {
     "asked by subagent ",
     el("strong", { text: subagent.name || "?" }),
   );
+}
+
+function cardHead(kicker, title, expiry) {
+  return el(
+    "div",
+    { class: "card-head" },
+    el("span", { class: "card-kicker", text: kicker }),
+    el("span", { class: "tool-name big", "data-testid": "card-title", text: title }),
+    expiry,
+  );
+}
+
+// "waiting for 1 more reviewer: bob or carol" (the gateway's words).
+function awaitingMark(view) {
+  if (!view.text) return null;
+  return el("p", { class: "small awaiting-mark", "data-testid": "awaiting", text: view.text });
+}
+
+// The spend approval: not a tool, the question whether the conversation may go on
+// spending tokens past its mark. Approve or reject, nothing else (the gate takes no
+// other answer).
+function buildSpendCard(p, view) {
+  const args = p.args || {};
+  const expiry = el("span", { class: "expiry", "data-expires-at": p.expires_at || "" });
+  expiry.textContent = p.expires_at ? expiryText(p.expires_at) : "";
+  const tokens = (n) => (Number.isFinite(n) ? n.toLocaleString("en-US") : "?");
+  const approve = el("button", { type: "button", class: "approve", "data-testid": "approve", text: "Approve: go on" });
+  const reject = el("button", { type: "button", class: "reject", "data-testid": "reject", text: "Reject: stop" });
+  const mayApprove = Boolean(view.may_approve);
+  const card = el(
+    "div",
+    { class: "card spend", "data-testid": "approval-card", "data-tool-call-id": p.tool_call_id, "data-kind": "spend" },
+    cardHead("Spend approval", "Go on spending?", expiry),
+    el(
+      "p",
+      { class: "spend-figures", "data-testid": "spend" },
+      el("span", {}, "Tokens so far: ", el("strong", { text: tokens(args.total_tokens) })),
+      el("span", {}, "Mark: ", el("strong", { text: tokens(args.mark) })),
+    ),
+    p.description ? el("p", { class: "desc", text: p.description }) : null,
+    p.subagent ? subagentMark(p.subagent) : null,
+    awaitingMark(view),
+    el(
+      "div",
+      { class: "card-actions" },
+      mayApprove ? approve : null,
+      el("span", { class: "spacer" }),
+      view.may_decide ? reject : null,
+    ),
+  );
+  card._parley = { p, mayApprove, approve, reject };
+  approve.addEventListener("click", () => choose(p.tool_call_id, "approve", card));
+  reject.addEventListener("click", () => choose(p.tool_call_id, "reject", card));
+  return card;
 }
 
 // "1 of 2 approvals: bob": a rule's quorum, and who has approved these arguments.

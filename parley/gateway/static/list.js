@@ -21,7 +21,8 @@ export function renderList() {
     items.unshift({ session_id: state.sid, status: "new", pending_tools: [] });
   }
   list.replaceChildren(
-    ...items.map((c) => {
+    ...items.map((listed) => {
+      const c = listed.session_id === state.sid ? asOpen(listed) : listed;
       const status = c.status || "unknown";
       const meta = [];
       if (c.pending_tools && c.pending_tools.length) {
@@ -54,4 +55,16 @@ export function renderList() {
     }),
   );
   $("list-empty").hidden = items.length > 0;
+}
+
+// The open conversation's row says what its header says. Temporal's visibility (the
+// list) lags behind the conversation, never publishes `running` (a status that lasts
+// seconds would cost two history events per turn: workflows/publishing.py), and knows
+// nothing of a conversation it has not indexed yet; the snapshot is the conversation's
+// own word, read after every change the page sees.
+function asOpen(listed) {
+  const snap = state.snapshot;
+  if (!snap || snap.session_id !== listed.session_id) return listed;
+  const pendingTools = [...new Set((snap.pending || []).map((p) => p.name))].sort();
+  return { ...listed, status: snap.status, pending_tools: pendingTools };
 }
