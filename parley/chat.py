@@ -6,6 +6,12 @@ s); all decisions go to the workflow at once. ``/show`` prints the conversation,
 ``/quit`` (or end of input, or Ctrl-C) leaves. Reads plain lines from stdin, so it can be
 scripted too.
 
+A line sent while a turn runs (one started elsewhere, or before chat was left with
+Ctrl-C) is refused, unless chat runs with ``--while-busy``; the refusal offers
+``/enqueue`` (the line becomes the next turn) and ``/interrupt`` (it joins the turn in
+flight), each of which sends the refused line again, or the text after it. Only this
+chat's own turn is printed as it streams (``parley.live_reply.OwnRun``).
+
 Prompts are read in the main thread, between calls to Temporal (each one run to its end
 on one event loop): Ctrl-C at a prompt leaves at once, and Ctrl-C while a turn runs
 stops waiting for it (the turn goes on in Temporal).
@@ -16,16 +22,18 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import uuid
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.text import Text
 
+from parley.cli.following import message_fate
 from parley.client import ConversationRefused, Conversations, check_identity, connect
 from parley.contracts import Decision, DecisionAction, PendingCall, StateQuery, TurnResult
 from parley.errors import ErrorType
-from parley.live_reply import LiveReply, send_following
+from parley.live_reply import LiveReply, OwnRun, new_run_id, send_following
 from parley.rendering import (
     print_call,
     print_snapshot,
@@ -44,6 +52,12 @@ ASK_DECISION = "approve, edit, reject or respond? [a/e/r/s] "
 SHOWN_MESSAGES = 20
 #: The exit status of a program stopped with Ctrl-C (128 + SIGINT).
 INTERRUPTED = 130
+#: The commands that send a line with a ``while_busy`` of their own.
+BUSY_COMMANDS = {"/enqueue": "enqueue", "/interrupt": "interrupt"}
+BUSY_HINT = (
+    "/enqueue sends it as the next turn, /interrupt sends it into the turn in flight "
+    "(or /enqueue TEXT, /interrupt TEXT)"
+)
 
 
 class _Closed(Exception):
@@ -61,12 +75,20 @@ def parse_decision(answer: str) -> DecisionAction | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def run_chat(session: str, user: str, settings: Settings, *, console: Console) -> int:
-    """Chat until /quit, end of input or Ctrl-C; returns the exit status."""
+def run_chat(
+    session: str,
+    user: str,
+    settings: Settings,
+    *,
+    console: Console,
+    while_busy: str | None = None,
+) -> int:
+    """Chat until /quit, end of input or Ctrl-C; returns the exit status. ``while_busy``:
+    what every line does if a turn is running (None: the conversation's default)."""
     check_identity(session, user)
     with asyncio.Runner() as runner:
         try:
-            return _Chat(runner, session, user, settings, console).run()
+            return _Chat(runner, session, user, settings, console, while_busy).run()
         except KeyboardInterrupt:
             console.print()
             console.print(
@@ -83,11 +105,15 @@ class _Chat:
         user: str,
         settings: Settings,
         console: Console,
+        while_busy: str | None = None,
     ) -> None:
         self._runner = runner
         self._session = session
         self._user = user
         self._console = console
+        self._while_busy = while_busy
+        #: The last line refused because a turn was running (``/enqueue`` sends it).
+        self._refused_line: str | None = None
         self._conv = Conversations(self._call(connect(settings)), settings)
 
     def _call(self, work: Coroutine[Any, Any, T]) -> T:
@@ -123,13 +149,21 @@ class _Chat:
                         continue
                     if not text:
                         continue
+                    text, while_busy = self._busy_command(text)
+                    if not text:
+                        continue
                     try:
-                        result = self._call(self._send(text, live))
+                        result = self._call(self._send(text, live, while_busy))
                     except ConversationRefused as refused:
+                        live.finish_line()
                         self._refused(refused)
+                        if refused.error_type == ErrorType.TURN_IN_PROGRESS:
+                            self._refused_line = text
+                            self._console.print(Text(BUSY_HINT))
                         if refused.error_type == ErrorType.DECISIONS_OWED:
                             pending = self._pending()
                         continue
+                    self._refused_line = None
                 render_turn(result, self._console, reply_streamed=live.streamed_whole(result.reply))
                 if result.status == "failed":
                     self._console.print(Text.assemble(("turn failed: ", "red"), result.error or ""))
@@ -137,15 +171,44 @@ class _Chat:
         except _Closed:
             return 0
 
-    async def _send(self, text: str, live: LiveReply) -> TurnResult:
-        """Send ``text``; the reply's text is written as it streams."""
-        return await send_following(
-            self._conv,
-            self._session,
-            self._user,
-            lambda: self._conv.send(self._session, self._user, text),
-            live,
-        )
+    def _busy_command(self, text: str) -> tuple[str, str | None]:
+        """The line to send and its ``while_busy``: ``/enqueue`` and ``/interrupt`` send
+        the text after them, else the line refused last; any other line, chat's own."""
+        command, _, rest = text.partition(" ")
+        if command not in BUSY_COMMANDS:
+            return text, self._while_busy
+        line = rest.strip() or self._refused_line or ""
+        if not line:
+            self._console.print(Text(f"{command} TEXT sends TEXT; no refused line to send"))
+        return line, BUSY_COMMANDS[command]
+
+    async def _send(self, text: str, live: LiveReply, while_busy: str | None) -> TurnResult:
+        """Send ``text``; the reply's text of its own turn is written as it streams."""
+        message_id, run_id = uuid.uuid4().hex[:16], new_run_id()
+        own = OwnRun(run_id, message_id)
+        try:
+            return await send_following(
+                self._conv,
+                self._session,
+                self._user,
+                lambda: self._conv.send(
+                    self._session,
+                    self._user,
+                    text,
+                    message_id=message_id,
+                    while_busy=while_busy,  # type: ignore[arg-type]
+                    run={"run_id": run_id},
+                ),
+                live,
+                own=own,
+            )
+        except ConversationRefused as refused:
+            if refused.error_type != ErrorType.UNREACHABLE:
+                raise
+            live.finish_line()
+            taken = own.inside or own.ended
+            fate = message_fate(self._session, self._user, message_id, taken=taken, sent=True)
+            raise ConversationRefused(f"{refused.message}; {fate}", refused.error_type) from None
 
     def _refused(self, refused: ConversationRefused) -> None:
         self._console.print(Text.assemble(("refused: ", "red"), refused.message))

@@ -139,6 +139,9 @@ class DevOptions:
     plans_port: int
     gateway_port: int = 8770
     user: str = "alice"
+    #: Show the Temporal SDK core's own warnings (``-v``); by default they are off, as in
+    #: every command: a Ctrl-C or a server going away is said once, in Parley's words.
+    verbose: bool = False
 
 
 async def run_dev(options: DevOptions, console: Console) -> None:
@@ -220,7 +223,9 @@ async def _run_dev(options: DevOptions, console: Console) -> None:
         port, data_dir, settings, data_dir / "plans-api-key" if plans is not None else None
     )
     try:
-        await _run_temporal_and_worker(settings, data_dir, port, ui_port, token, console)
+        await _run_temporal_and_worker(
+            settings, data_dir, port, ui_port, token, console, verbose=options.verbose
+        )
     finally:
         remove_state(state)
         if plans is not None:
@@ -234,7 +239,10 @@ async def _run_temporal_and_worker(
     ui_port: int,
     token: str | None,
     console: Console,
+    *,
+    verbose: bool = False,
 ) -> None:
+    from parley.client.connection import core_runtime
     from parley.worker import build_worker, ensure_search_attributes, load_tools_and_model
 
     http_client = new_http_client()  # the worker's one client, closed when it stops
@@ -258,6 +266,9 @@ async def _run_temporal_and_worker(
             dev_server_log_level="error",
             data_converter=data_converter(settings),
             plugins=tracing.plugins(),
+            # The core's lines (``WARN ... shutdown_worker rpc errored`` as Ctrl-C stops
+            # the server first) only when asked: -v forwards them to ``temporalio.core``.
+            runtime=core_runtime(quiet=not verbose),
         )
     except RuntimeError as problem:
         raise ValueError(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TextIO
 
@@ -48,6 +49,45 @@ TURN_END_PAUSE_SECONDS = 0.5
 #: A wait no event will answer is cancelled once it has been in flight this long, not
 #: sooner: Temporal has loaded the conversation by then, and logs no error for it.
 YOUNGEST_CANCEL_SECONDS = 1.0
+#: The CUSTOM event that says queued messages joined the turn in flight
+#: (parley.workflows.busy.INTERRUPTED_EVENT).
+INTERRUPTED = "parley.interrupted"
+#: The run ids a command gives its messages: ``cli-`` and 64 random bits.
+RUN_ID_PREFIX = "cli-"
+
+
+def new_run_id() -> str:
+    """A run id for a message this client sends (so its events can be told apart)."""
+    return f"{RUN_ID_PREFIX}{uuid.uuid4().hex[:16]}"
+
+
+class OwnRun:
+    """Which events of the log belong to one request's run: those of the run named
+    ``run_id`` (or, with none, of the first run that starts), or those after a
+    ``parley.interrupted`` naming ``message_id``, up to the run's end."""
+
+    def __init__(self, run_id: str | None = None, message_id: str | None = None) -> None:
+        self._run_id = run_id
+        self._message_id = message_id
+        self.inside = False
+        #: The run came to its end (or rest): nothing after it is this request's.
+        self.ended = False
+
+    def take(self, event: dict[str, Any]) -> bool:
+        """Whether ``event`` is of this request's run."""
+        if self.ended:
+            return False
+        kind = event.get("type")
+        if not self.inside:
+            if kind == "RUN_STARTED":
+                self.inside = self._run_id is None or event.get("runId") == self._run_id
+            elif kind == "CUSTOM" and event.get("name") == INTERRUPTED:
+                ids = (event.get("value") or {}).get("messageIds") or []
+                self.inside = self._message_id is not None and self._message_id in ids
+            return self.inside
+        if kind in TURN_ENDS:
+            self.inside, self.ended = False, True
+        return True
 
 
 class LiveReply:
@@ -83,6 +123,11 @@ class LiveReply:
                     self._end_line()
                 self._write(f"[discarded: {value.get('reason', 'the model call failed')}]\n")
 
+    def finish_line(self) -> None:
+        """End the line a streamed message left open (before a line of another kind)."""
+        if self._open is not None:
+            self._end_line()
+
     def streamed_whole(self, text: str | None) -> bool:
         """Whether ``text`` was shown whole as one ended streamed message."""
         return bool(text) and any(self._texts.get(message_id) == text for message_id in self._ended)
@@ -102,22 +147,37 @@ async def send_following(
     user_id: str,
     send: Callable[[], Awaitable[TurnResult]],
     live: LiveReply,
+    *,
+    own: OwnRun | None = None,
 ) -> TurnResult:
-    """``send()`` (the message's update), while the conversation's new events go to
-    ``live`` as they come; the events up to the turn's end are all fed before this
-    returns."""
+    """``send()`` (the message's update), while the events of its run go to ``live`` as
+    they come: ``own`` names the run (the run id ``send`` gives its message, and the
+    message's id); without it, the first run that starts is the request's. That run's
+    events up to its end are all fed before this returns. Cancelled (Ctrl-C), or with
+    Temporal gone, it stops following at once."""
     try:
         async with asyncio.timeout(OFFSET_WAIT_SECONDS):
             after = await _latest_offset(conversations, session_id, user_id)
     except (TimeoutError, ConversationRefused):
         # No worker answers now: the send alone says what happens, as without streaming.
         return await send()
-    follower = _Follower(conversations, session_id, user_id, after, live)
+    follower = _Follower(conversations, session_id, user_id, after, live, own or OwnRun())
     task = asyncio.create_task(follower.run())
     try:
         result = await send()
-    finally:
+    except asyncio.CancelledError:
+        task.cancel()  # the user stops the command: no wait for Temporal's answers
+        raise
+    except ConversationRefused as refused:
+        if refused.error_type == ErrorType.UNREACHABLE:
+            task.cancel()  # Temporal went away: there is no wait to let come back
+        else:
+            await follower.stop(task)
+        raise
+    except BaseException:
         await follower.stop(task)
+        raise
+    await follower.stop(task)
     with contextlib.suppress(ConversationRefused):
         await follower.read_on()
     return result
@@ -142,12 +202,14 @@ class _Follower:
         user_id: str,
         after: int,
         live: LiveReply,
+        own: OwnRun,
     ) -> None:
         self._conversations = conversations
         self._session_id = session_id
         self._user_id = user_id
         self._live = live
-        #: The offset of the last event fed.
+        self._own = own
+        #: The offset of the last event read.
         self.position = after
         self._stopping = asyncio.Event()
         #: The wait in flight, if one is: its ``after`` and when it was sent.
@@ -167,28 +229,27 @@ class _Follower:
                 continue
             finally:
                 self._waiting = None
-            last = await self.read_on()
-            if last in TURN_ENDS:
+            await self.read_on()
+            if self._own.ended:
                 # The turn's update answers about now: no wait is sent if it does.
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), TURN_END_PAUSE_SECONDS)
 
-    async def read_on(self) -> str | None:
-        """Feed the events past ``position`` up to the latest; the type of the last one
-        fed, if any was."""
-        last = None
+    async def read_on(self) -> None:
+        """Read the events past ``position`` up to the latest; feed those of this
+        request's run."""
         while True:
             page = await self._conversations.events(
                 self._session_id, self._user_id, after=self.position
             )
             for item in page.events:
-                self._live.feed(item.event)
-                last = item.event.get("type")
+                if self._own.take(item.event):
+                    self._live.feed(item.event)
             if page.next_after == self.position:
-                return last
+                return
             self.position = page.next_after
             if page.next_after >= page.latest:
-                return last
+                return
 
     async def stop(self, task: asyncio.Task[None]) -> None:
         """No further wait. The one in flight comes back on its own when an event is

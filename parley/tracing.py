@@ -30,11 +30,18 @@ exported passes through ``redact`` (``RedactingExporter``: its name, attributes,
 and status), which knows the process's secrets (``remember_config`` of its Settings) and
 what is shaped like one, an approval link's token among them. A provider a program
 brings with ``use`` gets the first two; the exporter is its own to choose.
+
+A command (role ``cli``) never lets a collector that is down into its output: the
+exporter's log lines ("Failed to export spans batch", written from its own thread,
+mid-reply) are kept, not printed, and ``shutdown`` gives one line instead, once the
+command is done; it exports what is left within ``CLI_FLUSH_SECONDS``, and not at all
+once an export has failed.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -48,6 +55,30 @@ from parley.settings import Settings
 TRACER_NAME = "parley"
 
 _provider: Any = None  # the provider traces go to, once installed (None: tracing off)
+#: The loggers an OTLP exporter and its batch processor write to from their thread.
+EXPORT_LOGGERS = ("opentelemetry.exporter", "opentelemetry.sdk._shared_internal")
+#: How long a command may take, as it exits, to export the spans still batched.
+CLI_FLUSH_SECONDS = 3.0
+
+
+class _ExportProblems(logging.Handler):
+    """A command's exporter log lines, kept: the first failure's, for one line at exit."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__(logging.WARNING)
+        self.endpoint = endpoint
+        self.problem: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.problem is None:
+            why = "connection refused" if "refused" in record.getMessage() else "no answer"
+            self.problem = (
+                f"traces were not exported: the collector at {self.endpoint} did not take "
+                f"them ({why}); check OTEL_EXPORTER_OTLP_ENDPOINT"
+            )
+
+
+_cli_exports: _ExportProblems | None = None
 
 
 def use(provider: Any) -> None:
@@ -89,14 +120,37 @@ def configure(settings: Settings, role: str) -> None:
     provider = create_tracer_provider(resource=Resource.create({"service.name": name}))
     exporter = OTLPSpanExporter(endpoint=settings.otlp_traces_url, timeout=_timeout(role))
     provider.add_span_processor(BatchSpanProcessor(RedactingExporter(exporter)))
+    if role == "cli":
+        _keep_export_lines(settings.otlp_traces_url)
     use(provider)
 
 
-def shutdown() -> None:
+def _keep_export_lines(endpoint: str) -> None:
+    """A command's exporter logs to nobody's terminal: its lines are kept (the first
+    failure becomes ``shutdown``'s line)."""
+    global _cli_exports
+    _cli_exports = _ExportProblems(endpoint)
+    for name in EXPORT_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.addHandler(_cli_exports)
+        logger.propagate = False
+
+
+def shutdown() -> str | None:
     """Export the spans still batched and stop exporting: the CLI calls it before it
-    ends the process with ``os._exit``, which skips the provider's own ``atexit``."""
-    if _provider is not None:
+    ends the process with ``os._exit``, which skips the provider's own ``atexit``. A
+    command waits at most ``CLI_FLUSH_SECONDS``, and not at all once an export failed;
+    what went wrong is the returned line (None: nothing did)."""
+    if _provider is None:
+        return None
+    if _cli_exports is None:
         _provider.shutdown()
+        return None
+    if _cli_exports.problem is None:  # a collector that answered may take the rest
+        flushing = threading.Thread(target=_provider.shutdown, daemon=True)
+        flushing.start()
+        flushing.join(CLI_FLUSH_SECONDS)
+    return _cli_exports.problem
 
 
 def _timeout(role: str) -> float | None:

@@ -158,6 +158,13 @@ async def test_every_endpoint_with_access_rules(parley_worker) -> None:
             headers={**ALICE, "Content-Type": "application/json"},
         )
         assert answer.status_code == 422
+        assert answer.json()["error"]["message"].startswith("the request body is not JSON (")
+        for headers in ({"Content-Type": "application/json"}, {}):  # curl -d sends a form
+            answer = await http.post(messages, content=b"notjson", headers={**ALICE, **headers})
+            assert answer.status_code == 422, answer.text
+            said = answer.json()["error"]["message"]
+            assert said.startswith("the request body is not"), said
+            assert "JSON decode error" not in said and not said.startswith("0:"), said
 
         decided = await http.post(
             f"/v1/conversations/{sid}/decisions",

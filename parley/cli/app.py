@@ -7,6 +7,7 @@ registered, in their help order, by ``parley.cli``.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import sys
 from collections.abc import Awaitable, Callable
@@ -19,7 +20,7 @@ from rich.text import Text
 
 from parley import tracing
 from parley.client import ConversationRefused, Conversations, check_identity, connect
-from parley.contracts import TurnResult
+from parley.contracts import Awaiting, StateQuery, TurnResult
 from parley.rendering import print_pending, render_turn
 from parley.settings import Settings
 
@@ -32,6 +33,7 @@ class _Cli(typer.Typer):
     ``atexit``, so the spans still batched are exported first (``tracing.shutdown``)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        as_paragraphs(self)
         try:
             return super().__call__(*args, **kwargs)
         except SystemExit as done:
@@ -39,10 +41,25 @@ class _Cli(typer.Typer):
         if code is not None and not isinstance(code, int):
             print(code, file=sys.stderr)
             code = 1
-        tracing.shutdown()
+        if traces_lost := tracing.shutdown():
+            print(f"warning: {traces_lost}", file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code or 0)
+
+
+def as_paragraphs(typer_app: typer.Typer) -> None:
+    """Each command's docstring as paragraphs for Rich to wrap to the terminal: the
+    lines of a paragraph are joined (Typer joins those of the first one only), so no
+    line is broken where the source was."""
+    for info in typer_app.registered_commands:
+        doc = info.callback.__doc__ if info.callback else None
+        if doc and info.help is None and info.callback is not None:
+            paragraphs = inspect.cleandoc(doc).split("\n\n")
+            info.callback.__doc__ = "\n\n".join(" ".join(p.split()) for p in paragraphs)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            as_paragraphs(group.typer_instance)
 
 
 app = _Cli(
@@ -137,15 +154,35 @@ def print_turn(
     user: str | None = None,
     *,
     reply_streamed: bool = False,
+    awaiting: list[Awaiting] | None = None,
 ) -> None:
+    """The turn, and its pending calls with the hint for ``user``: ``awaiting`` (the
+    gate's view for them), read here when a call waits for a reviewer and none is given."""
     if as_json:
         print(result.model_dump_json(indent=2))
     else:
         render_turn(result, out, reply_streamed=reply_streamed)
-        print_pending(result.pending, out, session=session, user=user)
+        reviewed = any(call.reviewer_rule for call in result.pending)
+        if reviewed and awaiting is None and session and user:
+            awaiting = asyncio.run(awaiting_of(session, user))
+        print_pending(result.pending, out, session=session, user=user, awaiting=awaiting)
     if result.status == "failed":
         err.print(Text.assemble(("turn failed: ", "bold red"), result.error or ""))
         raise typer.Exit(1)
+
+
+async def awaiting_of(session: str, user: str) -> list[Awaiting] | None:
+    """Who the conversation's calls wait for, as ``user`` reads it; None if it cannot
+    be read now (the hint is then the general one)."""
+
+    async def read() -> list[Awaiting]:
+        conv = await conversations(session, user)
+        return (await conv.state(session, user, StateQuery(user_id=user, audit_limit=0))).awaiting
+
+    try:
+        return await asyncio.wait_for(read(), timeout=5)
+    except Exception:  # only a hint depends on it
+        return None
 
 
 def _add_store_commands() -> None:

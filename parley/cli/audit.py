@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from parley.audit import AuditLog, BrokenExport, export_lines, read_log, verify, verify_live
-from parley.cli.app import conversations, fail, out, run_async
+from parley.cli.app import conversations, err, fail, out, run_async
 
 
 def audit(
@@ -66,7 +66,15 @@ def audit(
 
 
 def _verify(file: Path | None, session: str | None, user: str | None) -> None:
+    at_terminal = sys.stdin is not None and sys.stdin.isatty()
+    if file is None and at_terminal:  # nothing piped in: it would wait, saying nothing
+        raise fail(
+            "--verify reads an export: give --file FILE, or pipe one in "
+            "(parley audit -s S -u U | parley audit --verify)"
+        )
     if file is None or str(file) == "-":
+        if at_terminal:
+            err.print("reading the export from standard input; end it with Ctrl-D")
         lines = sys.stdin.read().splitlines()
     else:
         try:

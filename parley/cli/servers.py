@@ -40,18 +40,22 @@ def dev(
     user: Annotated[
         str, typer.Option("--user", "-u", help="The user the gateway's printed token signs in.")
     ] = "alice",
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", help="Also print the Temporal SDK's own warnings."),
+    ] = False,
 ) -> None:
     """Run everything locally: Temporal dev server with UI, demo git projects, the
     reference plans service, a worker with the offline model, and the gateway with
     its approval page (a token for --user is printed)."""
     from parley.dev import DevOptions, run_dev
 
+    options = DevOptions(
+        data_dir.resolve(), port, ui_port, plans_port, gateway_port, user, verbose=verbose
+    )
     try:
         run_async(
-            lambda: run_dev(
-                DevOptions(data_dir.resolve(), port, ui_port, plans_port, gateway_port, user),
-                out,
-            ),
+            lambda: run_dev(options, out),
             serves=True,
         )  # returns once a SIGTERM has stopped everything
     except KeyboardInterrupt:
@@ -78,8 +82,11 @@ def gateway(
 ) -> None:
     """Run the HTTP gateway: REST + AG-UI event streams + the approval page at /, and
     /healthz and /readyz for probes. Bearer tokens come from PARLEY_GATEWAY_TOKENS_FILE
-    ('<user id> <token>' lines). SIGTERM drains it, then it exits 0."""
+    ('<user id> <token>' lines) and, with PARLEY_OIDC_ISSUER, from an OpenID Connect
+    provider (JWTs). SIGTERM drains it, then it exits 0."""
     from parley.gateway.access import TokenTable
+    from parley.gateway.oidc import OidcVerifier
+    from parley.gateway.oidc_settings import OidcSettings
     from parley.gateway.server import run_gateway
     from parley.logs import configure_logging
     from parley.redaction import remember_secrets
@@ -87,16 +94,22 @@ def gateway(
     config = settings()
     remember_secrets(os.environ)  # no secret of this process reaches a log line
     configure_logging(config.log_format)
-    if not config.gateway_tokens_file:
-        raise fail(
-            "set PARLEY_GATEWAY_TOKENS_FILE to a file of '<user id> <token>' lines: the "
-            "gateway takes the user from the token"
-        )
     try:
-        tokens = TokenTable.from_file(config.gateway_tokens_file)
+        oidc_settings = OidcSettings.from_env(os.environ)
     except ValueError as problem:
         raise fail(str(problem)) from None
-    if not len(tokens):
+    if not config.gateway_tokens_file and not oidc_settings.enabled:
+        raise fail(
+            "set PARLEY_GATEWAY_TOKENS_FILE to a file of '<user id> <token>' lines, or "
+            "PARLEY_OIDC_ISSUER and PARLEY_OIDC_AUDIENCE: the gateway takes the user from "
+            "the token"
+        )
+    try:
+        file = config.gateway_tokens_file
+        tokens = TokenTable.from_file(file) if file else TokenTable({})
+    except ValueError as problem:
+        raise fail(str(problem)) from None
+    if config.gateway_tokens_file and not len(tokens):
         raise fail(f"{config.gateway_tokens_file} has no tokens: add '<user id> <token>' lines")
     bind_host = host or config.gateway_host
     bind_port = port or config.gateway_port
@@ -105,26 +118,38 @@ def gateway(
         return Conversations(await connect(config, role="gateway"), config)
 
     def serving_at(url: str, problem: str | None) -> None:
-        out.print(f"gateway on {url} ({len(tokens)} token(s))")
+        users = f"{len(tokens)} token(s)"
+        if oidc_settings.enabled:
+            users += f", OpenID Connect users of {oidc_settings.issuer}"
+        out.print(f"gateway on {url} ({users})")
         if problem:
             warn(
                 f"{problem} Meanwhile /healthz answers, /readyz and the API answer 503, "
                 "and the gateway keeps trying."
             )
 
-    try:
-        run_async(
-            lambda: run_gateway(
-                reach,
-                config,
-                tokens,
-                bind_host,
-                bind_port,
-                grace_seconds=grace_seconds,
-                on_serving=serving_at,
-            ),
-            serves=True,
+    async def serve() -> None:
+        oidc = None
+        if oidc_settings.enabled:  # discovery and keys first: a failure is one line
+            oidc = OidcVerifier(oidc_settings)
+            try:
+                await oidc.start()
+            except BaseException:
+                await oidc.aclose()
+                raise
+        await run_gateway(
+            reach,
+            config,
+            tokens,
+            bind_host,
+            bind_port,
+            grace_seconds=grace_seconds,
+            on_serving=serving_at,
+            oidc=oidc,
         )
+
+    try:
+        run_async(serve, serves=True)
     except OSError as problem:
         raise fail(f"could not listen on {bind_host}:{bind_port}: {problem}") from None
     except KeyboardInterrupt:

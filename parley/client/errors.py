@@ -8,6 +8,8 @@ workflow's message and stable error type (``parley.errors.ErrorType``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from temporalio.client import (
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
@@ -108,6 +110,12 @@ def refusal(err: Exception, session_id: str) -> ConversationRefused:
         if err.status == RPCStatusCode.NOT_FOUND:
             # Also a call to a closed workflow: ``Conversations._refusal`` tells which.
             return ConversationRefused(f"no conversation {session_id} exists", ErrorType.NOT_FOUND)
+        if err.status == RPCStatusCode.UNAVAILABLE:
+            # The cluster went away mid-call (the connection had been made): the caller
+            # says what became of its request (``parley.cli.following``).
+            return ConversationRefused(
+                f"Temporal stopped answering ({err.message})", ErrorType.UNREACHABLE
+            )
         return ConversationRefused(
             f"Temporal refused the call: {err.message}", ErrorType.TEMPORAL_REFUSED
         )
@@ -139,13 +147,16 @@ def ended_refusal(session_id: str) -> ConversationRefused:
     )
 
 
-def check_member(description: WorkflowExecutionDescription, user_id: str) -> None:
-    """The owner or a reviewer, read from the search attributes set at start (no worker
-    needed); the same words as the workflow's own refusal, which names no one."""
+def check_member(
+    description: WorkflowExecutionDescription, user_id: str, groups: Sequence[str] = ()
+) -> None:
+    """The owner or a reviewer (by name, or as a member of a reviewer ``group:<name>``),
+    read from the search attributes set at start (no worker needed); the same words as
+    the workflow's own refusal, which names no one."""
     attributes = description.typed_search_attributes
-    if user_id != attributes.get(PARLEY_USER) and user_id not in (
-        attributes.get(PARLEY_REVIEWERS) or []
-    ):
+    reviewers = set(attributes.get(PARLEY_REVIEWERS) or [])
+    names = {user_id, *(f"group:{group}" for group in groups)}
+    if user_id != attributes.get(PARLEY_USER) and not names & reviewers:
         raise ConversationRefused(NOT_OWNER_MESSAGE, ErrorType.NOT_OWNER)
 
 

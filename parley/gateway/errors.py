@@ -66,9 +66,13 @@ def refused(refusal: ConversationRefused, session_id: str) -> ApiError:
 
 def describe(problems: Sequence[Any]) -> str:
     """Pydantic's errors as one line, ``where: what; ...``: no input echoed back, no
-    links to pydantic's documentation."""
+    links to pydantic's documentation. A body that is not JSON, or not an object, says
+    so (not ``0: JSON decode error``)."""
     parts = []
     for problem in problems:
+        if (body := _body_problem(problem)) is not None:
+            parts.append(body)
+            continue
         where = ".".join(str(p) for p in problem.get("loc", ()) if p != "body")
         if problem.get("type") == "extra_forbidden":
             what = "unknown key"
@@ -76,6 +80,21 @@ def describe(problems: Sequence[Any]) -> str:
             what = VALIDATOR_PREFIX.sub("", str(problem.get("msg", "")))
         parts.append(f"{where}: {what}" if where else what)
     return "; ".join(parts) or "invalid request"
+
+
+def _body_problem(problem: Any) -> str | None:
+    """What is wrong with the body as a whole, if that is the problem."""
+    kind, loc = problem.get("type"), tuple(problem.get("loc", ()))
+    if kind == "json_invalid":  # its loc is the character where parsing stopped
+        why = (problem.get("ctx") or {}).get("error") or "cannot parse it"
+        where = f" at character {loc[1]}" if len(loc) > 1 and isinstance(loc[1], int) else ""
+        return f"the request body is not JSON ({why}{where})"
+    if kind == "model_attributes_type" and loc == ("body",):  # curl -d sends a form
+        return (
+            "the request body is not a JSON object: send one, with the header "
+            "Content-Type: application/json"
+        )
+    return None
 
 
 def install_error_handlers(app: FastAPI) -> None:

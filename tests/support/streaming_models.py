@@ -43,3 +43,45 @@ class FailsMidStream(BaseChatModel):
                 raise TransientError("the provider dropped the stream")
             await asyncio.sleep(0.05)
             yield ChatGenerationChunk(message=AIMessageChunk(content=word))
+
+
+class Trickle(BaseChatModel):
+    """A reply that streams while other commands come (issue 34): a message that starts
+    with ``trickle`` is answered a word (`` trickle<n>``) every ``every`` seconds until
+    ``released`` holds something (then `` done``); any other message at once, with
+    ``own reply: <its first line>``."""
+
+    every: float = 0.2
+    words: int = 1_000
+    released: list[bool] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "trickle"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Trickle:
+        return self
+
+    def _generate(self, *args: Any, **kwargs: Any) -> ChatResult:
+        raise NotImplementedError("streamed only")
+
+    async def _astream(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        text = str(next(m.content for m in reversed(messages) if m.type == "human"))
+        if not text.startswith("trickle"):
+            first_line = text.splitlines()[0]
+            yield ChatGenerationChunk(message=AIMessageChunk(content=f"own reply: {first_line}"))
+            return
+        for number in range(self.words):
+            if self.released:
+                break
+            yield ChatGenerationChunk(message=AIMessageChunk(content=f" trickle{number}"))
+            await asyncio.sleep(self.every)
+        yield ChatGenerationChunk(message=AIMessageChunk(content=" done"))
+
+
+def trickle() -> Trickle:
+    """``PARLEY_MODEL=tests.support.streaming_models:trickle`` (a worker process): it
+    streams until the process ends."""
+    return Trickle()
