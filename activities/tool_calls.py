@@ -58,15 +58,22 @@ from parley.errors import (
     TransientError,
 )
 from parley.settings import DEFAULT_MAX_TOOL_RESULT_BYTES, TOOL_ACTIVITY, retry_delay
+from parley.storage.results import WholeResults, must_keep
 from parley.tools import CONTEXT_ARG, ParleyTool, ToolRegistry, UnstableCanonicalForm
 
 
 class ToolActivities:
     def __init__(
-        self, registry: ToolRegistry, *, max_result_bytes: int = DEFAULT_MAX_TOOL_RESULT_BYTES
+        self,
+        registry: ToolRegistry,
+        *,
+        max_result_bytes: int = DEFAULT_MAX_TOOL_RESULT_BYTES,
+        results: WholeResults | None = None,
     ) -> None:
         self._registry = registry
         self._max_result_bytes = max_result_bytes
+        #: Where a result longer than its previews is kept whole (None: not kept).
+        self._results = results
 
     def _rule_made_auto(self, request: RunToolInput) -> bool:
         """Whether this worker's own rules, evaluated with the workflow's inputs, make
@@ -206,7 +213,24 @@ class ToolActivities:
                 activity.logger.info("tool %s ran: %s", request.name, envelope.status, extra=extra)
                 error_type = envelope.error.type if envelope.error else None
                 tracing.record_status(span, envelope.status, error_type)
-                return storable(RunToolOutput(result=envelope), self._max_result_bytes)
+                output = storable(RunToolOutput(result=envelope), self._max_result_bytes)
+                return await self._kept_whole(output, extra)
+
+    async def _kept_whole(self, output: RunToolOutput, extra: dict[str, str]) -> RunToolOutput:
+        """``output`` with its result kept whole in the payload store when some reader
+        sees it cut (``parley result``). The tool has run: a store that fails costs only
+        the whole copy (logged), never a retry."""
+        if self._results is None or not must_keep(output.result):
+            return output
+        info = activity.info()
+        try:
+            stored = await self._results.keep(
+                output.result, workflow_id=info.workflow_id, namespace=info.namespace
+            )
+        except Exception as exc:
+            activity.logger.warning("the whole result was not kept: %s", exc, extra=extra)
+            return output
+        return output.model_copy(update={"stored": stored})
 
 
 def tool_context(request: RunToolInput) -> ToolContext:

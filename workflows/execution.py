@@ -106,6 +106,7 @@ class ToolRunner:
             await self._subagents.delegate(call, args)
             return
         self._state.counters.tool_runs += 1
+        stored = None
         try:
             output: RunToolOutput = await workflow.execute_activity(
                 RUN_TOOL,
@@ -128,7 +129,7 @@ class ToolRunner:
                 result_type=RunToolOutput,
                 summary=call_summary(call.name, args),
             )
-            result = output.result
+            result, stored = output.result, output.stored
         except ActivityError as err:
             result = self._failed(call, err)
         metrics.tool_ran(call.name, result.status)
@@ -142,7 +143,7 @@ class ToolRunner:
                 }
             )
             detail = {"edited_args": args, "edited_by": edited_by}
-        self._ledger.answer(call, result, "ran", detail=detail)
+        self._ledger.answer(call, result, "ran", detail=detail, stored=stored)
 
     def _failed(self, call: ToolCall, err: ActivityError) -> ToolResult:
         """What a failed ``run_tool`` means: an error the model can read (input,

@@ -32,6 +32,7 @@ from parley.contracts import (
     PendingCall,
     PolicyOutcome,
     StateQuery,
+    StoredResult,
     ToolCall,
     ToolErrorInfo,
     ToolResult,
@@ -125,11 +126,13 @@ class Ledger:
         audit_event: AuditEvent,
         detail: dict[str, Any] | None = None,
         actor: str | None = None,
+        stored: StoredResult | None = None,
     ) -> None:
         """Give a tool call its one ToolMessage, event, audit entry and turn result. The
         ToolMessage holds what the model reads (a long result cut, with a note); the
         event, the artifact and the turn result hold previews. The whole result stays
-        in history as ``run_tool``'s result."""
+        in history as ``run_tool``'s result and, when ``stored`` (the worker kept it in
+        the payload store), the artifact says where (``parley result`` reads it)."""
         reported = turn_tool_result(call.tool_call_id, call.name, result)
         # The event's envelope has its four keys (and a note when a preview was cut); the
         # artifact (history) only what is set.
@@ -140,6 +143,8 @@ class Ledger:
         artifact = reported.model_dump(
             mode="json", exclude={"tool_call_id", "name", "content"}, context=PAYLOAD_CONTEXT
         )
+        if stored is not None:
+            artifact["stored"] = stored.model_dump(mode="json")
         message = ToolMessage(
             content=model_view(result.content),
             tool_call_id=call.tool_call_id,

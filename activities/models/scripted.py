@@ -14,33 +14,47 @@ proposes the matching tool calls, so ``parley dev`` works with no LLM at all:
   defines one) with the task "list my plans"
 - "what context do you have?" → the front end's context for this turn (AG-UI
   ``context`` and ``state``), repeated word for word
+- "tell me a story" → a story of about a hundred words, which streams for a few seconds
+  (time enough to send another message while it runs: ``--while-busy``)
 
 After tool results it summarizes them. When a result says "Please fix your mistakes"
 it corrects what it can (a slug to kebab-case, an unknown branch kind, an unknown
 project, a plan status word such as "finished") and calls again, once per error;
 otherwise it reports the error.
+
+So that ``parley dev`` shows what a provider's model does, it streams its reply a word at
+a time (``astream``, read by ``call_model`` as any provider's stream, paced by
+``word_seconds``: ``PARLEY_MODEL=scripted`` paces it, tests that build it bare do not)
+and reports token usage, an estimate (``estimate_tokens``: about four characters a
+token, deterministic), marked as one in the reply's ``response_metadata``
+(``ESTIMATED_USAGE``, which ``parley.contracts.Usage`` counts), so usage lines and a
+``[budget]`` spend mark work offline.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
+    AIMessageChunk,
     BaseMessage,
     HumanMessage,
     SystemMessage,
     ToolMessage,
 )
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
 
 from parley.activities.compaction import CLIENT_CONTEXT_HEADING
 from parley.activities.toolsets.git import BRANCH_KINDS
+from parley.contracts.usage import ESTIMATED_USAGE
 
 FIX_MARKER = "Please fix your mistakes"
 FIXED_NOTE = "I fixed the arguments and will try again."
@@ -57,6 +71,16 @@ STATUS_WORDS = {
     "dropped": "cancelled",
 }
 
+STORY = (
+    "Once upon a time a careful agent kept a ledger of every promise it made. Each "
+    "morning it read the ledger again, from the first line to the last, and each evening "
+    "it wrote down what it had done and what it still owed. When a storm knocked the "
+    "lights out, the agent lost nothing: the ledger remembered where it stood, the "
+    "pending questions waited for their answers, and nobody had to say anything twice. "
+    "When the lights came back, the agent picked up its pen at the very word where it "
+    "had stopped, finished the sentence, and went on with the day. The end."
+)
+
 HELP = (
     "I am Parley's offline model. I understand: 'list the repositories of project demo', "
     "'prepare a feat branch my-change in web', 'push it', 'create a plan called Q3 review', "
@@ -64,8 +88,18 @@ HELP = (
 )
 
 
+#: How ``PARLEY_MODEL=scripted`` streams: a word every 30 ms, a reply in at most 0.6 s
+#: (the story a word every 60 ms, in at most eight times that: about 5 s).
+OFFLINE_WORD_SECONDS = 0.03
+OFFLINE_STREAM_SECONDS = 0.6
+
+
 class ScriptedChatModel(BaseChatModel):
     tool_names: list[str] = Field(default_factory=list)
+    #: The pause before each streamed word (0: the reply streams at once), and the most a
+    #: reply's words wait in all.
+    word_seconds: float = 0.0
+    stream_seconds: float = OFFLINE_STREAM_SECONDS
 
     @property
     def _llm_type(self) -> str:
@@ -78,9 +112,61 @@ class ScriptedChatModel(BaseChatModel):
     def _generate(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
     ) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=self._reply(messages))])
+
+    async def _astream(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        """The reply a word at a time, then its tool calls and usage in a last piece."""
+        reply = self._reply(messages)
+        words = re.findall(r"\s*\S+\s*", reply.text) if isinstance(reply.content, str) else []
+        slow = 2 if reply.text == STORY else 1  # time to send another message meanwhile
+        pause = min(self.word_seconds * slow, self.stream_seconds * slow**3 / max(1, len(words)))
+        for word in words:
+            if pause:
+                await asyncio.sleep(pause)
+            yield ChatGenerationChunk(message=AIMessageChunk(content=word))
+        calls = [
+            {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i}
+            for i, c in enumerate(reply.tool_calls)
+        ]
+        yield ChatGenerationChunk(
+            message=AIMessageChunk(
+                content="",
+                tool_call_chunks=calls,
+                usage_metadata=reply.usage_metadata,
+                response_metadata=reply.response_metadata,
+            )
+        )
+
+    def _reply(self, messages: list[BaseMessage]) -> AIMessage:
         call_prefix = f"call_{sum(isinstance(m, AIMessage) for m in messages)}"
         message = _Turn(messages, self.tool_names, call_prefix).respond()
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        input_tokens = estimate_tokens(messages)
+        output_tokens = estimate_tokens([message])
+        return message.model_copy(
+            update={
+                "usage_metadata": {
+                    "input_tokens": input_tokens,
+                    "output_tokens": output_tokens,
+                    "total_tokens": input_tokens + output_tokens,
+                },
+                "response_metadata": {**message.response_metadata, ESTIMATED_USAGE: True},
+            }
+        )
+
+
+def estimate_tokens(messages: Sequence[BaseMessage]) -> int:
+    """About how many tokens ``messages`` are (text and tool calls' arguments): a
+    character count over four, as a rule of thumb for English; the same text always
+    gives the same count."""
+    chars = 0
+    for message in messages:
+        content = message.content
+        chars += len(content) if isinstance(content, str) else len(json.dumps(content))
+        for call in getattr(message, "tool_calls", None) or []:
+            chars += len(call["name"]) + len(json.dumps(call["args"], ensure_ascii=False))
+    return (chars + 3) // 4
 
 
 class _Turn:
@@ -105,6 +191,8 @@ class _Turn:
         if delegated and delegated.group(1) in self.tools:
             return self._call(delegated.group(1), {"task": delegated.group(2).strip()})
         lowered = text.lower()
+        if re.search(r"\bstory\b", lowered):
+            return AIMessage(content=STORY)
         if re.search(r"\bcontext\b", lowered):
             return AIMessage(content=self._client_context())
         unquoted = re.sub(r'"[^"]*"', "", lowered)

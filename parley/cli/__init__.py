@@ -8,7 +8,8 @@ command exits 1 with one clear line on stderr. ``TEMPORAL_ADDRESS`` and
 
 The commands live by area: ``servers`` (dev, gateway, plans-service, worker, deploy),
 ``tools``, ``conversations`` (send, show, list, events, end, chat), ``decisions``
-(approve, reject, respond, edit) and ``audit`` (export, verify); what they share is
+(approve, reject, respond, edit), ``results`` (result: one call's whole result) and
+``audit`` (export, verify); what they share is
 ``parley.cli.app``. They are registered here, in the order ``parley --help`` lists them. Printing is
 ``parley.rendering``; the interactive loop is ``parley.chat``.
 """
@@ -19,6 +20,7 @@ from parley.cli.app import app, fail, out, warn
 from parley.cli.audit import audit
 from parley.cli.conversations import chat, end, events, list_, send, show
 from parley.cli.decisions import approve, edit, reject, respond
+from parley.cli.results import result
 from parley.cli.servers import deploy, dev, gateway, plans_service, worker
 from parley.cli.tools import tools
 
@@ -34,6 +36,7 @@ app.command()(reject)
 app.command()(respond)
 app.command()(edit)
 app.command()(show)
+app.command()(result)
 app.command("list")(list_)
 app.command()(events)
 app.command()(end)

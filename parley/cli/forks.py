@@ -17,13 +17,17 @@ At = Annotated[
     int,
     typer.Option(
         "--at",
-        help="How many of its first messages the new conversation starts with (1 is the "
-        "first message only).",
+        help="How many of its first messages the new conversation starts with: messages "
+        "1 to N as parley show numbers them (1 is the first message only).",
     ),
 ]
 To = Annotated[
     int,
-    typer.Option("--to", help="How many of its first messages the conversation keeps."),
+    typer.Option(
+        "--to",
+        help="How many of its first messages the conversation keeps: messages 1 to N as "
+        "parley show numbers them.",
+    ),
 ]
 As = Annotated[
     str, typer.Option("--as", help="The new conversation's session id (one never used).")

@@ -10,6 +10,8 @@ Client side (never imported by workflows). One module per job:
   fork alike;
 - ``stored``: what a conversation stored in the payload store, read back, and the one
   line when retention deleted it (``DeletedByRetention``, saying when);
+- ``results``: one tool call's result, whole (``whole_result``: ``parley result``,
+  ``GET …/results/{call_id}``), however much of it the model read;
 - ``visibility``: listing conversations from Temporal's visibility, no worker needed;
 - ``liveness``: never wait on a task queue no worker serves;
 - ``connection``: connecting to the cluster, with a one-line answer when it cannot;

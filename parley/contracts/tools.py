@@ -199,10 +199,26 @@ class RunToolInput(Contract):
     subagent: str | None = None
 
 
+class StoredResult(Contract):
+    """Where a result the model and the previews saw cut is kept whole: an object of the
+    payload store (``parley.storage.results``), stored under the conversation's workflow
+    id (so retention keeps it as long as the transcript). ``parley result`` and
+    ``GET /v1/conversations/{id}/results/{call_id}`` read it back."""
+
+    claim: dict[str, str]
+    #: The whole content's length in characters, and the whole envelope's JSON size.
+    content_chars: int = 0
+    bytes: int = 0
+
+
 class RunToolOutput(Contract):
-    """A successful run; a failure is raised as an ``ApplicationError`` instead."""
+    """A successful run; a failure is raised as an ``ApplicationError`` instead.
+    ``stored``: set when the result is longer than any preview of it (the model's
+    ``MODEL_RESULT_MAX_CHARS``, a payload over ``PAYLOAD_PREVIEW_BYTES``) and the worker
+    kept it whole in the payload store."""
 
     result: ToolResult
+    stored: StoredResult | None = None
 
 
 class TurnToolResult(_ContentOfPayload):

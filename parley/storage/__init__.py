@@ -36,7 +36,8 @@ reader can say so.
 Modules: ``base`` (the interface), ``local``, ``s3``, ``clusters`` (whose part: the
 cluster id), ``parts`` (a store of parts), ``stores`` (choosing the store, the data
 converter), ``transcripts`` (the chain), ``audit_archive`` (audit entries older than the
-kept window), ``retention``, ``schedule``.
+kept window), ``results`` (tool results kept whole when the model read them cut),
+``retention``, ``schedule``.
 """
 
 from parley.storage.base import PayloadStore, Referrer, StoredObject

@@ -1,6 +1,7 @@
 // The chat view's parts that need no other view: the status badge, the working
 // indicator and the transcript.
 
+import { conversationPath, errorOf, handleError } from "./api.js";
 import { compactJSON, el, statusText, textOf } from "./dom.js";
 import { emit, EVENTS } from "./events.js";
 import { $, isEnded, state } from "./state.js";
@@ -195,12 +196,39 @@ export function renderMessage(m, names, open, closed) {
     const artifact = m.artifact && typeof m.artifact === "object" ? m.artifact : {};
     const status = resultStatus(artifact.status || m.status || "success", artifact.payload);
     const name = m.name || names.get(m.tool_call_id) || "tool";
-    return [resultBlock(m.tool_call_id, name, status, text, open, closed)];
+    const block = resultBlock(m.tool_call_id, name, status, text, open, closed);
+    return artifact.stored ? [block, wholeResultLink(m.tool_call_id, artifact.stored)] : [block];
   }
   if (text.trim()) {
     return [el("div", { class: "msg system", "data-type": m.type || "other" }, el("div", { class: "text", text }))];
   }
   return [];
+}
+
+// A result the model read cut (its beginning, with a note) is kept whole: the link
+// fetches it with the reader's token (GET …/results/{call_id}) and saves it as a file.
+function wholeResultLink(toolCallId, stored) {
+  const chars = Number(stored.content_chars) || 0;
+  const link = el("a", {
+    href: "#",
+    class: "whole-result small",
+    "data-testid": "whole-result",
+    text: `the whole result (${chars.toLocaleString("en")} characters)`,
+  });
+  link.addEventListener("click", async (event) => {
+    event.preventDefault();
+    try {
+      const path = `${conversationPath(state.sid)}/results/${encodeURIComponent(toolCallId)}`;
+      const res = await fetch(path, { headers: { Authorization: `Bearer ${state.token}` }, cache: "no-store" });
+      if (!res.ok) throw await errorOf(res);
+      const url = URL.createObjectURL(await res.blob());
+      el("a", { href: url, download: `${toolCallId}.txt` }).click();
+      setTimeout(() => URL.revokeObjectURL(url), 60_000);
+    } catch (err) {
+      handleError(err);
+    }
+  });
+  return el("p", { class: "muted small whole-result-line" }, link);
 }
 
 // A call answered with "respond" is recorded as rejected (the tool did not run), with
