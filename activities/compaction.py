@@ -38,6 +38,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from parley.activities.heartbeat import heartbeating
+from parley.activities.models.failover import ListedModels
 from parley.contracts import (
     COMPACT_CONTEXT,
     ClientContext,
@@ -109,14 +110,18 @@ def token_counter(model: Any) -> Counter:
     return approximate
 
 
-def model_view(messages: list[AnyMessage], compaction: Compaction | None) -> list[AnyMessage]:
-    """What the model is sent: system messages first, the summary in place of the first
-    ``covers`` messages, then the rest."""
+def model_view(
+    messages: list[AnyMessage], compaction: Compaction | None, instructions: str | None = None
+) -> list[AnyMessage]:
+    """What the model is sent: the agent's ``instructions`` as the system message, the
+    transcript's system messages, the summary in place of the first ``covers`` messages,
+    then the rest. The instructions are not in the transcript: no summary replaces them."""
+    system = [SystemMessage(content=instructions)] if instructions else []
     if compaction is None:
-        return messages
+        return [*system, *messages]
     head = [m for m in messages[: compaction.covers] if isinstance(m, SystemMessage)]
     summary = HumanMessage(content=f"{SUMMARY_HEADING}\n{compaction.summary}")
-    return [*head, summary, *messages[compaction.covers :]]
+    return [*system, *head, summary, *messages[compaction.covers :]]
 
 
 #: How the front end's context for a turn (``ClientContext``) is introduced to the model.
@@ -157,17 +162,17 @@ def summarizer_input(previous: str | None, messages: list[AnyMessage]) -> str:
 class CompactionActivities:
     def __init__(
         self,
-        model: Any,
+        models: ListedModels,
         transcripts: TranscriptStore,
         budget: ContextBudget,
-        failure: Callable[[Exception], ApplicationError],
+        failure: Callable[[Exception, int], ApplicationError],
         count: Counter | None = None,
     ) -> None:
-        self._model = model
+        self._models = models  # the summary is written by the model the workflow chose
         self._transcripts = transcripts
         self._budget = budget
-        self._failure = failure  # ``call_model``'s one mapping to the retry contract
-        self._count = count or token_counter(model)
+        self._failure = failure  # ``call_model``'s one mapping (the model's index)
+        self._count = count or token_counter(models.first)
 
     def over_budget(self, view: list[AnyMessage]) -> int | None:
         """By how many tokens ``view`` passes the budget (None: it fits)."""
@@ -188,16 +193,22 @@ class CompactionActivities:
                 )
             assert context is not None  # a conversation has at least its first message
             messages = await self._transcripts.load(context)
-            return context.model_copy(
-                update={"compaction": await self._compaction(messages, context, request.harder)}
+            compaction = await self._compaction(
+                messages, context, request.harder, request.instructions, request.model
             )
+            return context.model_copy(update={"compaction": compaction})
 
     async def _compaction(
-        self, messages: list[AnyMessage], context: ContextRef, harder: bool
+        self,
+        messages: list[AnyMessage],
+        context: ContextRef,
+        harder: bool,
+        instructions: str | None = None,
+        model: str | None = None,
     ) -> Compaction:
         previous = context.compaction
         start = previous.covers if previous else 0
-        before = self._count(model_view(messages, previous))
+        before = self._count(model_view(messages, previous, instructions))
         # Half the budget; after a provider's refusal, a quarter, and at most half of
         # the view it refused (a budget larger than the provider's window happens).
         target = self._budget.input_tokens // 2
@@ -218,31 +229,32 @@ class CompactionActivities:
             ),
         )
         summary, usage = await self._summarize(
-            previous.summary if previous else None, messages[start:cut]
+            previous.summary if previous else None, messages[start:cut], model
         )
         compaction = Compaction(
             covers=cut, summary=summary, tokens_before=before, tokens_after=0, usage=usage
         )
-        after = self._count(model_view(messages, compaction))
+        after = self._count(model_view(messages, compaction, instructions))
         if after > self._budget.input_tokens:
             raise self._cannot_fit(after)
         return compaction.model_copy(update={"tokens_after": after})
 
     async def _summarize(
-        self, previous: str | None, messages: list[AnyMessage]
+        self, previous: str | None, messages: list[AnyMessage], model: str | None = None
     ) -> tuple[str, Usage]:
         text = summarizer_input(previous, messages)
         room = self._budget.input_tokens // 2 * 4  # characters, at about four a token
         if len(text) > room:
             text = f"[the oldest {len(text) - room} characters are left out]\n{text[-room:]}"
+        index = self._models.index_of(model)
         try:
-            reply = await self._model.ainvoke(
+            reply = await self._models.models[index].ainvoke(
                 [SystemMessage(content=SUMMARY_INSTRUCTIONS), HumanMessage(content=text)]
             )
         except Exception as exc:
-            raise self._failure(exc) from None
+            raise self._failure(exc, index) from None
         summary = text_of(reply)[:SUMMARY_MAX_CHARS].strip() or "(nothing to summarize)"
-        return summary, Usage.of_call(reply)
+        return summary, Usage.of_call(reply).under(self._models.name(index))
 
     def _cannot_fit(self, tokens: int) -> ApplicationError:
         return ApplicationError(

@@ -29,6 +29,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -43,6 +44,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from parley import tracing
+from parley.activities.call_ids import _with_unique_ids
 from parley.activities.compaction import (
     DEFAULT_CONTEXT_TOKENS,
     CompactionActivities,
@@ -51,6 +53,13 @@ from parley.activities.compaction import (
     with_client_context,
 )
 from parley.activities.heartbeat import heartbeating
+from parley.activities.instructions import system_message
+from parley.activities.models.failover import (
+    ListedModels,
+    carried_over,
+    fails_over,
+    provider_of,
+)
 from parley.activities.models.failures import classify_model_error, model_error_type
 from parley.activities.redaction import redact
 from parley.activities.reply_limits import ReplyLimits, ReplyMeter, check_reply, merged
@@ -58,9 +67,7 @@ from parley.activities.streaming import ReplyStreamer, Send
 from parley.contracts import (
     ASSISTANT_MESSAGE_PREFIX,
     CALL_MODEL,
-    REWOUND_CALL_ID,
     STREAM_DELTA_SIGNAL,
-    SUBAGENT_CALL_PREFIX,
     WORKFLOW_ID_PREFIX,
     CallModelInput,
     CallModelOutput,
@@ -68,7 +75,9 @@ from parley.contracts import (
     subagent_tag,
     text_of,
 )
-from parley.contracts.limits import CALL_ID_MAX_CHARS, clipped
+from parley.contracts.failover import FailoverOffer
+from parley.contracts.instructions import WorkerInstructions
+from parley.contracts.limits import clipped
 from parley.errors import ErrorType, ModelRequestError, ToolInputError, TransientError
 from parley.settings import DEFAULT_OVERLOAD_CODES, MODEL_ACTIVITY, retry_delay
 from parley.storage import TranscriptStore
@@ -78,7 +87,7 @@ from parley.tools import ToolRegistry, UnstableCanonicalForm
 class ModelActivities:
     def __init__(
         self,
-        model: BaseChatModel,
+        model: BaseChatModel | ListedModels,
         registry: ToolRegistry,
         transcripts: TranscriptStore,
         *,
@@ -91,35 +100,44 @@ class ModelActivities:
         self._reply_limits = reply_limits or ReplyLimits()
         #: No budget given: only a provider's "context length exceeded" compacts.
         self._budgeted = context_budget is not None
+        #: PARLEY_MODEL's models in order (one, most often): each call names its own.
+        self._listed = listed = ListedModels.of(model)
         self.compaction = CompactionActivities(
-            model,
+            listed,
             transcripts,
             context_budget or ContextBudget(DEFAULT_CONTEXT_TOKENS),
-            lambda exc: _model_failure(exc, overload_codes),
+            lambda exc, index: _model_failure(exc, overload_codes, offer=listed.offer(index)),
         )
         self._registry = registry
         self._catalogue = registry.catalogue(notifications=notifications)
         self._transcripts = transcripts
-        self._unbound = model
-        self._model_name = model_name(model)
-        self._model = _bound(model, registry.langchain_tools())
-        self._subagent_models = {
-            spec.name: _bound(model, registry.langchain_tools(spec)) for spec in registry.subagents
-        }
+        self._choices = [self._choice(each) for each in listed.models]
+
+    def _choice(self, model: BaseChatModel) -> _Choice:
+        tools, registry = self._registry.langchain_tools(), self._registry
+        subagents = {s.name: _bound(model, registry.langchain_tools(s)) for s in registry.subagents}
+        return _Choice(
+            model, model_name(model), provider_of(model), _bound(model, tools), subagents
+        )
 
     @activity.defn(name=CALL_MODEL)
     async def call_model(self, request: CallModelInput) -> CallModelOutput:
         async with heartbeating():
-            model = self._model_for(request.subagent, request.client_tools)
+            index = self._listed.index_of(request.model)  # the workflow's choice
+            choice = self._choices[index]
+            model = self._model_for(choice, request.subagent, request.client_tools)
             history = await self._transcripts.load(request.context)
             messages = history + list(request.new_messages)
             compaction = request.context.compaction if request.context else None
-            view = with_client_context(model_view(messages, compaction), request.client_context)
+            system, asked = system_message(request, self._registry.agent)  # the instructions
+            view = model_view(messages, compaction, system)
+            view = with_client_context(view, request.client_context)
+            view = carried_over(view, choice.provider)  # another provider's parts converted
             if self._budgeted and (over := self.compaction.over_budget(view)):
-                return await self._over_budget(request, over)
+                return await self._over_budget(request, over, asked)
             message_id = f"{ASSISTANT_MESSAGE_PREFIX}{uuid.uuid4().hex[:12]}"
             session_id = activity.info().workflow_id.removeprefix(WORKFLOW_ID_PREFIX)
-            with tracing.model_span(self._model_name, session_id) as span:
+            with tracing.model_span(choice.name, session_id) as span:
                 try:
                     reply = await _streamed_reply(
                         model, view, _signaller(), message_id, self._reply_limits
@@ -128,7 +146,8 @@ class ModelActivities:
                     # Not chained: the SDK exception text may echo the request and its
                     # key, and a chained cause would be stored in workflow history.
                     usage = getattr(exc, REPORTED_USAGE, None)
-                    raise _model_failure(exc, self._overload_codes, usage) from None
+                    offer, name = self._listed.offer(index), self._listed.name(index)
+                    raise _model_failure(exc, self._overload_codes, usage, offer, name) from None
                 tracing.record_usage(span, getattr(reply, "usage_metadata", None))
             if not isinstance(reply, AIMessage):
                 raise ApplicationError(
@@ -157,10 +176,16 @@ class ModelActivities:
             and request.catalogue_version != self._catalogue.version
         )
         return CallModelOutput(
-            message=reply, context=context, catalogue=self._catalogue if fresh else None
+            message=reply,
+            context=context,
+            catalogue=self._catalogue if fresh else None,
+            instructions=asked,
+            model=self._listed.name(index),
         )
 
-    async def _over_budget(self, request: CallModelInput, over: int) -> CallModelOutput:
+    async def _over_budget(
+        self, request: CallModelInput, over: int, asked: WorkerInstructions | None
+    ) -> CallModelOutput:
         """The model is not called: the new messages are stored, and the workflow is
         told to compact (``compact_context``) and call again."""
         info = activity.info()
@@ -172,14 +197,16 @@ class ModelActivities:
                 workflow_id=info.workflow_id,
                 namespace=info.namespace,
             )
-        return CallModelOutput(context=context, over_budget=over)
+        return CallModelOutput(context=context, over_budget=over, instructions=asked)
 
-    def _model_for(self, subagent: str | None, client_tools: list[ClientTool]) -> Any:
+    def _model_for(
+        self, choice: _Choice, subagent: str | None, client_tools: list[ClientTool]
+    ) -> Any:
         if client_tools and subagent is None:  # the front end's own, for this turn
-            return _bound(self._unbound, self._with_client_tools(client_tools))
+            return _bound(choice.unbound, self._with_client_tools(client_tools))
         if subagent is None:
-            return self._model
-        model = self._subagent_models.get(subagent)
+            return choice.bound
+        model = choice.subagents.get(subagent)
         if model is None:
             raise ApplicationError(
                 f"this worker has no subagent {subagent!r} (PARLEY_POLICIES); its "
@@ -338,66 +365,37 @@ def _signaller() -> Send | None:
     return lambda delta: handle.signal(STREAM_DELTA_SIGNAL, delta)
 
 
+@dataclass(frozen=True)
+class _Choice:
+    """One of the worker's models, bound to its tools and to each subagent's."""
+
+    unbound: BaseChatModel
+    name: str
+    provider: str | None
+    bound: Any
+    subagents: dict[str, Any]
+
+
 def _bound(model: BaseChatModel, tools: list[Any]) -> Any:
     return model.bind_tools(tools) if tools else model
-
-
-def _with_unique_ids(
-    reply: AIMessage,
-    message_id: str,
-    transcript_length: int,
-    used: set[str],
-    subagent: str | None = None,
-    rewinds: int = 0,
-) -> AIMessage:
-    """Give the message an id of Parley's and every tool call (valid or not) an id
-    unique in the conversation and its subagents, over all its life. Some providers omit
-    ids, some (Ollama, vLLM) restart at ``call_0`` every turn, and a subagent's model
-    numbers its calls as its parent's does; the gate, a decision's update id and the
-    idempotency key ``<workflow_id>:<tool_call_id>`` address calls by id, so a shared id
-    would answer one call with another's decision. ``used``: the ids in the transcript;
-    ``rewinds``: how often it was cut, each cut a namespace of its own (``r<n>.``), so an
-    id cut away is never given again. ``subagent``: the conversation's ``<name>-<n>``."""
-    base = f"m{transcript_length}"
-    prefix = f"{SUBAGENT_CALL_PREFIX}{subagent}-" if subagent else f"r{rewinds}." if rewinds else ""
-    counter = iter(range(len(reply.tool_calls) + len(reply.invalid_tool_calls)))
-
-    def unique(call: Any) -> Any:
-        call_id = call.get("id") or ""
-        index = next(counter)
-        if len(call_id) > CALL_ID_MAX_CHARS:
-            call_id = ""  # ids live in pending calls, the audit log, idempotency keys
-        if not subagent and (
-            call_id.startswith(SUBAGENT_CALL_PREFIX) or REWOUND_CALL_ID.match(call_id)
-        ):
-            call_id = ""  # Parley's own namespaces
-        if call_id:
-            call_id = f"{prefix}{call_id}"
-        k = 0
-        while not call_id or call_id in used:
-            call_id = f"{prefix}call_{base}_{index}" + (f".{k}" if k else "")
-            k += 1
-        used.add(call_id)
-        return {**call, "id": call_id}
-
-    return reply.model_copy(
-        update={
-            "id": message_id,
-            "tool_calls": [unique(c) for c in reply.tool_calls],
-            "invalid_tool_calls": [unique(c) for c in reply.invalid_tool_calls],
-        }
-    )
 
 
 def _model_failure(
     exc: Exception,
     overload_codes: frozenset[str] = DEFAULT_OVERLOAD_CODES,
     usage: dict[str, Any] | None = None,
+    offer: FailoverOffer | None = None,
+    model: str | None = None,
 ) -> ApplicationError:
     """The one mapping from a failed model call to the retry contract, redacted. The
-    usage its provider reported, if any, travels as the failure's details."""
-    details = ({"usage_metadata": usage},) if usage else ()
+    usage its provider reported, if any, travels as the failure's details, and so does
+    the next model (``offer``) when the worker lists several and the failure fails over
+    (and the usage's ``model``, counted under it)."""
+    billed = {"usage_metadata": usage, **({"model": model} if model else {})}
+    details: tuple[dict[str, Any], ...] = (billed,) if usage else ()
     classified = classify_model_error(exc, overload_codes=overload_codes)  # ParleyError: as is
+    if offer is not None and fails_over(classified):
+        details = (*details, offer.detail())
     if isinstance(classified, TransientError):
         return ApplicationError(
             clipped(redact(classified.message)),

@@ -154,7 +154,19 @@ def stored_size(message: BaseMessage) -> int:
 def _content_size(content: Any) -> int:
     if isinstance(content, str):
         return utf8_size(content)
-    return len(_json(content))
+    return sum(map(_part_size, content)) if isinstance(content, list) else len(_json(content))
+
+
+def _part_size(part: Any) -> int:
+    """A content part's growth: a delta of a block (Anthropic's ``{"type": "text",
+    "text", "index"}`` every few words, ``input_json_delta`` for a tool's arguments)
+    adds its text to the block, not its JSON again."""
+    field = _DELTA_TEXT.get(str(part.get("type"))) if isinstance(part, dict) else None
+    value = part.get(field) if field else None
+    return utf8_size(value) if isinstance(value, str) else len(_json(part))
+
+
+_DELTA_TEXT = {"text": "text", "input_json_delta": "partial_json"}
 
 
 def _json(value: Any) -> bytes:

@@ -95,6 +95,9 @@ class ErrorType:
     MODEL_CALL_LIMIT = "ModelCallLimitReached"
     #: The run's history came near Temporal's limit within one turn: the turn stopped.
     HISTORY_LIMIT = "HistoryLimitReached"
+    #: The conversation added to the agent's instructions on a worker that does not
+    #: allow it (``PARLEY_ALLOW_ADDED_INSTRUCTIONS``): its turns fail in one line.
+    INSTRUCTIONS_REFUSED = "InstructionsRefused"
     # Tool results that are not a tool's own answer.
     NOT_RUN = "NotRun"
     TOOL_REPORTED_FAILURE = "ToolReportedFailure"

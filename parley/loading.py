@@ -15,7 +15,8 @@ entry point read:
 - ``ToolsetContext``, for a toolset of your own: the worker's HTTP client and the
   environment's variables under the factory's own prefix
   (``@factory(ToolsetContext, env_prefix="ACME_")``), which may not be one of Parley's
-  (``PARLEY_``, ``OPENAI_``, ``AWS_``, ``TEMPORAL_``, ``OTEL_``).
+  (``PARLEY_``, ``OPENAI_``, ``ANTHROPIC_``, ``GOOGLE_``, ``AWS_``, ``TEMPORAL_``,
+  ``OTEL_``).
 
 No factory is handed the worker's whole Settings: the link secret, the gateway's tokens,
 the store's keys and the other toolsets' keys stay with the worker. That is least
@@ -119,7 +120,8 @@ class McpConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     """A chat model's: its name (``openai:<name>``; empty for a ``module:factory``), the
-    OpenAI-compatible server's URL and key, and how long one request may take."""
+    provider's server URL and key (``provider``: OpenAI-compatible unless ``anthropic`` or
+    ``google``), and how long one request may take."""
 
     name: str
     api_key: str = field(default="", repr=False)
@@ -127,11 +129,17 @@ class ModelConfig:
     timeout_seconds: float = 120.0
 
     @classmethod
-    def from_settings(cls, settings: Settings, name: str = "") -> ModelConfig:
+    def from_settings(
+        cls, settings: Settings, name: str = "", provider: str = "openai"
+    ) -> ModelConfig:
+        api_key, base_url = {  # <PROVIDER>_API_KEY / <PROVIDER>_BASE_URL
+            "anthropic": (settings.anthropic_api_key, settings.anthropic_base_url),
+            "google": (settings.google_api_key, settings.google_base_url),
+        }.get(provider, (settings.openai_api_key, settings.openai_base_url))
         return cls(
             name,
-            api_key=settings.openai_api_key,
-            base_url=settings.openai_base_url,
+            api_key=api_key,
+            base_url=base_url,
             timeout_seconds=settings.model_timeout_seconds,
         )
 
@@ -150,7 +158,7 @@ class ToolsetContext:
 TOOLSET_CONFIGS: tuple[type, ...] = (PlansConfig, GitConfig, McpConfig, ToolsetContext)
 MODEL_CONFIGS: tuple[type, ...] = (ModelConfig,)
 #: Prefixes of the variables Parley reads itself: no toolset's ``env_prefix`` covers them.
-RESERVED_PREFIXES = ("PARLEY_", "OPENAI_", "AWS_", "TEMPORAL_", "OTEL_")
+RESERVED_PREFIXES = ("PARLEY_", "OPENAI_", "ANTHROPIC_", "GOOGLE_", "AWS_", "TEMPORAL_", "OTEL_")
 _PREFIX = re.compile(r"^[A-Z][A-Z0-9_]*_$")
 
 F = TypeVar("F", bound=Callable[..., Any])

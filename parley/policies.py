@@ -34,6 +34,14 @@ only the tools ``tools`` names, behind the same rules and gate::
     tools = ["list_plans", "get_plan", "create_plan"]
     instructions = "You plan work. Record each plan with create_plan."
 
+One ``[agent]`` table may give the agent's own instructions (``parley.instructions``):
+its ``name``, and its ``instructions`` or an ``instructions_file`` (beside the policy
+file)::
+
+    [agent]
+    name = "release-helper"
+    instructions_file = "release-helper.md"
+
 One ``[budget]`` table may set a spending mark: once a conversation's model calls have
 used that many tokens in all, its next model call waits for a decision (approve raises
 the mark by the same step, reject ends the turn)::
@@ -69,7 +77,12 @@ from parley.loading import read_config_file
 M = TypeVar("M", bound=BaseModel)
 
 #: The file's tables, as they are written.
-TABLES = {"rule": "[[rule]]", "subagent": "[[subagent]]", "budget": "[budget]"}
+TABLES = {
+    "rule": "[[rule]]",
+    "subagent": "[[subagent]]",
+    "budget": "[budget]",
+    "agent": "[agent]",
+}
 
 #: How many tool names a message lists at most.
 LISTED = 12
@@ -90,6 +103,16 @@ class Policies:
     rules: list[PolicyRule] = field(default_factory=list)
     subagents: list[SubagentSpec] = field(default_factory=list)
     budget: SpendBudget | None = None
+    agent: AgentTable | None = None
+
+
+class AgentTable(BaseModel):
+    """The ``[agent]`` table: the agent's name and instructions (the text, or a file
+    beside the policy file; ``parley.instructions`` reads it)."""
+
+    name: str = ""
+    instructions: str | None = None
+    instructions_file: str | None = None
 
 
 def load_policies(
@@ -112,8 +135,17 @@ def load_policies(
                 file,
                 "",
                 f"unknown table {key!r}{_nearest(key, TABLES, shown=TABLES)}; write each rule "
-                "as a [[rule]] table, each subagent as a [[subagent]] table and the spending "
-                "mark as one [budget] table",
+                "as a [[rule]] table, each subagent as a [[subagent]] table, the spending "
+                "mark as one [budget] table and the agent as one [agent] table",
+            )
+    agent = None
+    if "agent" in raw:
+        if not isinstance(raw["agent"], dict):
+            raise PolicyFileError(file, "", "write the agent as one [agent] table")
+        agent = _parsed(AgentTable, raw["agent"], "[agent]", file)
+        if agent.instructions is not None and agent.instructions_file is not None:
+            raise PolicyFileError(
+                file, "[agent]", "give instructions or instructions_file, not both"
             )
     budget = None
     if "budget" in raw:
@@ -142,6 +174,10 @@ def load_policies(
         rule = _parsed(PolicyRule, table, where, file)
         if rule.name in {r.name for r in rules}:
             raise PolicyFileError(file, where, "a rule before it has this name")
+        if (rule.escalate_to or "").startswith("group:"):
+            raise PolicyFileError(
+                file, where, "escalate_to names one person, not a group (a group has no link)"
+            )
         if names is not None and not [n for n in names if fnmatch.fnmatchcase(n, rule.tool)]:
             raise PolicyFileError(file, where, f"tool: {_no_tool(rule.tool, names)}")
         if specs is not None:
@@ -155,7 +191,7 @@ def load_policies(
                     "it would (put the narrower rule first, or remove one)",
                 )
         rules.append(rule)
-    return Policies(rules=rules, subagents=subagents, budget=budget)
+    return Policies(rules=rules, subagents=subagents, budget=budget, agent=agent)
 
 
 def _check_args(rule: PolicyRule, specs: list[ToolSpec], where: str, file: Path) -> None:

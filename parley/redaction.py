@@ -13,9 +13,9 @@ dataclass field with ``repr=False``: ``remember_config``) and the gateway's bear
 tokens (``remember_values``). Only the entry points read the environment: the worker
 (``parley.worker.build_worker``), the gateway and the CLI hand it to
 ``remember_secrets`` once, at start; ``redact`` reads only what they remembered. Besides
-those values, anything shaped like a secret goes: an ``sk-`` key, a ``Bearer`` token, an
-``api_key=`` parameter, and a signed approval link's token (``parley.links``: base64url
-JSON, a dot, a signature).
+those values, anything shaped like a secret goes: an ``sk-`` key, a Google ``AIza`` key,
+a ``Bearer`` token, an ``api_key=`` parameter, and a signed approval link's token
+(``parley.links``: base64url JSON, a dot, a signature).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ REDACTED = "[redacted]"
 _SECRET_NAMES = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
 _KEY_SHAPES = re.compile(
     r"(?:\bsk-[A-Za-z0-9_\-*.]{6,}|\bBearer\s+\S+|\bapi[_-]?key=[^&\s]+"
-    r"|\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{16,})",
+    r"|\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{16,}|\bAIza[A-Za-z0-9_-]{30,})",
     re.IGNORECASE,
 )
 #: A shorter value would redact ordinary words.

@@ -107,7 +107,6 @@ NOTIFY_ACTIVITY = ActivityOptions(
     ),
 )
 
-
 ARCHIVE_AUDIT_ACTIVITY = ActivityOptions(
     # One write to the payload store. Bounded, so that a store that is down does not
     # hold the run loop (deadlines, continue-as-new): the entries stay in the window
@@ -148,9 +147,8 @@ class Settings:
     pending_expiry_seconds: float = PENDING_EXPIRY_SECONDS_DEFAULT
     max_model_calls_per_turn: int = MODEL_CALLS_PER_TURN_DEFAULT
     continue_as_new_after_events: int = CONTINUE_AS_NEW_AFTER_EVENTS_DEFAULT
-    #: Where large payloads and transcript segments go (``parley.storage``): a
-    #: directory, ``s3://bucket[/prefix]``, or ``module:factory`` returning a Temporal
-    #: ``StorageDriver``.
+    #: Where large payloads and transcript segments go (``parley.storage``): a directory,
+    #: ``s3://bucket[/prefix]``, or ``module:factory`` returning a Temporal ``StorageDriver``.
     payload_store: str | None = None
     # --- the S3 store: the standard AWS variables (None: the SDK's chain decides) ---
     aws_endpoint_url: str | None = None
@@ -208,6 +206,10 @@ class Settings:
     # --- the model (worker) ---
     openai_api_key: str = field(default="", repr=False)
     openai_base_url: str | None = None
+    anthropic_api_key: str = field(default="", repr=False)
+    anthropic_base_url: str | None = None
+    google_api_key: str = field(default="", repr=False)
+    google_base_url: str | None = None
     model_timeout_seconds: float = DEFAULT_MODEL_TIMEOUT_SECONDS
     model_overload_codes: frozenset[str] = DEFAULT_OVERLOAD_CODES
     # --- the gateway (``parley gateway``) ---
@@ -231,9 +233,8 @@ class Settings:
 
     @property
     def gateway_url(self) -> str:
-        return (
-            self.gateway_public_url or f"http://{self.gateway_host}:{self.gateway_port}"
-        ).rstrip("/")
+        url = self.gateway_public_url or f"http://{self.gateway_host}:{self.gateway_port}"
+        return url.rstrip("/")
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -309,6 +310,10 @@ class Settings:
             plans_api_key=env.get("PARLEY_PLANS_API_KEY", "").strip(),
             openai_api_key=env.get("OPENAI_API_KEY", ""),
             openai_base_url=env.get("OPENAI_BASE_URL") or None,
+            anthropic_api_key=env.get("ANTHROPIC_API_KEY", "").strip(),
+            anthropic_base_url=env.get("ANTHROPIC_BASE_URL", "").strip() or None,
+            google_api_key=env.get("GOOGLE_API_KEY", "").strip(),
+            google_base_url=env.get("GOOGLE_BASE_URL", "").strip() or None,
             model_timeout_seconds=_positive_number(
                 env,
                 "PARLEY_MODEL_TIMEOUT_SECONDS",
@@ -321,10 +326,8 @@ class Settings:
             gateway_port=_port(env, "PARLEY_GATEWAY_PORT", DEFAULT_GATEWAY_PORT),
             gateway_public_url=env.get("PARLEY_GATEWAY_URL", "").strip() or None,
             gateway_tokens_file=env.get("PARLEY_GATEWAY_TOKENS_FILE", "").strip() or None,
-            gateway_max_body_bytes=(
-                _positive_int(env, "PARLEY_GATEWAY_MAX_BODY_BYTES", 8 * 1024 * 1024)
-                if env.get("PARLEY_GATEWAY_MAX_BODY_BYTES", "").strip()
-                else None
+            gateway_max_body_bytes=_optional_int(
+                env, "PARLEY_GATEWAY_MAX_BODY_BYTES", 8 * 1024 * 1024
             ),
             temporal_ui_url=(
                 env.get("PARLEY_TEMPORAL_UI_URL", "").strip() or DEFAULT_TEMPORAL_UI_URL
@@ -387,15 +390,14 @@ def _otlp_traces_url(env: Env) -> str | None:
     return None
 
 
-def _optional_int(env: Env, name: str) -> int | None:
+def _optional_int(env: Env, name: str, example: int = 1) -> int | None:
     """:func:`_positive_int`, or None when the variable is unset or empty."""
-    return _positive_int(env, name, 1) if env.get(name, "").strip() else None
+    return _positive_int(env, name, example) if env.get(name, "").strip() else None
 
 
 def _codes(env: Env, name: str, default: frozenset[str]) -> frozenset[str]:
     """Comma-separated codes, lower-cased; setting the variable replaces the defaults."""
-    raw = env.get(name)
-    if raw is None or not raw.strip():
+    if not (raw := env.get(name, "")).strip():
         return default
     return frozenset(code.strip().lower() for code in raw.split(",") if code.strip())
 
@@ -411,8 +413,7 @@ def _choice(env: Env, name: str, choices: tuple[str, ...]) -> str:
 def _version_part(env: Env, name: str, default: str | None) -> str | None:
     """A deployment name or build id: Temporal joins them as ``<name>.<build id>`` in
     older APIs, so neither may contain a dot (nor a colon, its newer separator)."""
-    value = env.get(name, "").strip()
-    if not value:
+    if not (value := env.get(name, "").strip()):
         return default
     if any(mark in value for mark in ".: \t/") or len(value) > 255:
         raise ValueError(
@@ -431,8 +432,7 @@ def _port(env: Env, name: str, default: int) -> int:
 
 def _positive_int(env: Env, name: str, default: int) -> int:
     """A whole number >= 1, written ``8`` or ``8.0``; ``0.5`` is refused, not truncated."""
-    raw = env.get(name, "").strip()
-    if not raw:
+    if not (raw := env.get(name, "").strip()):
         return default
     wrong = f"{name}={raw!r} must be a whole number of at least 1; set e.g. {name}={default}"
     try:

@@ -47,6 +47,7 @@ from parley.contracts import (
     ToolSpec,
 )
 from parley.errors import ToolInputError
+from parley.instructions import AgentSetup, load_agent
 from parley.loading import TOOLSET_CONFIGS, FactoryInputs, call_factory
 from parley.policies import load_policies
 from parley.settings import Settings
@@ -256,6 +257,8 @@ class ToolRegistry:
         self.subagents: list[SubagentSpec] = list(subagents)
         #: The policy file's ``[budget]`` (None: model use never waits for a decision).
         self.spend: SpendBudget | None = None
+        #: The agent's instructions (``parley.instructions``): none unless loaded.
+        self.agent = AgentSetup()
         self._tools: dict[str, ParleyTool] = {}
         for item in tools:
             tool = item if isinstance(item, ParleyTool) else ParleyTool(item)
@@ -392,8 +395,10 @@ def load_registry(
         tools.extend(load_toolset(reference, settings, http_client, environ))
     tools.extend(extra)
     registry = ToolRegistry(tools)
+    table = None
     if settings is not None and settings.policies_file:
         policies = load_policies(settings.policies_file, tools=[t.spec() for t in registry.tools()])
         registry.rules, registry.subagents = policies.rules, policies.subagents
-        registry.spend = policies.budget
+        registry.spend, table = policies.budget, policies.agent
+    registry.agent = load_agent(environ or {}, table, settings.policies_file if settings else None)
     return registry

@@ -36,7 +36,7 @@ from parley.activities.audit_archive import AuditArchiveActivities
 from parley.activities.compaction import ContextBudget, known_window
 from parley.activities.http import aclose_shared_client, new_http_client
 from parley.activities.model_calls import ModelActivities
-from parley.activities.models import build_chat_model
+from parley.activities.models.failover import ListedModels, build_chat_models
 from parley.activities.notifications import NotifyActivities
 from parley.activities.reply_limits import ReplyLimits
 from parley.activities.store_gc import StoreGcActivities
@@ -44,6 +44,7 @@ from parley.activities.tool_calls import ToolActivities
 from parley.client import connect
 from parley.client.connection import core_logging
 from parley.contracts import SEARCH_ATTRIBUTES
+from parley.contracts.failover import cooldown_seconds, model_specs
 from parley.deploys import make_current_if_none
 from parley.logs import configure_logging
 from parley.redaction import remember_config, remember_secrets
@@ -51,6 +52,7 @@ from parley.settings import Settings
 from parley.storage import PayloadStore, TranscriptStore, driver_of, store_of
 from parley.storage.audit_archive import AuditArchive
 from parley.storage.parts import attach_client, claim_part
+from parley.storage.results import WholeResults
 from parley.storage.schedule import ensure_gc_schedule
 from parley.tools import ToolRegistry, load_registry
 from parley.workflows.conversation import ConversationWorkflow
@@ -64,7 +66,7 @@ def load_tools_and_model(
     *,
     warn: Callable[[str], None],
     http_client: httpx.AsyncClient | None = None,
-) -> tuple[ToolRegistry, BaseChatModel]:
+) -> tuple[ToolRegistry, BaseChatModel | ListedModels]:
     """The worker's tools (``PARLEY_TOOLS``, each factory handed its own narrow config
     made from ``settings``, the worker's ``http_client`` and the environment) and model
     (``PARLEY_MODEL``), loaded before anything starts.
@@ -81,7 +83,7 @@ def load_tools_and_model(
             f"PARLEY_TOOLS={settings.tools!r}: {type(problem).__name__}: {problem}"
         ) from None
     try:
-        model = build_chat_model(settings.model, settings)
+        model = listed_models(settings)
     except ValueError:
         raise
     except Exception as problem:  # so may a model factory
@@ -96,11 +98,21 @@ def load_tools_and_model(
     return registry, model
 
 
+def listed_models(settings: Settings) -> ListedModels:
+    """Every model ``PARLEY_MODEL`` lists, built now (a bad one is one line), with the
+    failover cool-down, ``PARLEY_MODEL_FAILOVER_COOLDOWN_SECONDS``: read here from the
+    environment beside ``Settings`` (``parley.contracts.failover``)."""
+    return build_chat_models(settings.model, settings, cooldown_seconds(os.environ))
+
+
 def context_budget(settings: Settings) -> ContextBudget | None:
     """The model's context budget: ``PARLEY_MODEL_CONTEXT_TOKENS``, else the known
     window of the model; None for a model nobody knows (only a provider's refusal
     then compacts)."""
-    tokens = settings.model_context_tokens or known_window(settings.model)
+    windows = [known_window(spec) for spec in model_specs(settings.model)]
+    known = [window for window in windows if window is not None]
+    # Several models: the smallest window known among them, so a failover fits too.
+    tokens = settings.model_context_tokens or (min(known) if known else None)
     if tokens is None:
         return None
     return ContextBudget(tokens, reply_tokens=min(settings.model_reply_tokens, tokens // 2))
@@ -111,7 +123,7 @@ def build_worker(
     settings: Settings,
     *,
     registry: ToolRegistry | None = None,
-    model: BaseChatModel | None = None,
+    model: BaseChatModel | ListedModels | None = None,
     http_client: httpx.AsyncClient | None = None,
 ) -> Worker:
     """The worker, wired: ``http_client`` is the one its toolsets (when it loads them)
@@ -123,7 +135,7 @@ def build_worker(
             settings.tools, settings=settings, http_client=http_client, environ=os.environ
         )
     )
-    model = model if model is not None else build_chat_model(settings.model, settings)
+    model = model if model is not None else listed_models(settings)
     # The worker's own environment holds the secrets its activities must keep out of
     # history and its logs out of their lines: read here, where the worker is built;
     # and so do its Settings (``parley dev`` makes the plans service's key itself).
@@ -140,7 +152,11 @@ def build_worker(
         context_budget=context_budget(settings),
         reply_limits=ReplyLimits(max_bytes=settings.max_model_reply_bytes),
     )
-    tool_activities = ToolActivities(registry, max_result_bytes=settings.max_tool_result_bytes)
+    tool_activities = ToolActivities(
+        registry,
+        max_result_bytes=settings.max_tool_result_bytes,
+        results=WholeResults(driver_of(client.data_converter)),
+    )
     audit_archive = AuditArchiveActivities(AuditArchive(driver_of(client.data_converter)))
     activities: list[Callable[..., Any]] = [
         model_activities.call_model,
@@ -247,7 +263,7 @@ async def run_worker(
     settings: Settings,
     *,
     registry: ToolRegistry | None = None,
-    model: BaseChatModel | None = None,
+    model: BaseChatModel | ListedModels | None = None,
     http_client: httpx.AsyncClient | None = None,
 ) -> None:
     """Connect, register the search attributes and run until SIGTERM or SIGINT, then
@@ -264,7 +280,7 @@ async def run_worker(
             settings.tools, settings=settings, http_client=http_client, environ=os.environ
         )
     )
-    model = model if model is not None else build_chat_model(settings.model, settings)
+    model = model if model is not None else listed_models(settings)
     client = await connect(settings, runtime=metrics_runtime(settings), role="worker")
     # The store's part of this cluster and namespace; one line per other cluster in it.
     for line in await claim_part(client, driver_of(client.data_converter)):
@@ -277,10 +293,11 @@ async def run_worker(
         )
     worker = build_worker(client, settings, registry=registry, model=model, http_client=http_client)
     log.info(
-        "worker on task queue %r, model %r, %d tools%s",
+        "worker on task queue %r, model %r, %d tools, instructions %s%s",
         settings.task_queue,
         settings.model,
         len(registry),
+        registry.agent.instructions.label() if registry.agent.instructions else "none",
         f", build {settings.deployment_name}:{settings.build_id}" if settings.build_id else "",
     )
     stop = asyncio.Event()

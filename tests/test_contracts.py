@@ -192,6 +192,7 @@ def test_a_payload_leaves_out_empty_fields_and_reads_back_the_same() -> None:
         "results": [],
         "error": None,
         "usage": None,
+        "notice": None,
     }
 
 

@@ -121,8 +121,8 @@ MISTAKES = [
         "[[rule]]",
         "[[rules]]",
         "unknown table 'rules' (did you mean [[rule]]?); write each rule as a [[rule]] "
-        "table, each subagent as a [[subagent]] table and the spending mark as one [budget] "
-        "table",
+        "table, each subagent as a [[subagent]] table, the spending mark as one [budget] "
+        "table and the agent as one [agent] table",
     ),
 ]
 
@@ -241,6 +241,12 @@ def specs() -> list:
         ('name = "r"\ntool = "push_branch"\ndecision = "deny"', "did you mean 'decide'?"),
         ('name = "r"\ntool = "push_branch"\ndecide = "deny"\ncolour = "red"', "(it takes: name,"),
         ('name = "r"\ntool = "push_branch"\nhours = "09:00-09:00"\ndecide = "deny"', "empty"),
+        # an escalation reaches one person: a group has no link
+        (
+            'name = "r"\ntool = "push_branch"\ndecide = "confirm"\ntimeout_seconds = 60\n'
+            'on_timeout = "escalate"\nescalate_to = "group:ops"',
+            "escalate_to names one person, not a group",
+        ),
         # an argument no tool the pattern names takes
         ('name = "r"\ntool = "*"\nargs = { brnch = "x" }\ndecide = "deny"', "did you mean"),
         # a rule after one with the same tools, no window and wider patterns

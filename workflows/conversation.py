@@ -70,9 +70,11 @@ with workflow.unsafe.imports_passed_through():
         InvalidMessage,
     )
     from parley.workflows import gate, metrics
+    from parley.workflows.awaiting import awaiting_all
     from parley.workflows.dedup import Deduplication
     from parley.workflows.events import EventLog
     from parley.workflows.followers import Followers
+    from parley.workflows.instructions import check_added, take_added
     from parley.workflows.ledger import Ledger
     from parley.workflows.publishing import publish_owner, publish_status
     from parley.workflows.rewind import Rewinder, first_state
@@ -153,6 +155,7 @@ class ConversationWorkflow:
         """The message enters the conversation, once its run has started: the front
         end's results for its tools' calls (or their answer as never run), its text."""
         self._turns.front_end.take(message)
+        take_added(self._state, self._ledger, message)  # the starting message's addition
         if message.text.strip():
             self._state.transcript.messages.append(
                 HumanMessage(content=message.text, id=message.message_id)
@@ -174,6 +177,7 @@ class ConversationWorkflow:
     def _check_message(self, message: SendMessageInput) -> bool:
         """Whether the message may start a turn now (False) or waits for one (True)."""
         gate.check_client_run(self._state, message, self._start.max_message_bytes, InvalidMessage)
+        check_added(self._state, message)  # only the starting message adds instructions
         return gate.check_message(
             self._state,
             message,
@@ -254,7 +258,7 @@ class ConversationWorkflow:
     @wait_for_events.validator
     def _validate_wait_for_events(self, raw: Any) -> None:
         request = gate.parse(EventsWait, raw, InvalidMessage)
-        gate.check_member(self._state, request.user_id)
+        gate.check_member(self._state, request.user_id, request.groups)
         if self._state.ended:
             raise ConversationEnded("this conversation has ended")
         if self._followers.handing_over or self._handover.followers_refused:
@@ -298,12 +302,17 @@ class ConversationWorkflow:
 
     @workflow.query
     def state(self, query: StateQuery) -> ConversationSnapshot:
-        escalated = gate.check_reader(self._state, query.user_id)
+        escalated = gate.check_reader(self._state, query.user_id, query.groups)
         if escalated is not None:  # the person a call was escalated to: that call only
-            return self._ledger.escalated_snapshot(escalated)
-        return self._ledger.snapshot(query)
+            snapshot = self._ledger.escalated_snapshot(escalated)
+        else:
+            snapshot = self._ledger.snapshot(query)
+        # Who each call waits for, and what this reader (with their groups) may do, by
+        # the gate's own checks.
+        snapshot.awaiting = awaiting_all(self._state, snapshot.pending, query.user_id, query.groups)
+        return snapshot
 
     @workflow.query
     def events(self, query: EventsQuery) -> EventPage:
-        gate.check_member(self._state, query.user_id)
+        gate.check_member(self._state, query.user_id, query.groups)
         return self._events.page(query.after, query.limit)

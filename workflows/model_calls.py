@@ -9,7 +9,9 @@ recorded, seen in the Temporal UI), recorded in the audit log (``compacted``) an
 event log (``CUSTOM parley.compacted``), and the model is called again; a refusal
 after a compaction compacts harder once. What still does not fit fails the turn with
 one line naming the budget; the conversation goes on. Neither activity starts once the
-run's history nears Temporal's limits (``execution.check_history_room``).
+run's history nears Temporal's limits (``execution.check_history_room``). Each names the
+model the workflow chose (``parley.workflows.failover``); one that fails for good with a
+failover offer is made again on the next listed model.
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ with workflow.unsafe.imports_passed_through():
         CallModelOutput,
         CompactContextInput,
         ContextRef,
+        Usage,
     )
+    from parley.contracts.instructions import system_text
     from parley.errors import ErrorType
     from parley.settings import MODEL_ACTIVITY
     from parley.workflows.events import EventLog
     from parley.workflows.execution import TurnFailed, check_history_room
+    from parley.workflows.failover import ModelFailover
     from parley.workflows.ledger import Ledger
     from parley.workflows.usage import UsageMeter
 
@@ -38,14 +43,26 @@ COMPACTIONS_PER_CALL = 2
 
 
 class ModelCaller:
-    def __init__(self, ledger: Ledger, events: EventLog, usage: UsageMeter) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        events: EventLog,
+        usage: UsageMeter,
+        failover: ModelFailover | None = None,
+    ) -> None:
         self._ledger = ledger
         self._events = events
         self._usage = usage
+        self._failover = failover
+        self._model: str | None = None  # this call's model (``failover``)
+        self._tried: set[str] = set()
 
     async def call(self, request: CallModelInput) -> CallModelOutput:
-        """The model's reply (``message`` set), compacting on the way when needed."""
+        """The model's reply (``message`` set), compacting on the way when needed, on
+        the next listed model when one fails for good (``parley.workflows.failover``)."""
         compactions = 0
+        self._model = self._failover.current() if self._failover else None
+        self._tried = set()
         while True:
             check_history_room("the next model call")
             try:
@@ -66,10 +83,18 @@ class ModelCaller:
                         ErrorType.CONTEXT_LENGTH_EXCEEDED,
                     )
                 refusal, context, new, harder = None, output.context, [], compactions > 0
+                if (asked := output.instructions) is not None:  # for the summary to count
+                    text = system_text(asked.instructions, request.added_instructions)
+                    request = request.model_copy(update={"instructions": text})
             check_history_room("the conversation was compacted")
             try:
                 compacted = await self._compact(
-                    CompactContextInput(context=context, new_messages=new, harder=harder)
+                    CompactContextInput(
+                        context=context,
+                        new_messages=new,
+                        harder=harder,
+                        instructions=request.instructions,
+                    )
                 )
             except ActivityError as err:
                 if refusal is not None and _too_long(err):
@@ -81,6 +106,24 @@ class ModelCaller:
             request = request.model_copy(update={"context": compacted, "new_messages": []})
 
     async def _call_model(self, request: CallModelInput) -> CallModelOutput:
+        while True:
+            try:
+                return await self._call_model_on(request.model_copy(update={"model": self._model}))
+            except ActivityError as err:
+                self._fail_over(err)
+
+    def _fail_over(self, err: ActivityError) -> None:
+        """Raise ``err`` again unless the call moves to another model (then counted
+        what the failed one's provider reported)."""
+        following = self._failover.fail_over(err, self._tried) if self._failover else None
+        if self._failover is None or following is None:
+            raise err
+        if (billed := Usage.of_failure(err.cause)) is not None:
+            self._usage.add_usage(billed)
+        self._model = following
+        check_history_room("the call on the next model")
+
+    async def _call_model_on(self, request: CallModelInput) -> CallModelOutput:
         return await workflow.execute_activity(
             CALL_MODEL,
             request,
@@ -91,14 +134,19 @@ class ModelCaller:
         )
 
     async def _compact(self, request: CompactContextInput) -> ContextRef:
-        context: ContextRef = await workflow.execute_activity(
-            COMPACT_CONTEXT,
-            request,
-            start_to_close_timeout=MODEL_ACTIVITY.start_to_close,
-            heartbeat_timeout=MODEL_ACTIVITY.heartbeat,
-            retry_policy=MODEL_ACTIVITY.retry,
-            result_type=ContextRef,
-        )
+        while True:
+            try:
+                context: ContextRef = await workflow.execute_activity(
+                    COMPACT_CONTEXT,
+                    request.model_copy(update={"model": self._model}),
+                    start_to_close_timeout=MODEL_ACTIVITY.start_to_close,
+                    heartbeat_timeout=MODEL_ACTIVITY.heartbeat,
+                    retry_policy=MODEL_ACTIVITY.retry,
+                    result_type=ContextRef,
+                )
+                break
+            except ActivityError as err:
+                self._fail_over(err)
         compaction = context.compaction
         assert compaction is not None
         if compaction.usage is not None:

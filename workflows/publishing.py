@@ -50,6 +50,9 @@ def publish_status(state: ConversationState) -> None:
 
 def current_details(state: ConversationState) -> str:
     lines = [f"**Status:** {state.status}  ", f"**User:** {state.user_id}"]
+    if state.instructions is not None and state.instructions.text:
+        lines[-1] += "  "
+        lines.append(f"**Instructions:** {state.instructions.label()}")
     if state.pending:
         lines += ["", "| tool call | tool | args | expires |", "|---|---|---|---|"]
         for c in state.pending:

@@ -190,6 +190,7 @@ class RunLoop:
             # refuses the option from unversioned workers.
             workflow.continue_as_new(
                 self._start.model_copy(update={"carried_state": self._state}),
+                memo=dict(workflow.memo()) or None,  # the instructions it holds, for the UI
                 initial_versioning_behavior=(
                     workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
                     if build_of_this_run()

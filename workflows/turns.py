@@ -41,8 +41,10 @@ from parley.workflows.busy import Busy
 from parley.workflows.decisions import Decisions
 from parley.workflows.events import EventLog
 from parley.workflows.execution import ToolRunner, TurnFailed
+from parley.workflows.failover import ModelFailover
 from parley.workflows.front_end import ClientRequest, FrontEnd
 from parley.workflows.gate import run_id_for
+from parley.workflows.instructions import Instructions
 from parley.workflows.ledger import Ledger
 from parley.workflows.model_calls import ModelCaller
 from parley.workflows.notifying import Notifier
@@ -75,7 +77,9 @@ class TurnEngine:
         self.front_end = FrontEnd(state, ledger)
         self.busy = Busy(state, ledger, events, stream, self.front_end)
         self._usage = UsageMeter(state, events)
-        self._model = ModelCaller(ledger, events, self._usage)
+        self._failover = ModelFailover(state, ledger, events)
+        self._model = ModelCaller(ledger, events, self._usage, self._failover)
+        self._instructions = Instructions(state, start, ledger)  # the system message
         self.notifier = Notifier(state, start, ledger, self._catalogue)
         self.subagents = Subagents(state, start, ledger, self._catalogue)
         self._tools = ToolRunner(state, start, ledger, self.subagents, self._catalogue)
@@ -108,6 +112,7 @@ class TurnEngine:
             self.front_end.begin_turn(client)
             state.turn_results = []
             self._usage.begin_turn()
+            self._failover.begin_turn()
             pending_before = {call.tool_call_id for call in state.pending}
             if expired or (decisions is not None and self._answers_every_call(decisions)):
                 self.notifier.cancel_all()  # the calls it announced are being answered
@@ -117,6 +122,7 @@ class TurnEngine:
             set_status(state, "running")
             result = await self._rest(decisions, edits, expired or [], subagent_news)
         result.usage = self._usage.turn
+        result.notice = self._failover.notice
         if result.status != "failed":  # a failed run announced it before its RUN_ERROR
             self._usage.announce()
         if result.status == "awaiting_approval":
@@ -248,6 +254,7 @@ class TurnEngine:
                     client_context=self.front_end.context,
                     client_tools=[] if self._start.subagent else self.front_end.offered,
                     rewinds=state.counters.rewinds,
+                    **self._instructions.call_fields(),
                 )
             )
         except ActivityError as err:
@@ -260,7 +267,8 @@ class TurnEngine:
             raise TurnFailed(f"the model call failed: {message}", code) from err
         ai = output.message
         assert ai is not None  # ModelCaller returns replies only
-        self._usage.add(ai)
+        self._instructions.take(output.instructions)
+        self._usage.add_usage(Usage.of_call(ai).under(output.model))  # per model, if several
         if output.catalogue is not None:
             state.tools = output.catalogue
         state.transcript.messages.append(ai)

@@ -1,9 +1,12 @@
 """Chat models for ``PARLEY_MODEL``. Activity side: only ``call_model`` builds them.
 
 - ``scripted`` (default): offline and deterministic; understands the shipped toolsets'
-  requests in plain English (see ``parley.activities.models.scripted``).
+  requests in plain English, streams its replies a word at a time and estimates its
+  token usage (see ``parley.activities.models.scripted``).
 - ``script:<file>``: replays a JSON list of assistant messages, for tests and demos.
 - ``openai:<model>``: any OpenAI-compatible server through langchain-openai.
+- ``anthropic:<model>``: Claude through Anthropic's Messages API (langchain-anthropic).
+- ``google:<model>``: Gemini through the Gemini API (langchain-google-genai).
 - ``<module>:<factory>``: any langchain-core ``BaseChatModel`` a factory returns; the
   factory takes nothing, or a ``ModelConfig`` (``@factory(ModelConfig)``,
   ``parley.loading``), never the worker's Settings.
@@ -20,19 +23,20 @@ from parley.settings import Settings
 
 
 def build_chat_model(spec: str, settings: Settings | None = None) -> BaseChatModel:
-    """The chat model ``PARLEY_MODEL`` names; ``openai:`` and a factory that asks for it
-    get a ``ModelConfig`` made from the Settings the worker read at start (no model
-    reads the environment, and none is handed the other secrets)."""
+    """The chat model ``PARLEY_MODEL`` names; ``openai:``, ``anthropic:``, ``google:`` and
+    a factory that asks for it get a ``ModelConfig`` made from the Settings the worker
+    read at start (no model reads the environment, and none is handed the other
+    secrets)."""
     spec = spec.strip()
     if spec == "scripted":
-        from parley.activities.models.scripted import ScriptedChatModel
+        from parley.activities.models.scripted import OFFLINE_WORD_SECONDS, ScriptedChatModel
 
-        return ScriptedChatModel()
+        return ScriptedChatModel(word_seconds=OFFLINE_WORD_SECONDS)  # streams, as a provider
     kind, sep, rest = spec.partition(":")
     if not sep or not rest:
         raise ValueError(
             f"PARLEY_MODEL={spec!r} is not understood: use 'scripted', 'script:<file>', "
-            "'openai:<model>' or '<module>:<factory>'"
+            "'openai:<model>', 'anthropic:<model>', 'google:<model>' or '<module>:<factory>'"
         )
     if kind == "script":
         from parley.activities.models.script_file import ScriptFileChatModel
@@ -44,6 +48,18 @@ def build_chat_model(spec: str, settings: Settings | None = None) -> BaseChatMod
         if settings is None:  # a programming error: the entry points always pass theirs
             raise ValueError(f"PARLEY_MODEL={spec!r} needs the worker's Settings")
         return build_openai_model(ModelConfig.from_settings(settings, rest))
+    if kind == "anthropic":
+        from parley.activities.models.anthropic_provider import build_anthropic_model
+
+        if settings is None:
+            raise ValueError(f"PARLEY_MODEL={spec!r} needs the worker's Settings")
+        return build_anthropic_model(ModelConfig.from_settings(settings, rest, "anthropic"))
+    if kind == "google":
+        from parley.activities.models.google_provider import build_google_model
+
+        if settings is None:
+            raise ValueError(f"PARLEY_MODEL={spec!r} needs the worker's Settings")
+        return build_google_model(ModelConfig.from_settings(settings, rest, "google"))
     try:
         factory = getattr(importlib.import_module(kind), rest)
     except (ImportError, AttributeError) as err:

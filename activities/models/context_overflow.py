@@ -4,8 +4,10 @@ result its own failure type, which the workflow can answer by compacting.
 
 Providers say it in many ways: OpenAI's ``400 context_length_exceeded`` ("This model's
 maximum context length is 8192 tokens"), Anthropic's "prompt is too long: 210000 tokens >
-200000 maximum", langchain-core's ``ContextOverflowError``, others "a context window of
-32768 tokens".
+200000 maximum" and "input length and `max_tokens` exceed context limit: 197000 + 8192 >
+200000", Gemini's "The input token count (1048577) exceeds the maximum number of tokens
+allowed (1048576).", langchain-core's ``ContextOverflowError``, others "a context window
+of 32768 tokens".
 """
 
 from __future__ import annotations
@@ -21,12 +23,17 @@ _MARKERS = (
     "context_window",
     "input tokens exceed",
     "prompt is too long",
+    "exceed context limit",
+    "exceeds the maximum number of tokens",
+    "input token count",
 )
 _CODES = ("context_length_exceeded", "string_above_max_length")
 _WINDOW_FIGURES = (
     re.compile(r"maximum context length is (\d[\d,]*)", re.IGNORECASE),
     re.compile(r"> ?(\d[\d,]*) maximum", re.IGNORECASE),
     re.compile(r"context (?:window|length) (?:of|is) (\d[\d,]*)", re.IGNORECASE),
+    re.compile(r"exceed context limit: [\d, +]*> ?(\d[\d,]*)", re.IGNORECASE),
+    re.compile(r"maximum number of tokens allowed \((\d[\d,]*)\)", re.IGNORECASE),
 )
 
 

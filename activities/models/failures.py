@@ -15,18 +15,26 @@ context window exceeded                                ContextLengthExceeded (a
 HTTP 429 ``insufficient_quota`` (billing, not a        ModelRequestError
 rate limit: waiting cannot help)
 HTTP 400, 401, 403, 404, 409, 413, 422, any other 4xx  ModelRequestError
-an error body inside an HTTP 200                       ModelRequestError
+an error body inside an HTTP 200 or an SSE ``error``   the status its code names, as
+event: a code that is a status, or Anthropic's error   above (``rate_limit_error`` 429,
+type                                                   ``api_error`` 500, ...); else
+                                                       ModelRequestError
 anything else                                          ``None``: a programming error
 =====================================================  ====================
 
 ``TransientError.retry_after`` comes from the ``retry-after-ms`` / ``Retry-After``
 response headers (seconds, or an HTTP date). Messages and bodies are scrubbed of the API
-key (the configured ``OPENAI_API_KEY`` and anything shaped like ``sk-...``) because they
-end up in workflow history.
+key (the configured ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY`` / ``GOOGLE_API_KEY`` and
+anything shaped like ``sk-...``, Anthropic's ``sk-ant-...`` included, or like Google's
+``AIza...``) because they end up in workflow history; a refused key or a missing model
+names the variables of the provider that refused (``provider_errors``, which also reads
+Anthropic's error types as statuses).
 
-Works from the exceptions' shape as well as their class: the ``openai`` SDK (and
-langchain-openai's subclasses of it), ``httpx`` / ``httpx2``, langchain-core's
-``ModelError`` family, and any SDK error carrying ``status_code`` and ``response``.
+Works from the exceptions' shape as well as their class: the ``openai`` and ``anthropic``
+SDKs (and langchain's subclasses of them), ``google-genai``'s (read by ``google_errors``:
+its ``RetryInfo`` delay, its status names), ``httpx`` / ``httpx2`` / ``aiohttp``,
+langchain-core's ``ModelError`` family, and any SDK error carrying ``status_code`` and
+``response``.
 
 Long (about 400 lines) because providers report failures in many shapes (status codes,
 error bodies inside a 200, SDK classes, transport errors); each reader is a small
@@ -46,6 +54,8 @@ from parley.activities.models.context_overflow import (
     model_error_type,
     window_named,
 )
+from parley.activities.models.google_errors import google_failure
+from parley.activities.models.provider_errors import ERROR_TYPE_STATUSES, variables_prefix
 from parley.activities.redaction import redact
 from parley.errors import (
     ContextLengthExceeded,
@@ -73,6 +83,8 @@ def classify_model_error(
     codes = frozenset(c.lower() for c in overload_codes)
     if isinstance(exc, ParleyError):
         return exc
+    # langchain-google-genai hides the SDK's status and body: read Google's own error.
+    exc = google_failure(exc) or exc
 
     status = _status_code(exc)
     response = getattr(exc, "response", None)
@@ -81,6 +93,13 @@ def classify_model_error(
     error_body_in_200 = _error_body_in_200(exc) if body is None else None
     if error_body_in_200 is not None:
         body = error_body_in_200
+    # Anthropic's SSE ``error`` event in a 200 stream: its SDK raises the event, status 200.
+    event = getattr(exc, "body", None)
+    in_200 = error_body_in_200 is not None or (
+        isinstance(event, Mapping)
+        and event.get("type") == "error"
+        and getattr(exc, "status_code", None) == 200
+    )
     provider_code, provider_message = _code_and_message(body, exc)
     safe_body = redact(body)
     retry_after = _retry_after(getattr(response, "headers", None))
@@ -89,7 +108,7 @@ def classify_model_error(
     if overload is not None:
         return TransientError(
             _with_detail(f"the model provider is overloaded ({overload})", status, None),
-            http_status=200 if error_body_in_200 is not None else status,
+            http_status=200 if in_200 else status,
             body=safe_body,
             retry_after=retry_after,
         )
@@ -110,8 +129,9 @@ def classify_model_error(
             window=window,
         )
 
+    provider = variables_prefix(exc)
     if status is not None:
-        return _by_status(status, provider_code, provider_message, safe_body, retry_after)
+        return _by_status(status, provider_code, provider_message, safe_body, retry_after, provider)
 
     if _is_timeout(exc):
         return TransientError(
@@ -137,10 +157,10 @@ def classify_model_error(
             body=safe_body,
         )
 
-    if error_body_in_200 is not None:
-        code_status = _int_or_none(provider_code)
+    if in_200:
+        code_status = _int_or_none(provider_code) or ERROR_TYPE_STATUSES.get(provider_code or "")
         if code_status is not None and 400 <= code_status <= 599:
-            return _by_status(code_status, None, provider_message, safe_body, None)
+            return _by_status(code_status, None, provider_message, safe_body, None, provider)
         return ModelRequestError(
             _with_detail(
                 "the model provider returned an error", 200, provider_message or provider_code
@@ -160,6 +180,7 @@ def _by_status(
     message: str | None,
     body: Any,
     retry_after: float | None,
+    provider: str = "OPENAI",
 ) -> ParleyError:
     if status == 429 and code == "insufficient_quota":
         return ModelRequestError(
@@ -186,11 +207,11 @@ def _by_status(
             retry_after=retry_after,
         )
     if status == 401:
-        text = "the model provider refused the API key (check OPENAI_API_KEY)"
+        text = f"the model provider refused the API key (check {provider}_API_KEY)"
     elif status == 403:
         text = "the model provider denied access to this model or endpoint"
     elif status == 404:
-        text = "model not found (check PARLEY_MODEL and OPENAI_BASE_URL)"
+        text = f"model not found (check PARLEY_MODEL and {provider}_BASE_URL)"
     elif status == 413:
         text = "the request is too large for the model provider"
     elif 400 <= status < 500:
@@ -326,6 +347,8 @@ _CONNECTION_CLASSES = frozenset(
         ("openai", "APIConnectionError"),
         ("httpx", "TransportError"),
         ("httpx2", "TransportError"),
+        ("aiohttp", "ClientConnectionError"),  # google-genai's async transport
+        ("aiohttp", "ClientPayloadError"),
         ("langchain_core", "ModelConnectionError"),
     }
 )

@@ -8,6 +8,8 @@ Works for OpenAI, DeepSeek, vLLM, Ollama and anything else speaking the protocol
 
 The SDK's own retries are off (``max_retries=0``): Temporal's retry policy for the model
 activity is the only retry loop, and ``parley.activities.models.failures`` decides what it retries.
+A server that ignores ``stream: true`` and answers with one JSON body is read whole
+(``parley.activities.models.whole_bodies``): the turn goes on.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from langchain_core.language_models import BaseChatModel
 from langchain_openai import ChatOpenAI
 
+from parley.activities.models.whole_bodies import WholeBodiesAsyncClient, WholeBodiesClient
 from parley.loading import ModelConfig
 
 
@@ -48,4 +51,7 @@ def build_openai_model(config: ModelConfig) -> BaseChatModel:
         # Chat completions is what DeepSeek, vLLM and Ollama speak; never switch to
         # OpenAI's Responses API by model name.
         use_responses_api=False,
+        # A whole JSON body where a stream was asked for is read as that stream.
+        http_client=WholeBodiesClient(),
+        http_async_client=WholeBodiesAsyncClient(),
     )

@@ -1,5 +1,6 @@
-"""``parley tools``: the worker's tools, subagents and policy rules. Client side; it
-loads the toolsets as the worker would, and needs no server.
+"""``parley tools``: the worker's tools, subagents, policy rules and the agent's
+instructions. Client side; it loads the toolsets and reads the instructions as the
+worker would, and needs no server.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from rich.text import Text
 
 from parley.cli.app import AsJson, fail, out, settings
 from parley.dev_state import running_dev
+from parley.instructions import AgentSetup
 from parley.rendering import print_catalogue
 
 
@@ -30,8 +32,15 @@ def tools(as_json: AsJson = False) -> None:
     except ValueError as problem:
         raise fail(str(problem)) from None
     catalogue = registry.catalogue()
+    agent = registry.agent
     if as_json:
-        print(json.dumps(catalogue.model_dump(mode="json"), indent=2))
+        described = catalogue.model_dump(mode="json")
+        described["instructions"] = {
+            **(agent.instructions.model_dump(mode="json") if agent.instructions else {}),
+            "source": agent.source or None,
+            "allow_added": agent.allow_added,
+        }
+        print(json.dumps(described, indent=2))
         return
     if dev is not None:
         out.print(
@@ -44,4 +53,30 @@ def tools(as_json: AsJson = False) -> None:
         subagent.name: [name for name in registry.names() if subagent.allows(name)]
         for subagent in catalogue.subagents
     }
+    print_instructions(agent)
     print_catalogue(catalogue, out, subagent_tools=usable, policies_file=config.policies_file)
+
+
+def print_instructions(agent: AgentSetup) -> None:
+    """The agent's instructions: name, hash, where they come from, the text whole."""
+    added = (
+        "a conversation may add to them at its start (PARLEY_ALLOW_ADDED_INSTRUCTIONS)"
+        if agent.allow_added
+        else "a conversation may not add to them (PARLEY_ALLOW_ADDED_INSTRUCTIONS is off)"
+    )
+    if agent.instructions is None:
+        out.print(
+            Text(
+                "no instructions (PARLEY_INSTRUCTIONS unset, no [agent] in the policy file): "
+                "the model gets no system message; " + added
+            )
+        )
+        return
+    out.print(
+        Text.assemble(
+            ("instructions ", "bold"), agent.instructions.label(), f" from {agent.source}"
+        )
+    )
+    for line in agent.instructions.text.strip("\n").splitlines():
+        out.print(Text(f"    {line}"), soft_wrap=True)
+    out.print(Text(added, style="dim"))

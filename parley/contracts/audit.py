@@ -42,6 +42,10 @@ class AuditEntry(Contract):
         "spending",
         "forked",
         "rewound",
+        "instructions",
+        "instructions_added",
+        "instructions_changed",
+        "model_failover",
     ]
     actor: str
     tool_call_id: str | None = None
@@ -107,3 +111,30 @@ def refusal_of(audit: list[AuditEntry], tool_call_ids: set[str]) -> str | None:
             if message:
                 return str(message)
     return None
+
+
+#: How a ``decided`` entry's action reads after "already decided by bob at …: ".
+_DECIDED_AS = {"approve": "approved", "edit": "edited", "reject": "rejected"}
+
+
+def decided_entry(audit: list[AuditEntry], tool_call_id: str) -> AuditEntry | None:
+    """The latest ``decided`` entry of ``tool_call_id`` (a quorum's approvals each have
+    one), or None."""
+    for entry in reversed(audit):
+        if entry.event == "decided" and entry.tool_call_id == tool_call_id:
+            return entry
+    return None
+
+
+def already_decided(audit: list[AuditEntry], tool_call_id: str) -> str | None:
+    """ "call-1 already decided by bob at 2026-12-07 10:02 UTC: approved" for a call the
+    audit log says was decided, or None."""
+    entry = decided_entry(audit, tool_call_id)
+    if entry is None:
+        return None
+    action = str(entry.detail.get("action", "decided"))
+    outcome = _DECIDED_AS.get(action, "answered" if action == "respond" else action)
+    return (
+        f"{tool_call_id} already decided by {entry.actor} at {entry.at:%Y-%m-%d %H:%M} UTC: "
+        f"{outcome}"
+    )

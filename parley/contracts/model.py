@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
+from parley.contracts.instructions import WorkerInstructions
 from parley.contracts.payloads import CompactAIMessage, Contract, Messages
 from parley.contracts.tools import ToolCatalogue
 from parley.contracts.usage import Usage
@@ -82,6 +83,11 @@ class CompactContextInput(Contract):
     context: ContextRef | None = None
     new_messages: Messages = Field(default_factory=list)
     harder: bool = False
+    #: The system message of the conversation's model calls (the agent's instructions):
+    #: counted in the view, never summarized.
+    instructions: str | None = None
+    #: The model the summary is written by (``CallModelInput.model``).
+    model: str | None = None
 
 
 class CallModelInput(Contract):
@@ -106,6 +112,16 @@ class CallModelInput(Contract):
     #: How many times the conversation was rewound: the reply's call ids are made
     #: unique across every rewind (``REWOUND_CALL_ID``), not only in the transcript.
     rewinds: int = 0
+    #: The system message of every model call: the agent's instructions as this run
+    #: keeps them, and what the conversation added (``parley.contracts.instructions``).
+    instructions: str | None = None
+    #: The run has not learned the instructions yet: the worker uses its own (with
+    #: ``added_instructions``, refused where it does not allow them) and reports them.
+    ask_instructions: bool = False
+    added_instructions: str | None = None
+    #: Which of the models ``PARLEY_MODEL`` lists the call uses (its spec), as the
+    #: workflow chose it (``parley.contracts.failover``); None: the worker's first.
+    model: str | None = None
 
 
 class CallModelOutput(Contract):
@@ -117,6 +133,11 @@ class CallModelOutput(Contract):
     #: The transcript including ``message``.
     context: ContextRef
     catalogue: ToolCatalogue | None = None
+    #: The worker's instructions, when the call asked (``ask_instructions``).
+    instructions: WorkerInstructions | None = None
+    #: The model that answered (its spec), where the worker lists several: usage is
+    #: counted per model. None on a worker with one model.
+    model: str | None = None
 
 
 class StreamDelta(Contract):

@@ -46,6 +46,8 @@ from parley.contracts.conversation import (
     TranscriptCut,
     TurnResult,
 )
+from parley.contracts.failover import ModelChoice
+from parley.contracts.instructions import AgentInstructions
 from parley.contracts.limits import (
     CONTINUE_AS_NEW_AFTER_EVENTS_DEFAULT,
     MESSAGE_MAX_BYTES_DEFAULT,
@@ -250,6 +252,14 @@ class ConversationState(Contract):
     #: Calls of the front end's own tools (``ClientTool``) that wait for its result
     #: (``parley.workflows.client_tools``): the model is not called while any waits.
     client_calls: list[ToolCall] = Field(default_factory=list)
+    #: The agent's instructions as this conversation keeps them (learned at a run's
+    #: first model call; ``parley.workflows.instructions``); None: not learned yet.
+    instructions: AgentInstructions | None = None
+    #: What the message that started the conversation added to them (audited).
+    added_instructions: str | None = None
+    #: The model its calls use after a failover, until the cool-down (None: the first;
+    #: ``parley.workflows.failover``).
+    model_choice: ModelChoice | None = None
 
     def tree_usage(self) -> Usage:
         """The tokens of this conversation's model calls and of its subagents'."""
