@@ -19,7 +19,15 @@ from langchain_core.messages import AnyMessage
 from rich.console import Console
 from rich.text import Text
 
-from parley.contracts import ConversationSnapshot, PendingCall, ToolCatalogue, TurnResult, Usage
+from parley.contracts import (
+    SPEND_CALL,
+    Awaiting,
+    ConversationSnapshot,
+    PendingCall,
+    ToolCatalogue,
+    TurnResult,
+    Usage,
+)
 
 if TYPE_CHECKING:
     from parley.client import ConversationSummary
@@ -46,7 +54,10 @@ def _label_style(label: str) -> str:
 
 def render_turn(result: TurnResult, console: Console, *, reply_streamed: bool = False) -> None:
     """A turn's tool results (each once), then the reply (not again when it was just
-    streamed whole to the same console, ``LiveReply``)."""
+    streamed whole to the same console, ``LiveReply``), after a line naming a change of
+    model (``notice``: a failover, or back after its cool-down)."""
+    if result.notice:
+        console.print(Text(f"({result.notice})", style="dim"))
     for item in result.results:
         label = result_label(item.status, item.payload)
         line = Text.assemble(
@@ -66,25 +77,56 @@ def print_pending(
     *,
     session: str | None = None,
     user: str | None = None,
+    awaiting: Sequence[Awaiting] | None = None,
 ) -> None:
     """Each pending call with its whole arguments (indented JSON: a long value is never
-    cut, whatever the terminal's width), and how to decide."""
+    cut, whatever the terminal's width), who it waits for, and how to decide: the hint
+    names only what ``user`` may do (``awaiting``, the gate's view for that reader)."""
     if not pending:
         return
-    console.print(Text("Waiting for your decision:", style="bold yellow"))
+    views = {view.tool_call_id: view for view in awaiting or []}
+    mine = [c for c in pending if c.tool_call_id not in views or views[c.tool_call_id].may_approve]
+    title = "Waiting for your decision:" if mine else "Waiting for a decision:"
+    console.print(Text(title, style="bold yellow"))
     for call in pending:
         print_call(call, console)
-    if session is not None and user is not None:
-        who = f"--session {shlex.quote(session)} --user {shlex.quote(user)}"
-        console.print(Text(f"Decide with: parley approve|edit|reject|respond {who} [CALL_ID…]"))
+        if call.tool_call_id in views:
+            console.print(Text(f"    ({views[call.tool_call_id].text})", style="dim"))
+    if session is None or user is None:
+        return
+    who = f"--session {shlex.quote(session)} --user {shlex.quote(user)}"
+    spend = all(c.name == SPEND_CALL for c in pending)  # approve or reject, nothing else
+    if mine:
+        verbs = "approve|reject" if spend else "approve|edit|reject|respond"
+        # A bare command decides every pending call: named when some are not theirs.
+        ids = " ".join(shlex.quote(c.tool_call_id) for c in mine)
+        ids = "[CALL_ID…]" if len(mine) == len(pending) else ids
+        console.print(Text(f"Decide with: parley {verbs} {who} {ids}"))
+    if others := [c for c in pending if c not in mine and views[c.tool_call_id].may_decide]:
+        ids = " ".join(shlex.quote(c.tool_call_id) for c in others)
+        verbs = "reject" if spend else "reject|respond"
+        console.print(Text(f"You may reject: parley {verbs} {who} {ids}"))
 
 
 def print_call(call: PendingCall, console: Console) -> None:
+    expires = f"expires {call.expires_at:%Y-%m-%d %H:%M} UTC"
+    if call.name == SPEND_CALL:  # not a tool: may the conversation go on spending?
+        used, mark = int(call.args["total_tokens"]), int(call.args["mark"])
+        console.print(
+            Text.assemble(
+                "  ",
+                ("spend approval", "bold"),
+                f" ({call.tool_call_id}), {expires}: {used:,} tokens used, past the mark "
+                f"of {mark:,}",
+            )
+        )
+        console.print(Text(f"    {call.description}"))
+        return
     console.print(
         Text.assemble(
             "  ",
             (call.name, "bold"),
-            f" ({call.tool_call_id}), expires {call.expires_at:%Y-%m-%d %H:%M} UTC, with:",
+            f" ({call.tool_call_id}), {expires}, with:",
         )
     )
     args = json.dumps(call.args, ensure_ascii=False, indent=2, default=str)
@@ -110,10 +152,16 @@ def quorum_text(call: PendingCall) -> str:
 
 
 def print_snapshot(
-    snapshot: ConversationSnapshot, console: Console, *, audit: bool, hint: bool
+    snapshot: ConversationSnapshot,
+    console: Console,
+    *,
+    audit: bool,
+    hint: bool,
+    user: str | None = None,
 ) -> None:
     """A conversation: status, a page of the transcript (each message whole, each tool
-    result once), the audit log if asked, the pending calls."""
+    result once), the audit log if asked, the pending calls (the hint for ``user``, the
+    reader, by default the owner)."""
     console.print(
         Text.assemble(
             (snapshot.session_id, "bold"), f" ({snapshot.user_id}): status {snapshot.status}"
@@ -124,19 +172,22 @@ def print_snapshot(
     if first > 0 or first + len(snapshot.transcript) < total:
         console.print(
             Text(
-                f"messages {first}-{first + len(snapshot.transcript) - 1} of {total}; "
-                "page with parley show --offset/--limit",
+                f"messages {first + 1}-{first + len(snapshot.transcript)} of {total} "
+                "(numbered from 1, as fork --at and rewind --to count); page with parley "
+                "show --offset N (skips the first N) --limit N",
                 style="dim",
             )
         )
-    print_messages(snapshot.transcript, console)
+    reader = (snapshot.session_id, user or snapshot.user_id)
+    print_messages(snapshot.transcript, console, first=first + 1, reader=reader)
     if audit:
         print_audit(snapshot, console)
     print_pending(
         snapshot.pending,
         console,
         session=snapshot.session_id if hint else None,
-        user=snapshot.user_id if hint else None,
+        user=(user or snapshot.user_id) if hint else None,
+        awaiting=snapshot.awaiting,
     )
 
 
@@ -145,18 +196,56 @@ def usage_line(usage: Usage) -> str:
     if not usage.model_calls:
         return "usage: no model calls yet"
     calls = f"{usage.model_calls} model call{'' if usage.model_calls == 1 else 's'}"
+    estimate = ""
+    if usage.estimated_calls:  # the offline model counts about four characters a token
+        some = "" if usage.estimated_calls == usage.model_calls else " in part"
+        estimate = f", estimated{some} (the offline model reports no real usage)"
+    # Prompt caching's savings: input tokens the provider read from its cache.
+    cached = usage.cache_read_tokens
+    cache = f", {cached:,} of them read from the prompt cache" if cached else ""
+    # Several models (PARLEY_MODEL lists them, and the conversation failed over): each's.
+    each = [
+        f"{name} {part.total_tokens:,} tokens over {part.model_calls}"
+        for name, part in (usage.by_model or {}).items()
+    ]
+    by_model = f"; by model: {', '.join(each)}" if each else ""
     return (
-        f"usage: {usage.total_tokens:,} tokens ({usage.input_tokens:,} in, "
-        f"{usage.output_tokens:,} out) over {calls}"
+        f"usage: {usage.total_tokens:,} tokens ({usage.input_tokens:,} in{cache}, "
+        f"{usage.output_tokens:,} out) over {calls}{estimate}{by_model}"
     )
 
 
-def _label(kind: str) -> tuple[str, str]:
-    return (f"{kind:>6} ", "dim")
+def _label(kind: str, number: str = "") -> tuple[str, str]:
+    return (f"{number}{kind:>6} ", "dim")
 
 
-def print_messages(messages: Sequence[AnyMessage], console: Console) -> None:
+def whole_result_hint(message: AnyMessage, reader: tuple[str, str] | None) -> str:
+    """How to read a result whole that the model (and so the transcript) has cut."""
+    stored = getattr(message, "artifact", {})["stored"]
+    chars = stored.get("content_chars") or 0
+    call = shlex.quote(str(getattr(message, "tool_call_id", "")))
+    who = "--session S --user U"
+    if reader is not None:
+        who = f"--session {shlex.quote(reader[0])} --user {shlex.quote(reader[1])}"
+    return (
+        f"(the whole result, {chars:,} characters, is kept: parley result {who} --call "
+        f"{call} [--output FILE])"
+    )
+
+
+def print_messages(
+    messages: Sequence[AnyMessage],
+    console: Console,
+    *,
+    first: int | None = None,
+    reader: tuple[str, str] | None = None,
+) -> None:
+    """Each message whole, numbered from ``first`` (the transcript's numbering, from 1,
+    which ``fork --at`` and ``rewind --to`` count in) when given; a result kept whole
+    apart from what the model read says how to get it (``reader``: session and user)."""
+    width = len(str(first + len(messages) - 1)) if first is not None else 0
     for index, message in enumerate(messages):
+        number = f"{first + index:>{width}}" if first is not None else ""
         text = message.text
         if message.type == "tool":
             artifact = getattr(message, "artifact", None)
@@ -165,7 +254,7 @@ def print_messages(messages: Sequence[AnyMessage], console: Console) -> None:
             if isinstance(artifact, dict):
                 status = result_label(status, artifact.get("payload"))
             line = Text.assemble(
-                _label("tool"),
+                _label("tool", number),
                 f"{getattr(message, 'name', None) or 'tool'} "
                 f"({getattr(message, 'tool_call_id', '')}) ",
                 (status, _label_style(status)),
@@ -173,16 +262,24 @@ def print_messages(messages: Sequence[AnyMessage], console: Console) -> None:
             if _quoted_whole(text, _next_reply(messages, index)):
                 line.append(": quoted whole in the reply below", style="dim")
             elif text:
-                line.append(f": {text}")
+                line.append(f": {_hanging(text, width)}")
             console.print(line)
+            if isinstance(artifact, dict) and isinstance(artifact.get("stored"), dict):
+                console.print(Text(" " * (width + 7) + whole_result_hint(message, reader), "dim"))
             continue
         calls = getattr(message, "tool_calls", None) or []
         if text or not calls:
-            console.print(Text.assemble(_label(message.type), text))
-        for number, call in enumerate(calls):
+            console.print(Text.assemble(_label(message.type, number), _hanging(text, width)))
+        for nth, call in enumerate(calls):
             args = json.dumps(call["args"], ensure_ascii=False, default=str)
-            lead = _label(message.type) if number == 0 and not text else " " * 7
+            lead = _label(message.type, number) if nth == 0 and not text else " " * (width + 7)
             console.print(Text.assemble(lead, f"→ {call['name']} ({call.get('id')}) {args}"))
+
+
+def _hanging(text: str, width: int) -> str:
+    """A message's text whose later lines are indented under its first, past the label
+    (``width`` digits of its number and the kind): a multi-line message keeps its shape."""
+    return text.replace("\n", "\n" + " " * (width + 7))
 
 
 def _next_reply(messages: Sequence[AnyMessage], index: int) -> str | None:
@@ -199,13 +296,15 @@ def print_audit(snapshot: ConversationSnapshot, console: Console) -> None:
     first = snapshot.audit_offset
     console.print(
         Text(
-            f"Audit log (entries {first}-{first + len(snapshot.audit) - 1} of "
+            f"Audit log (entries {first + 1}-{first + len(snapshot.audit)} of "
             f"{snapshot.audit_total}):",
             style="bold",
         )
     )
-    for entry in snapshot.audit:
-        parts = [f"{entry.at:%Y-%m-%d %H:%M:%S}", f"{entry.event:<11}", entry.actor]
+    width = len(str(first + len(snapshot.audit)))
+    for number, entry in enumerate(snapshot.audit, start=first + 1):
+        parts = [f"{number:>{width}}", f"{entry.at:%Y-%m-%d %H:%M:%S}", f"{entry.event:<11}"]
+        parts.append(entry.actor)
         if entry.name:
             parts.append(entry.name)
         if entry.tool_call_id:

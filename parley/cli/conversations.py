@@ -8,7 +8,6 @@ from __future__ import annotations
 import enum
 import json
 import sys
-from collections.abc import Awaitable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,6 +25,7 @@ from parley.cli.app import (
     run_async,
     settings,
 )
+from parley.cli.following import send_message
 from parley.client import (
     ConversationRefused,
     Conversations,
@@ -33,9 +33,9 @@ from parley.client import (
     check_identity,
     connect,
 )
-from parley.contracts import StateQuery, TurnResult, check_user_id
+from parley.contracts import StateQuery, check_user_id
 from parley.contracts.busy import WHILE_BUSY_MODES
-from parley.live_reply import LiveReply, send_following
+from parley.live_reply import LiveReply
 from parley.rendering import (
     print_conversation_list,
     print_snapshot,
@@ -82,6 +82,7 @@ def send(
         WhileBusyChoice | None,
         typer.Option(
             "--while-busy",
+            metavar="MODE",
             help="If a turn is running: reject (refused), enqueue (the next turn, in order) "
             "or interrupt (the model call is cancelled, never a tool, and the turn goes on "
             "with this message too). Default: the conversation's (PARLEY_WHILE_BUSY when "
@@ -103,25 +104,15 @@ def send(
 
     # The reply's text is written as it streams, except for --json (one JSON document).
     live = None if as_json else LiveReply(sys.stdout)
-
-    async def work() -> TurnResult:
-        client = await conversations(session, user)
-
-        def send() -> Awaitable[TurnResult]:
-            return client.send(
-                session,
-                user,
-                message,
-                message_id=message_id,
-                reviewers=reviewer or (),
-                while_busy=while_busy.value if while_busy else None,
-            )
-
-        if live is None:
-            return await send()
-        return await send_following(client, session, user, send, live)
-
-    result = run_async(work)
+    result = send_message(
+        session,
+        user,
+        message,
+        message_id=message_id,
+        reviewers=reviewer or (),
+        while_busy=while_busy.value if while_busy else None,
+        live=live,
+    )
     streamed = live is not None and live.streamed_whole(result.reply)
     print_turn(result, as_json, session, user, reply_streamed=streamed)
 
@@ -163,7 +154,11 @@ def show(
     user: User,
     offset: Annotated[
         int | None,
-        typer.Option(help="First message to show (0 is the first); default: the latest.", min=0),
+        typer.Option(
+            help="How many messages to skip: the page starts at message OFFSET+1 (messages "
+            "are numbered from 1, as fork --at and rewind --to count); default: the latest.",
+            min=0,
+        ),
     ] = None,
     limit: Annotated[
         int,
@@ -193,7 +188,7 @@ def show(
     if as_json:
         print(snapshot.model_dump_json(indent=2))
         return
-    print_snapshot(snapshot, out, audit=True, hint=True)
+    print_snapshot(snapshot, out, audit=True, hint=True, user=user)
 
 
 def list_(
@@ -274,13 +269,32 @@ def end(
     out.print(Text(f"conversation {session} {'was terminated' if force else 'is ending'}"))
 
 
-def chat(session: Session, user: User) -> None:
+def chat(
+    session: Session,
+    user: User,
+    while_busy: Annotated[
+        WhileBusyChoice | None,
+        typer.Option(
+            "--while-busy",
+            metavar="MODE",
+            help="What each line does if a turn is running: reject, enqueue or interrupt, "
+            "as for send. Without it, a refused line can be sent again with /enqueue or "
+            "/interrupt.",
+            case_sensitive=False,
+        ),
+    ] = None,
+) -> None:
     """Talk to a conversation; answer approval prompts with approve/edit/reject/respond
-    (a/e/r/s). /show shows the conversation; /quit, Ctrl-D or Ctrl-C leaves."""
+    (a/e/r/s).
+
+    /show shows the conversation; /enqueue and /interrupt send a line refused because a
+    turn was running (or the text after them) as the next turn or into the turn in
+    flight; /quit, Ctrl-D or Ctrl-C leaves."""
     from parley.chat import run_chat
 
+    mode = while_busy.value if while_busy else None
     try:
-        code = run_chat(session, user, settings(), console=out)
+        code = run_chat(session, user, settings(), console=out, while_busy=mode)
     except ConversationRefused as refused:
         raise fail(refused.message) from None
     except (ValueError, FileNotFoundError) as problem:

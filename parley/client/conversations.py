@@ -9,7 +9,6 @@ waits for a worker is watched (``parley.client.liveness``); listing reads visibi
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import uuid
@@ -43,7 +42,7 @@ from parley.client.errors import (
     unreadable,
 )
 from parley.client.liveness import LivenessWatch, NoWorker
-from parley.client.starts import conversation_start, start_options
+from parley.client.starts import conversation_start, settle, start_options
 from parley.client.stored import state_deleted, stored_messages
 from parley.client.visibility import ConversationListing
 from parley.contracts import (
@@ -71,6 +70,8 @@ from parley.workflows.conversation import ConversationWorkflow
 #: turns each into one ``ConversationRefused``.
 UPDATE_FAILURES = (WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError, RPCError)
 
+#: A reader's verified groups (the gateway's, from an OpenID Connect token; none: the CLI).
+Groups = Sequence[str]
 #: The request of an owner's update that ends a run (``Conversations.ending_update``).
 EndingRequest = TypeVar("EndingRequest", EndInput, RewindInput)
 
@@ -106,13 +107,14 @@ class Conversations(ConversationListing, LivenessWatch):
         reviewers: Sequence[str] = (),
         while_busy: WhileBusy | None = None,
         run: ClientRun | None = None,
+        added_instructions: str | None = None,
     ) -> TurnResult:
         """Send a message, starting the conversation if it is new (update-with-start).
         ``reviewers`` (users who may read it and decide on its calls) apply only when
         this message starts the conversation. ``while_busy``: what the message does if a
         turn is running (None: the conversation's default, which a conversation takes
         from ``Settings.while_busy`` when this message starts it). ``run``: the client's
-        run id and context for the turn (AG-UI)."""
+        run id and context for the turn (AG-UI). ``added_instructions``: SendMessageInput's."""
         user_id = checked_user(user_id)
         reviewers = sorted({checked_user(reviewer) for reviewer in reviewers} - {user_id})
         message_id = message_id or uuid.uuid4().hex[:16]  # 64 random bits: unique enough
@@ -147,6 +149,7 @@ class Conversations(ConversationListing, LivenessWatch):
                         message_id=message_id,
                         user_id=user_id,
                         while_busy=while_busy,
+                        added_instructions=added_instructions,
                         **(run or {}),
                     ),
                     start_workflow_operation=start,
@@ -164,7 +167,7 @@ class Conversations(ConversationListing, LivenessWatch):
         finally:
             # Whatever ended the call (a result, a refusal, the liveness watch giving
             # up and cancelling it), read the start operation's outcome too.
-            await _settle(start)
+            await settle(start)
 
     async def decide(
         self,
@@ -173,12 +176,12 @@ class Conversations(ConversationListing, LivenessWatch):
         decisions: Sequence[Decision],
         update_id: str | None = None,
         run: ClientRun | None = None,
+        groups: Sequence[str] = (),
     ) -> TurnResult:
         """Answer the pending calls ``decisions`` name (the others keep waiting). The
-        same ``update_id`` again returns the first
-        result and runs nothing twice. By default the id is derived from the decisions,
-        so running the same command again (after a timeout) attaches to the first call
-        instead of deciding twice.
+        same ``update_id`` again returns the first result and runs nothing twice. By
+        default the id is derived from the decisions, so running the same command again
+        (after a timeout) attaches to the first call instead of deciding twice.
 
         Temporal cannot admit an update that no worker takes, so when none serves the
         task queue the decision is sent as the ``decide_signal`` signal instead: it is
@@ -187,7 +190,10 @@ class Conversations(ConversationListing, LivenessWatch):
         (``ConversationRefused`` of type ``NoWorker``)."""
         update_id = update_id or _decision_id(user_id, decisions)
         request = DecideInput(
-            decisions=list(decisions), decided_by=checked_user(user_id), **(run or {})
+            decisions=list(decisions),
+            decided_by=checked_user(user_id),
+            groups=sorted(set(groups)),  # the gateway's, from a verified token
+            **(run or {}),
         )
         try:
             if await self._any_worker_lately():
@@ -220,7 +226,7 @@ class Conversations(ConversationListing, LivenessWatch):
         handle = self.handle(session_id)
         try:
             description = await handle.describe()
-            check_member(description, request.decided_by)
+            check_member(description, request.decided_by, request.groups)
             if description.status not in OPEN_STATUSES:
                 raise ended_refusal(session_id)
             await handle.signal(ConversationWorkflow.decide_signal, request)
@@ -242,7 +248,7 @@ class Conversations(ConversationListing, LivenessWatch):
         A closed workflow (ended, terminated, timed out...) is ``ended`` with nothing
         pending, whatever its last state said: a terminated run never wrote its end.
         With no worker to answer, one line says so (and what visibility tells) within
-        ``worker_wait_seconds``."""
+        ``worker_wait_seconds``. A reader's verified groups go in ``query.groups``."""
         query = (query or StateQuery(user_id=user_id)).model_copy(
             update={"user_id": checked_user(user_id)}
         )
@@ -256,11 +262,11 @@ class Conversations(ConversationListing, LivenessWatch):
                 session_id, handle.query(ConversationWorkflow.state, query), query=True
             )
         except NoWorker:
-            raise await self._unreadable(session_id, query.user_id, description) from None
+            raise await self._unreadable(session_id, query, description) from None
         except (RPCError, WorkflowQueryFailedError) as err:
             if isinstance(err, RPCError) and err.status == RPCStatusCode.FAILED_PRECONDITION:
                 # Temporal's own "no poller seen" answer, when it comes before ours.
-                raise await self._unreadable(session_id, query.user_id, description) from None
+                raise await self._unreadable(session_id, query, description) from None
             closed = description.status not in OPEN_STATUSES
             if closed and (gone := await state_deleted(self._client, session_id)):
                 raise gone from None  # its history refers to payloads retention deleted
@@ -293,9 +299,11 @@ class Conversations(ConversationListing, LivenessWatch):
         return (older + snapshot.transcript)[:limit]
 
     async def events(
-        self, session_id: str, user_id: str, after: int = -1, limit: int = 500
+        self, session_id: str, user_id: str, after: int = -1, limit: int = 500, groups: Groups = ()
     ) -> EventPage:
-        request = EventsQuery(user_id=checked_user(user_id), after=after, limit=limit)
+        request = EventsQuery(
+            user_id=checked_user(user_id), after=after, limit=limit, groups=sorted(set(groups))
+        )
         try:
             return await self._watch_worker(
                 session_id,
@@ -306,14 +314,16 @@ class Conversations(ConversationListing, LivenessWatch):
         except (WorkflowQueryFailedError, RPCError) as err:
             raise await self._refusal(err, session_id) from err
 
-    async def wait_for_events(self, session_id: str, user_id: str, after: int) -> int:
+    async def wait_for_events(
+        self, session_id: str, user_id: str, after: int, groups: Groups = ()
+    ) -> int:
         """Block until the conversation has an event after ``after`` (or ends, or hands
         over to a new run); return its latest offset. One call per conversation at a
         time is enough for any number of readers: the gateway shares it."""
         try:
             return await self.handle(session_id).execute_update(
                 ConversationWorkflow.wait_for_events,
-                EventsWait(user_id=checked_user(user_id), after=after),
+                EventsWait(user_id=checked_user(user_id), after=after, groups=sorted(set(groups))),
                 id=f"events-{uuid.uuid4().hex[:16]}",
             )
         except UPDATE_FAILURES as err:
@@ -377,9 +387,9 @@ class Conversations(ConversationListing, LivenessWatch):
             ) from err
 
     async def _unreadable(
-        self, session_id: str, user_id: str, description: WorkflowExecutionDescription
+        self, session_id: str, query: StateQuery, description: WorkflowExecutionDescription
     ) -> ConversationRefused:
-        check_member(description, user_id)
+        check_member(description, query.user_id, query.groups)
         pending_ids: list[str] = []
         if description.status in OPEN_STATUSES:
             tools = description.typed_search_attributes.get(PARLEY_PENDING_TOOLS) or []
@@ -429,18 +439,3 @@ def _decision_id(user_id: str, decisions: Sequence[Decision]) -> str:
     )
     digest = hashlib.sha256(json.dumps([user_id, ordered], sort_keys=True).encode()).hexdigest()
     return f"decide-{digest[:16]}"
-
-
-async def _settle(start: WithStartWorkflowOperation[object, object]) -> None:
-    """Read the outcome of an update-with-start's start operation: the SDK keeps it in a
-    future, and an unread failure (a refusal, or the ``CancelledError`` it is given when
-    the liveness watch cancels the call) is logged later as "Future exception was never
-    retrieved". Bounded, in case the SDK never settled it."""
-    try:
-        await asyncio.wait_for(start.workflow_handle(), timeout=1)
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            raise  # this call itself is being cancelled: let it be
-    except Exception:  # the call's own outcome says what happened
-        pass

@@ -18,9 +18,10 @@ message's empty fields. Both read back to the same values.
 
 from __future__ import annotations
 
-from parley.contracts.audit import AuditArchiveRef, AuditEntry, refusal_of
+from parley.contracts.audit import AuditArchiveRef, AuditEntry, already_decided, refusal_of
 from parley.contracts.conversation import (
     Approval,
+    Awaiting,
     ClientRun,
     ConversationSnapshot,
     Counters,
@@ -135,6 +136,7 @@ from parley.contracts.tools import (
     CanonicalArgsOutput,
     RunToolInput,
     RunToolOutput,
+    StoredResult,
     SubagentSpec,
     ToolCatalogue,
     ToolContext,
@@ -184,6 +186,7 @@ __all__ = [
     "AuditArchiveRef",
     "AuditEntry",
     "AuditWindow",
+    "Awaiting",
     "CallModelInput",
     "CallModelOutput",
     "CanonicalArgsInput",
@@ -228,6 +231,7 @@ __all__ = [
     "SendMessageInput",
     "SpendBudget",
     "StateQuery",
+    "StoredResult",
     "StreamDelta",
     "SubagentRef",
     "SubagentReport",
@@ -245,6 +249,7 @@ __all__ = [
     "TurnStatus",
     "TurnToolResult",
     "Usage",
+    "already_decided",
     "args_hash",
     "call_shape",
     "call_summary",

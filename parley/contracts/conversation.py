@@ -96,6 +96,10 @@ class SendMessageInput(StrictInput):
     #: The front end's answers to calls of its tools that wait for one
     #: (``ConversationState.client_calls``); with them, ``text`` may be empty.
     tool_results: list[ClientToolResult] = Field(default_factory=list)
+    #: Added to the worker's instructions for the whole conversation; only the message
+    #: that starts it may carry them, and only where the worker allows it
+    #: (``PARLEY_ALLOW_ADDED_INSTRUCTIONS``; ``parley.contracts.instructions``).
+    added_instructions: str | None = Field(default=None, max_length=64 * 1024)
 
 
 class Decision(StrictInput):
@@ -143,6 +147,10 @@ class DecideInput(StrictInput):
     run_id: str | None = None
     context: list[ClientContext] = Field(default_factory=list)
     client_tools: list[ClientTool] = Field(default_factory=list)
+    #: The decider's groups, as the gateway verified them from an OpenID Connect token:
+    #: a reviewer ``group:<name>`` of the conversation counts them in (``gate``). Like
+    #: ``decided_by``, the workflow takes the client's word. Empty (left out): none.
+    groups: list[str] = Field(default_factory=list, max_length=64)
 
 
 class EndInput(StrictInput):
@@ -183,6 +191,9 @@ class EventsWait(StrictInput):
 
     user_id: str
     after: int = -1
+    #: The reader's verified groups, as on ``DecideInput`` (a member of a reviewer
+    #: ``group:<name>`` reads the conversation). Empty (left out): none.
+    groups: list[str] = Field(default_factory=list, max_length=64)
 
 
 class ToolCall(Contract):
@@ -295,6 +306,8 @@ class TurnResult(Contract):
     error: str | None = None
     #: The tokens of this turn's model calls (None: it called no model).
     usage: Usage | None = None
+    #: The turn's model changed (a failover, or back after its cool-down): from, to, why.
+    notice: str | None = None
 
     def left_waiting(self, call: PendingCall) -> bool:
         """Whether the decision on ``call`` that led here left it waiting just as it
@@ -331,6 +344,28 @@ class NotifyInput(Contract):
     escalated_to: str | None = None
     #: The conversation's reviewers: they get approval links too (``parley.links``).
     reviewers: list[str] = Field(default_factory=list)
+    #: Per call id, who may approve it (``workflows.awaiting``): only they get an
+    #: approve link. A call not named here (a notification of an older run): everyone.
+    approvers: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class Awaiting(Contract):
+    """Who a pending call waits for, as the reader of a snapshot sees it: computed from
+    the gate's own checks (``workflows.awaiting``), so a surface offers a button, a
+    link or a hint only to someone whose decision would be taken."""
+
+    tool_call_id: str
+    #: Who may approve it now (never the requester of a reviewer rule's call, never a
+    #: reviewer who already approved these arguments for a quorum).
+    approvers: list[str] = Field(default_factory=list)
+    #: How many more approvals it needs before it runs.
+    approvals_left: int = 1
+    #: "waiting for 1 more reviewer: bob or carol".
+    text: str = ""
+    #: Whether the reader's approve (or edit) would be taken.
+    may_approve: bool = False
+    #: Whether the reader may answer it otherwise (reject, respond).
+    may_decide: bool = False
 
 
 class ConversationSnapshot(Contract):
@@ -358,6 +393,8 @@ class ConversationSnapshot(Contract):
     usage: Usage = Field(default_factory=Usage)
     #: The part of ``usage`` that its subagents' conversations used.
     subagent_usage: Usage = Field(default_factory=Usage)
+    #: For each pending call, who it waits for and what the reader may do about it.
+    awaiting: list[Awaiting] = Field(default_factory=list)
 
 
 class StateQuery(StrictInput):
@@ -367,12 +404,16 @@ class StateQuery(StrictInput):
     transcript_limit: int = Field(default=200, ge=0, le=1_000)
     audit_offset: int | None = None
     audit_limit: int = Field(default=200, ge=0, le=1_000)
+    #: The reader's verified groups, as on ``EventsWait``.
+    groups: list[str] = Field(default_factory=list, max_length=64)
 
 
 class EventsQuery(StrictInput):
     user_id: str
     after: int = -1
     limit: int = Field(default=500, ge=1, le=5_000)
+    #: The reader's verified groups, as on ``EventsWait``.
+    groups: list[str] = Field(default_factory=list, max_length=64)
 
 
 class OffsetEvent(Contract):

@@ -13,6 +13,7 @@ Temporal through ``parley.client.Conversations``).
 - ``link_pages``: no referrer and no caching for anything under ``/links/``;
 - ``deps``: the caller's user (from the bearer token), checked session ids;
 - ``health``: ``/healthz`` (alive) and ``/readyz`` (Temporal answers), with no token;
+- ``oidc``, ``sign_in``: OpenID Connect bearer tokens, and the page's sign-in settings;
 - and here: the approval page at ``/``.
 
 Every ``/v1`` and ``/agui`` request carries ``Authorization: Bearer <token>``; the
@@ -31,21 +32,27 @@ from fastapi.staticfiles import StaticFiles
 
 from parley import tracing
 from parley.client import Conversations
-from parley.gateway import agui, audit, forks, health, links, rest
+from parley.gateway import agui, audit, forks, health, links, rest, results, sign_in
 from parley.gateway.access import TokenTable
 from parley.gateway.deps import Gateway
 from parley.gateway.errors import install_error_handlers
 from parley.gateway.feeds import Feeds
 from parley.gateway.guard import RefuseBeforeReading, max_body_bytes
 from parley.gateway.link_pages import LinkPageHeaders
+from parley.gateway.oidc import OidcVerifier
 from parley.gateway.schemas import document
 from parley.gateway.streams import Drain
 
 
 def create_app(
-    conversations: Conversations, tokens: TokenTable, *, drain: Drain | None = None
+    conversations: Conversations,
+    tokens: TokenTable,
+    *,
+    drain: Drain | None = None,
+    oidc: OidcVerifier | None = None,
 ) -> FastAPI:
-    """The gateway's app; ``drain`` (the server's) ends its event streams as it stops."""
+    """The gateway's app; ``drain`` (the server's) ends its event streams as it stops;
+    ``oidc`` (started) verifies OpenID Connect bearer tokens beside ``tokens``."""
     feeds = Feeds(conversations)
 
     @contextlib.asynccontextmanager
@@ -65,13 +72,14 @@ def create_app(
     )
     app.state.feeds = feeds
     app.state.drain = drain or Drain()
-    app.state.gateway = Gateway(conversations=conversations, tokens=tokens, feeds=feeds)
+    app.state.gateway = Gateway(conversations=conversations, tokens=tokens, feeds=feeds, oidc=oidc)
     install_error_handlers(app)
     # Outermost but for Starlette's own error handling: before routing, before a body.
     app.add_middleware(
         RefuseBeforeReading,
         tokens=tokens,
         max_body_bytes=max_body_bytes(conversations.settings),
+        oidc=oidc,
     )
     app.add_middleware(LinkPageHeaders)  # outside the guard: its refusals carry them too
 
@@ -82,12 +90,18 @@ def create_app(
     async def page() -> FileResponse:
         return FileResponse(str(static / "index.html"), headers={"Cache-Control": "no-cache"})
 
+    @app.get("/favicon.ico", include_in_schema=False)  # browsers ask for it, pages or not
+    async def favicon() -> FileResponse:
+        return FileResponse(str(static / "favicon.svg"), media_type="image/svg+xml")
+
     app.include_router(health.router)
+    app.include_router(sign_in.router)
     app.include_router(rest.router)
     app.include_router(forks.router)
     app.include_router(agui.router)
     app.include_router(links.router)
     app.include_router(audit.router)
+    app.include_router(results.router)
     document(app)
     tracing.instrument_app(app)  # with traces on: each request a span (parley.tracing)
     return app

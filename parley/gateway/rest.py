@@ -21,7 +21,7 @@ from parley.client import ConversationRefused
 from parley.contracts import ConversationStatus, Decision, StateQuery, TurnResult
 from parley.contracts.busy import WhileBusy
 from parley.errors import ErrorType
-from parley.gateway.deps import Gateway, current_user, gateway, guarded, session
+from parley.gateway.deps import Gateway, current_groups, current_user, gateway, guarded, session
 from parley.gateway.errors import ApiError
 from parley.gateway.schemas import (
     ERROR_RESPONSES,
@@ -63,6 +63,13 @@ class MessageBody(BaseModel):
         "(the model call in flight is cancelled, never a tool, and the turn goes on with "
         "this message too; the answer is that turn's). Default: the conversation's.",
     )
+    added_instructions: str | None = Field(
+        default=None,
+        max_length=64 * 1024,
+        description="Added to the agent's instructions for the whole conversation (never "
+        "in place of them); only by the message that starts it, and only where the worker "
+        "allows it (PARLEY_ALLOW_ADDED_INSTRUCTIONS), else the turn fails saying so.",
+    )
 
 
 class StrictDecision(Decision):
@@ -91,18 +98,21 @@ async def me(user_id: str = Depends(current_user), gw: Gateway = Depends(gateway
 @router.get("/v1/conversations", tags=["conversations"], response_model=ConversationList)
 async def list_conversations(
     user_id: str = Depends(current_user),
+    groups: tuple[str, ...] = Depends(current_groups),
     gw: Gateway = Depends(gateway),
     status: ConversationStatus | None = Query(
         default=None, description="Only conversations with this status."
     ),
     reviewing: bool = Query(
-        default=False, description="Conversations of others that name you a reviewer."
+        default=False,
+        description="Conversations of others that name you a reviewer (or a group of "
+        "yours, `group:<name>`, with an OpenID Connect token).",
     ),
 ) -> ConversationList:
     """The caller's conversations from Temporal's visibility (search attributes),
     awaiting approval first."""
     try:
-        found = await gw.conversations.list(user_id, reviewing=reviewing)
+        found = await gw.conversations.list(user_id, reviewing=reviewing, groups=groups)
     except ConversationRefused as refusal:
         raise ApiError(502, refusal.error_type or ErrorType.REFUSED, refusal.message) from None
     return ConversationList(
@@ -120,13 +130,20 @@ async def list_conversations(
 async def get_conversation(
     session_id: str = Depends(session),
     user_id: str = Depends(current_user),
+    groups: tuple[str, ...] = Depends(current_groups),
     gw: Gateway = Depends(gateway),
     transcript_limit: int = Query(default=200, ge=0, le=1_000),
     audit_limit: int = Query(default=200, ge=0, le=1_000),
 ) -> ConversationView:
     """Status, pending calls, the latest messages and the audit log (who decided
-    what, when, with which args)."""
-    query = StateQuery(user_id=user_id, transcript_limit=transcript_limit, audit_limit=audit_limit)
+    what, when, with which args). A member of a reviewer group reads it as that
+    reviewer (``awaiting``: what they may do)."""
+    query = StateQuery(
+        user_id=user_id,
+        transcript_limit=transcript_limit,
+        audit_limit=audit_limit,
+        groups=sorted(set(groups)),
+    )
     snapshot = await guarded(session_id, gw.conversations.state(session_id, user_id, query))
     return ConversationView(**dict(snapshot), temporal_ui_url=gw.workflow_link(session_id))
 
@@ -156,6 +173,7 @@ async def post_message(
             message_id=message_id,
             reviewers=body.reviewers,
             while_busy=body.while_busy,
+            added_instructions=body.added_instructions,
         )
 
     return await respond_to_turn(gw, request, session_id, user_id, call)
@@ -172,17 +190,19 @@ async def post_decisions(
     request: Request,
     session_id: str = Depends(session),
     user_id: str = Depends(current_user),
+    groups: tuple[str, ...] = Depends(current_groups),
     gw: Gateway = Depends(gateway),
 ) -> Any:
     """Decide every pending call at once (approve, edit, reject, respond). The
-    decider recorded in the audit log is the token's user."""
+    decider recorded in the audit log is the token's user; an OpenID Connect token's
+    groups count them in as a reviewer ``group:<name>``."""
 
     decisions = [Decision.model_validate(d.model_dump()) for d in body.decisions]
 
     def call() -> Awaitable[TurnResult]:
-        return gw.conversations.decide(session_id, user_id, decisions)
+        return gw.conversations.decide(session_id, user_id, decisions, groups=groups)
 
-    return await respond_to_turn(gw, request, session_id, user_id, call)
+    return await respond_to_turn(gw, request, session_id, user_id, call, groups)
 
 
 @router.get(
@@ -194,6 +214,7 @@ async def post_decisions(
 async def follow_events(
     session_id: str = Depends(session),
     user_id: str = Depends(current_user),
+    groups: tuple[str, ...] = Depends(current_groups),
     gw: Gateway = Depends(gateway),
     after: int = Query(default=-1, ge=-1, description="Send events after this offset."),
     last_event_id: str | None = Header(default=None),
@@ -209,5 +230,7 @@ async def follow_events(
                 422, ErrorType.INVALID_REQUEST, "Last-Event-ID must be an event offset (an integer)"
             ) from None
     # Refused now (404, 422), not after the stream has begun.
-    page = await guarded(session_id, gw.conversations.events(session_id, user_id, limit=1))
-    return sse(follow(gw, session_id, user_id, after, page.latest))
+    page = await guarded(
+        session_id, gw.conversations.events(session_id, user_id, limit=1, groups=groups)
+    )
+    return sse(follow(gw, session_id, user_id, after, page.latest, groups))
