@@ -25,6 +25,7 @@ from parley.errors import ModelRequestError, TransientError
 from parley.loading import ModelConfig
 from parley.settings import DEFAULT_OVERLOAD_CODES, Settings
 from tests.support.openai_fake import OVERLOAD_2064, FakeOpenAI, error_body
+from tests.support.provider_runs import point_at
 
 API_KEY = "sk-test-0123456789abcdef"
 
@@ -32,12 +33,8 @@ API_KEY = "sk-test-0123456789abcdef"
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
     with FakeOpenAI(api_key=API_KEY) as server:
-        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
-        monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-        monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+        point_at(monkeypatch, server)
         monkeypatch.delenv("PARLEY_MODEL_OVERLOAD_CODES", raising=False)
-        monkeypatch.delenv("PARLEY_MODEL_TIMEOUT_SECONDS", raising=False)
         yield server
 
 

@@ -13,18 +13,15 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from langchain_core.language_models import BaseChatModel
 from temporalio.client import Client
 
-from parley.activities.models.openai_provider import build_openai_model
 from parley.activities.toolsets.plans import build_plans_toolset
 from parley.contracts import CALL_MODEL, RUN_TOOL, Decision
 from parley.errors import ErrorType
-from parley.loading import ModelConfig
 from parley.services.plans import BackgroundServer
-from parley.settings import Settings
 from parley.tools import ToolRegistry
 from tests.support import registry
+from tests.support.openai_env import openai_model, serving_openai
 from tests.support.openai_fake import OVERLOAD_2064, FakeOpenAI, error_body
 from tests.support.plans import (
     PLANS_KEY,
@@ -36,6 +33,7 @@ from tests.support.plans import (
     plans_service,
     rows,
 )
+from tests.support.provider_runs import script_a_write
 from tests.support.transcripts import new_session, runs_in, tool_messages
 
 OPENAI_KEY = f"sk-openai-{SECRET_MARKER}-c0ffee51"
@@ -45,9 +43,7 @@ USER = "ola.n"
 
 @pytest.fixture
 async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI(api_key=OPENAI_KEY) as running:
-        monkeypatch.setenv("OPENAI_BASE_URL", running.base_url)
-        monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    async with serving_openai(monkeypatch, OPENAI_KEY) as running:
         yield running
 
 
@@ -57,14 +53,8 @@ def plans(tmp_path: Path) -> Iterator[BackgroundServer]:
         yield running
 
 
-def openai_model() -> BaseChatModel:
-    return build_openai_model(ModelConfig.from_settings(Settings.from_env(), "gpt-test"))
-
-
 async def test_a_whole_conversation_through_openai(parley_worker, fake: FakeOpenAI) -> None:
-    write = {"name": "write_record", "args": {"title": "Q3"}, "id": "call_w1"}
-    fake.reply("I will write it.", tool_calls=[write])
-    fake.reply("Written: Q3.")
+    script_a_write(fake, "call_w1")
     sid = new_session()
     async with parley_worker(registry(), openai_model()) as conversations:
         turn = await conversations.send(sid, USER, "write a record Q3")

@@ -34,6 +34,7 @@ from parley.settings import Settings
 from tests.support import registry
 from tests.support.openai_fake import FakeOpenAI, ScriptedReply, error_body
 from tests.support.plans import activity_attempts, fetch
+from tests.support.provider_runs import point_at
 from tests.support.transcripts import new_session
 
 API_KEY = "sk-test-streaming-0123456789"
@@ -43,11 +44,7 @@ THIRTY_WORDS = " ".join(f"word{i}" for i in range(30))
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
     with FakeOpenAI(api_key=API_KEY, chunk_delay=0.02) as server:
-        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
-        monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-        monkeypatch.delenv("OPENAI_API_BASE", raising=False)
-        yield server
+        yield point_at(monkeypatch, server)
 
 
 def parley_model() -> Any:

@@ -32,9 +32,11 @@ from parley.worker import build_worker, connect, metrics_runtime
 from parley.workflows.usage import USAGE_EVENT
 from tests.support import registry, script
 from tests.support.gateway import ALICE_TOKEN, auth, serve_gateway
+from tests.support.openai_env import serving_openai
 from tests.support.openai_fake import FakeOpenAI
 from tests.support.ports import free_port
 from tests.support.processes import PARLEY
+from tests.support.provider_runs import openai_usage as reported
 from tests.support.transcripts import new_session
 
 API_KEY = "sk-usage-test-0123456789"
@@ -43,28 +45,13 @@ USER = "alice"
 
 @pytest.fixture
 async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI(api_key=API_KEY) as running:
-        monkeypatch.setenv("OPENAI_BASE_URL", running.base_url)
-        monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    async with serving_openai(monkeypatch, API_KEY) as running:
         yield running
 
 
 def openai_model(*, streaming: bool = False) -> Any:
     model = build_openai_model(ModelConfig.from_settings(Settings.from_env(), "gpt-test"))
     return model.model_copy(update={"streaming": True}) if streaming else model
-
-
-def reported(fake: FakeOpenAI, calls: slice = slice(None)) -> Usage:
-    """What the fake reported over its calls (all, or a slice of them)."""
-    total = Usage()
-    for usage in fake.usage_reported[calls]:
-        total += Usage(
-            input_tokens=usage["prompt_tokens"],
-            output_tokens=usage["completion_tokens"],
-            total_tokens=usage["total_tokens"],
-            model_calls=1,
-        )
-    return total
 
 
 def script_three_calls(fake: FakeOpenAI) -> None:

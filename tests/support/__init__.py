@@ -11,7 +11,10 @@
 - ``liveness_tools``, ``fault_models``, ``mcp_notes_server``, ``mcp_flaky_start``,
   ``openai_fake``, ``store_tools``: loaded by worker processes or run as commands, by
   module path;
-- ``s3``: an S3 API server (``moto_server``) and a fault-injecting proxy in front of it.
+- ``s3``: an S3 API server (``moto_server``) and a fault-injecting proxy in front of it;
+- ``fake_provider``: what the model providers' servers (``openai_fake``,
+  ``anthropic_fake``, ``gemini_fake``) share; ``provider_runs``: the tests' client side
+  of them (environment, fixtures, models, conversations, reported usage).
 
 The names below are the ones most tests use, importable as ``tests.support.<name>``."""
 

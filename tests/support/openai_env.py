@@ -14,9 +14,9 @@ from parley.activities.models.openai_provider import build_openai_model
 from parley.loading import ModelConfig
 from parley.settings import Settings
 from tests.support.openai_fake import FakeOpenAI
+from tests.support.provider_runs import THIRTY_WORDS
 
-#: A reply of 30 words, streamed a word at a time by the provider.
-THIRTY_WORDS = " ".join(f"word{i}" for i in range(30)) + "."
+__all__ = ["THIRTY_WORDS", "openai_model", "serving_openai", "stored_reply"]
 
 
 @asynccontextmanager

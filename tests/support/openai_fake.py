@@ -22,6 +22,8 @@ As a provider does, and so the real ``langchain-openai`` client code runs:
   is answered ``400 context_length_exceeded`` without using up the script.
 - a scripted error in a ``200`` to a stream is sent as an SSE event, as providers send
   an error mid-stream.
+- with ``ignore_stream`` set, ``stream: true`` is ignored, as some providers do: the
+  reply is one JSON ``chat.completion`` body (``application/json``), usage included.
 
     with FakeOpenAI(api_key="sk-test", chunk_delay=0.1, context_window=32_000) as fake:
         fake.reply(tool_calls=[{"name": "add", "args": {"a": 1}, "id": "call_1"}])
@@ -30,17 +32,18 @@ As a provider does, and so the real ``langchain-openai`` client code runs:
         monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
         ...
         assert fake.attempts == 3
+
+The server, its script, records and streams are ``tests.support.fake_provider``'s; this
+module is the protocol alone.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.support.fake_provider import FakeProvider, ProviderHandler
 from tests.support.openai_script import (
     RecordedRequest,
     Responder,
@@ -72,8 +75,10 @@ __all__ = [
 ]
 
 
-class FakeOpenAI:
+class FakeOpenAI(FakeProvider):
     """A scripted OpenAI-compatible server; use as a context manager or start()/stop()."""
+
+    url_path = "/v1"
 
     def __init__(
         self,
@@ -83,23 +88,16 @@ class FakeOpenAI:
         context_window: int | None = None,
         token_counter: TokenCounter = approximate_tokens,
         responder: Responder | None = None,
+        ignore_stream: bool = False,
     ) -> None:
-        self.api_key = api_key
-        self.chunk_delay = chunk_delay
-        self.context_window = context_window
+        super().__init__(
+            api_key=api_key,
+            chunk_delay=chunk_delay,
+            context_window=context_window,
+            responder=responder,
+        )
+        self.ignore_stream = ignore_stream
         self.token_counter = token_counter
-        self.responder = responder
-        self.requests: list[RecordedRequest] = []
-        self.streams: list[StreamRecord] = []
-        self.usage_reported: list[dict[str, int]] = []
-        #: Requests answered ``context_length_exceeded`` because of ``context_window``.
-        self.context_refusals = 0
-        self._stopping = threading.Event()
-        self._script: deque[ScriptedReply | ScriptedError] = deque()
-        self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        self._counter = 0
 
     # --- scripting -----------------------------------------------------------------
 
@@ -117,11 +115,9 @@ class FakeOpenAI:
         ``delay`` (seconds) holds the answer back, to provoke client timeouts;
         ``chunk_delay`` paces this reply's streamed deltas (the server's otherwise).
         """
-        with self._lock:
-            self._script.append(
-                ScriptedReply(content, list(tool_calls or []), finish_reason, delay, chunk_delay)
-            )
-        return self
+        return self._queue(
+            ScriptedReply(content, list(tool_calls or []), finish_reason, delay, chunk_delay)
+        )
 
     def error(
         self,
@@ -138,96 +134,24 @@ class FakeOpenAI:
         all_headers = dict(headers or {})
         if retry_after is not None:
             all_headers["Retry-After"] = _number(retry_after)
-        with self._lock:
-            self._script.append(ScriptedError(status, body, all_headers, delay))
-        return self
-
-    @property
-    def pending(self) -> int:
-        """Scripted responses not yet served."""
-        with self._lock:
-            return len(self._script)
+        return self._queue(ScriptedError(status, body, all_headers, delay))
 
     @property
     def chat_requests(self) -> list[RecordedRequest]:
-        return [r for r in self.requests if r.path.rstrip("/").endswith("/chat/completions")]
+        """The requests to ``/v1/chat/completions`` (``attempts`` counts them)."""
+        return self.calls
 
-    @property
-    def attempts(self) -> int:
-        """HTTP requests made to ``/v1/chat/completions`` (one per client attempt)."""
-        return len(self.chat_requests)
-
-    @property
-    def last_request(self) -> RecordedRequest:
-        return self.chat_requests[-1]
+    def _is_call(self, path: str) -> bool:
+        return path.rstrip("/").endswith("/chat/completions")
 
     def reported_total(self) -> dict[str, int]:
         """The sum of every usage the fake reported, by field."""
         keys = ("prompt_tokens", "completion_tokens", "total_tokens")
         return {key: sum(u[key] for u in self.usage_reported) for key in keys}
 
-    # --- lifecycle -----------------------------------------------------------------
-
-    @property
-    def base_url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("FakeOpenAI is not running: call start() first")
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
-
-    def start(self) -> FakeOpenAI:
-        if self._server is not None:
-            return self
-        fake = self
-
-        class Handler(_Handler):
-            owner = fake
-
-        self._stopping.clear()
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="FakeOpenAI",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
-            return
-        self._stopping.set()  # a stream being paced stops waiting
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> FakeOpenAI:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> FakeOpenAI:
-        return self.start()
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        self.stop()
-
     # --- serving -------------------------------------------------------------------
 
-    def _next(self, request: RecordedRequest) -> ScriptedReply | ScriptedError:
-        with self._lock:
-            if self._script:
-                return self._script.popleft()
-        answer = self.responder(request) if self.responder is not None else None
-        if answer is not None:
-            return answer
+    def _exhausted(self) -> ScriptedError:
         return ScriptedError(
             400,
             error_body(
@@ -236,29 +160,11 @@ class FakeOpenAI:
             ),
         )
 
-    def _next_id(self) -> int:
-        with self._lock:
-            self._counter += 1
-            return self._counter
 
-    def _reported(self, billed: dict[str, int]) -> dict[str, int]:
-        with self._lock:
-            self.usage_reported.append(billed)
-        return billed
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(ProviderHandler):
     owner: FakeOpenAI
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def handle(self) -> None:
-        try:
-            super().handle()
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (e.g. its timeout fired): nothing to answer
+    stream_headers = (("Cache-Control", "no-cache"),)
+    stream_end = b"data: [DONE]\n\n"
 
     def do_GET(self) -> None:
         self._record(None)
@@ -269,17 +175,9 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send_json(404, error_body(f"no route {self.path}"))
 
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = raw.decode("utf-8", "replace")
-        request = self._record(body)
-        if not self._authorised():
-            return
-        if not self.path.rstrip("/").endswith("/chat/completions"):
+    def _answer(self, request: RecordedRequest) -> None:
+        body = request.body
+        if not self.owner._is_call(self.path):
             self._send_json(404, error_body(f"no route {self.path}"))
             return
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
@@ -303,7 +201,7 @@ class _Handler(BaseHTTPRequestHandler):
         n = self.owner._next_id()
         calls = wire_tool_calls(scripted.tool_calls, n)
         billed = usage(request.input_tokens, reply_tokens(scripted.content, calls))
-        if body.get("stream"):
+        if body.get("stream") and not self.owner.ignore_stream:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             events = chunks(
                 n,
@@ -311,36 +209,26 @@ class _Handler(BaseHTTPRequestHandler):
                 scripted.content,
                 calls,
                 scripted.finish_reason,
-                self.owner._reported(billed) if include_usage else None,
+                self.owner._report(billed) if include_usage else None,
             )
-            pace = self.owner.chunk_delay if scripted.chunk_delay is None else scripted.chunk_delay
-            self._send_stream(events, pace)
+            self._send_stream(events, self._pace(scripted))
         else:
             whole = completion(n, model, scripted.content, calls, scripted.finish_reason, billed)
             self._send_json(200, whole)
-            self.owner._reported(billed)
+            self.owner._report(billed)
 
     def _past_window(self, input_tokens: int, body: dict[str, Any]) -> bool:
         """Answer ``400 context_length_exceeded`` if the request would not fit (its input
         and the room it asks for the reply, as OpenAI counts it)."""
-        window = self.owner.context_window
-        if window is None:
+        room = int(body.get("max_completion_tokens") or body.get("max_tokens") or 0)
+        if not self.owner._past_window(input_tokens + room):
             return False
-        room = body.get("max_completion_tokens") or body.get("max_tokens") or 0
-        if input_tokens + int(room) <= window:
-            return False
-        with self.owner._lock:
-            self.owner.context_refusals += 1
-        self._send_json(400, context_length_exceeded(window, input_tokens + int(room)))
+        self._send_json(
+            400, context_length_exceeded(self.owner.context_window, input_tokens + room)
+        )
         return True
 
     # --- protocol ------------------------------------------------------------------
-
-    def _record(self, body: Any) -> RecordedRequest:
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        request = RecordedRequest(self.command, self.path, headers, body)
-        self.owner.requests.append(request)
-        return request
 
     def _authorised(self) -> bool:
         expected = self.owner.api_key
@@ -360,47 +248,14 @@ class _Handler(BaseHTTPRequestHandler):
         )
         return False
 
-    def _send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
+    def _sse(self, event: dict[str, Any]) -> bytes:
+        return f"data: {json.dumps(event)}\n\n".encode()
 
-    def _send_stream(self, events: Any, pace: float) -> None:
-        """Write each event as soon as it is made (chunked transfer), waiting ``pace``
-        seconds before each delta, as a provider writes tokens while it generates."""
-        record = StreamRecord()
-        with self.owner._lock:
-            self.owner.streams.append(record)
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        try:
-            for is_delta, event in events:
-                if is_delta and pace and self.owner._stopping.wait(pace):
-                    return  # the server is stopping
-                self._write_chunk(f"data: {json.dumps(event)}\n\n".encode())
-                if is_delta:
-                    record.delta_times.append(time.monotonic())
-                    for choice in event["choices"]:
-                        text = choice["delta"].get("content")
-                        if text:
-                            record.text_deltas.append(text)
-            self._write_chunk(b"data: [DONE]\n\n")
-            self.wfile.write(b"0\r\n\r\n")
-            record.completed = True
-        finally:
-            record.done.set()
+    def _text_of(self, event: dict[str, Any]) -> str:
+        return "".join(choice["delta"].get("content") or "" for choice in event["choices"])
 
-    def _write_chunk(self, data: bytes) -> None:
-        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-        self.wfile.flush()
+
+FakeOpenAI.handler = _Handler
 
 
 def _number(value: float) -> str:

@@ -1,5 +1,6 @@
 """What ``FakeOpenAI`` is scripted with (replies, errors, a responder for an empty
-script) and what it records (requests, streams). Test support; plain data."""
+script) and what every fake provider records (requests, streams; see
+``tests.support.fake_provider``). Test support; plain data."""
 
 from __future__ import annotations
 
