@@ -6,7 +6,7 @@ the time-skipping server)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import pytest
@@ -21,6 +21,7 @@ from parley.settings import Settings
 from parley.storage import LocalFileStorageDriver, data_converter
 from parley.tools import ToolRegistry
 from parley.worker import build_worker
+from tests.support.tls_proxy import Proxy, tls_proxy
 
 pytest_plugins = ["tests.support.browser", "tests.support.time_skipping"]
 
@@ -61,6 +62,17 @@ async def isolated_temporal_env(
     on the shared one they would hit conversations whose worker other tests stopped."""
     async with dev_server(payload_store) as env:
         yield env
+
+
+@pytest.fixture(scope="session")
+def secured_proxy(
+    temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Proxy]:
+    """Debian's nginx in front of the session's dev server, as a secured cluster's
+    frontend (``tests.support.tls_proxy``)."""
+    upstream = temporal_env.client.service_client.config.target_host
+    with tls_proxy(tmp_path_factory.mktemp("secured"), upstream) as running:
+        yield running
 
 
 @pytest.fixture

@@ -24,7 +24,6 @@ import os
 import subprocess
 import tomllib
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,20 +36,16 @@ from parley.storage import LocalFileStorageDriver
 from tests.support.cli import parley_all
 from tests.support.processes import PARLEY, ROOT, process
 from tests.support.readme import blocks, commands, exports, section
-from tests.support.tls_proxy import API_KEY, SERVER_NAME, Proxy, tls_proxy
+from tests.support.tls_proxy import API_KEY, SERVER_NAME, Proxy
 from tests.support.waiting import eventually
 
 #: A guard against a hang, not a bound on speed.
 PATIENCE = 300
 
 
-@pytest.fixture(scope="module")
-def proxy(
-    temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Proxy]:
-    upstream = temporal_env.client.service_client.config.target_host
-    with tls_proxy(tmp_path_factory.mktemp("readme"), upstream) as running:
-        yield running
+@pytest.fixture
+def proxy(secured_proxy: Proxy) -> Proxy:
+    return secured_proxy
 
 
 def local_values(proxy: Proxy) -> dict[str, str]:

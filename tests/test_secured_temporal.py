@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,20 +24,16 @@ from parley.temporal_config import load
 from tests.support.cli import assert_one_line_error, parley, parley_all
 from tests.support.ports import free_port
 from tests.support.processes import PARLEY, process
-from tests.support.tls_proxy import API_KEY, DENIED_KEY, SERVER_NAME, Proxy, tls_proxy
+from tests.support.tls_proxy import API_KEY, DENIED_KEY, SERVER_NAME, Proxy
 from tests.support.waiting import eventually
 
 #: A guard against a hang, not a bound on speed.
 PATIENCE = 300
 
 
-@pytest.fixture(scope="module")
-def proxy(
-    temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Proxy]:
-    upstream = temporal_env.client.service_client.config.target_host
-    with tls_proxy(tmp_path_factory.mktemp("secured"), upstream) as running:
-        yield running
+@pytest.fixture
+def proxy(secured_proxy: Proxy) -> Proxy:
+    return secured_proxy
 
 
 def secured_env(proxy: Proxy, tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Literal
 
 from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel
 
 from parley.client.results import whole_result
-from parley.contracts import ResultStatus, ToolErrorInfo
+from parley.contracts import ToolResult
 from parley.gateway.deps import Gateway, current_groups, current_user, gateway, guarded, session
 from parley.gateway.schemas import ERROR_RESPONSES
 
@@ -29,15 +28,11 @@ router = APIRouter(responses=ERROR_RESPONSES)
 CHUNK_CHARS = 1 << 16
 
 
-class WholeResultView(BaseModel):
-    """A tool call's whole result (``format=json``)."""
+class WholeResultView(ToolResult):
+    """A tool call's whole result (``format=json``): its envelope, named."""
 
     tool_call_id: str
     name: str
-    status: ResultStatus
-    content: str
-    payload: Any = None
-    error: ToolErrorInfo | None = None
 
 
 @router.get(

@@ -15,7 +15,17 @@ from pydantic import Field
 from parley.errors import TransientError
 
 
-class FailsMidStream(BaseChatModel):
+class StreamedOnly(BaseChatModel):
+    """A model that only streams (``_astream``), offered any tools it ignores."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> StreamedOnly:
+        return self
+
+    def _generate(self, *args: Any, **kwargs: Any) -> ChatResult:
+        raise NotImplementedError("streamed only")
+
+
+class FailsMidStream(StreamedOnly):
     """Streams ``text`` a word at a time; its first call breaks off after ``words_then_fail``
     words with a transient error (as a worker killed mid-stream, or a dropped
     connection), and Temporal retries it."""
@@ -28,12 +38,6 @@ class FailsMidStream(BaseChatModel):
     def _llm_type(self) -> str:
         return "fails-mid-stream"
 
-    def bind_tools(self, tools: Any, **kwargs: Any) -> FailsMidStream:
-        return self
-
-    def _generate(self, *args: Any, **kwargs: Any) -> ChatResult:
-        raise NotImplementedError("streamed only")
-
     async def _astream(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
     ) -> AsyncIterator[ChatGenerationChunk]:
@@ -45,7 +49,7 @@ class FailsMidStream(BaseChatModel):
             yield ChatGenerationChunk(message=AIMessageChunk(content=word))
 
 
-class Trickle(BaseChatModel):
+class Trickle(StreamedOnly):
     """A reply that streams while other commands come (issue 34): a message that starts
     with ``trickle`` is answered a word (`` trickle<n>``) every ``every`` seconds until
     ``released`` holds something (then `` done``); any other message at once, with
@@ -58,12 +62,6 @@ class Trickle(BaseChatModel):
     @property
     def _llm_type(self) -> str:
         return "trickle"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> Trickle:
-        return self
-
-    def _generate(self, *args: Any, **kwargs: Any) -> ChatResult:
-        raise NotImplementedError("streamed only")
 
     async def _astream(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
