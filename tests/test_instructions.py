@@ -13,6 +13,7 @@ replace them, and adds to them only where the worker allows it, audited; a missi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ import httpx
 import pytest
 from rich.console import Console
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowUpdateFailedError
 
 from parley.activities.compaction import SUMMARY_HEADING, SUMMARY_INSTRUCTIONS
 from parley.activities.models.anthropic_provider import build_anthropic_model
@@ -35,12 +36,14 @@ from parley.errors import ErrorType
 from parley.instructions import AgentSetup, load_agent
 from parley.loading import ModelConfig
 from parley.rendering import print_snapshot
+from parley.storage import LocalFileStorageDriver
 from tests.support import registry
 from tests.support.anthropic_fake import FakeAnthropic
 from tests.support.cli import NOWHERE, assert_one_line_error, parley_all
 from tests.support.gateway import ALICE_TOKEN, auth, serve_gateway
 from tests.support.openai_fake import FakeOpenAI
 from tests.support.openai_script import RecordedRequest, ScriptedReply
+from tests.support.processes import cli_env
 from tests.support.transcripts import new_session
 
 KEY = "sk-instructions-test-0000"
@@ -290,3 +293,32 @@ def test_the_loader_refuses_what_is_ambiguous(tmp_path: Path) -> None:
     setup = load_agent({"PARLEY_ALLOW_ADDED_INSTRUCTIONS": "true"}, table, tmp_path / "p.toml")
     assert setup.instructions is not None and setup.instructions.name == "x"
     assert setup.allow_added and load_agent({}).instructions is None
+
+
+async def test_parley_send_adds_to_them_from_a_file(
+    parley_worker,
+    fake: FakeOpenAI,
+    client: Client,
+    payload_store: LocalFileStorageDriver,
+    tmp_path: Path,
+) -> None:
+    """`parley send --add-instructions @FILE` adds the file's text at start, as the
+    client API does; an empty addition is one line and sends nothing."""
+    queue = f"parley-instructions-{uuid.uuid4().hex[:8]}"
+    sid = new_session()
+    addition = tmp_path / "team.md"
+    addition.write_text("Answer in French.\n", encoding="utf-8")
+    (tmp_path / "empty.md").write_text("\n", encoding="utf-8")
+    env = cli_env(client, payload_store, queue)
+    who = ["--session", sid, "--user", "alice"]
+    setup = with_agent(agent(V1, allow_added=True))
+    async with parley_worker(setup, model(fake), task_queue=queue):
+        empty, sent = await asyncio.to_thread(
+            parley_all,
+            (env, ["send", *who, "--add-instructions", f"@{tmp_path / 'empty.md'}", "hi"]),
+            (env, ["send", *who, "--json", "--add-instructions", f"@{addition}", f"{sid} hi"]),
+        )
+    assert_one_line_error(empty, "--add-instructions is empty")
+    assert sent.returncode == 0, sent.stderr
+    assert json.loads(sent.stdout)["status"] == "completed"
+    assert [systems(m) for m in model_calls(fake, sid)] == [[f"{V1}\n\nAnswer in French."]]

@@ -90,6 +90,16 @@ def send(
             case_sensitive=False,
         ),
     ] = None,
+    add_instructions: Annotated[
+        str | None,
+        typer.Option(
+            "--add-instructions",
+            metavar="TEXT|@FILE",
+            help="Add to the agent's instructions for this conversation, as TEXT or read "
+            "from @FILE: only on the message that starts it, and only where the worker "
+            "allows it (PARLEY_ALLOW_ADDED_INSTRUCTIONS); audited.",
+        ),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Send a message (starting the conversation if new) and print the turn's result.
@@ -112,9 +122,28 @@ def send(
         reviewers=reviewer or (),
         while_busy=while_busy.value if while_busy else None,
         live=live,
+        added_instructions=added_text(add_instructions),
     )
     streamed = live is not None and live.streamed_whole(result.reply)
     print_turn(result, as_json, session, user, reply_streamed=streamed)
+
+
+def added_text(value: str | None) -> str | None:
+    """``--add-instructions``: the text, or the file ``@path`` names (UTF-8); an empty
+    addition is refused before anything is sent."""
+    if value is None:
+        return None
+    text = value
+    if value.startswith("@"):
+        path = Path(value[1:])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as problem:
+            reason = getattr(problem, "strerror", None) or problem
+            raise fail(f"cannot read the instructions to add from {path}: {reason}") from None
+    if not text.strip():
+        raise fail("--add-instructions is empty: give the text, or @FILE with some")
+    return text.strip()
 
 
 def message_text(text: str | None, file: Path | None) -> str:

@@ -36,6 +36,7 @@ def send_message(
     reviewers: Sequence[str],
     while_busy: str | None,
     live: LiveReply | None,
+    added_instructions: str | None = None,
 ) -> TurnResult:
     """Send ``text`` and return its turn's result; its reply streams to ``live``. A
     refusal, Temporal going away, or Ctrl-C ends the command with one line."""
@@ -58,6 +59,7 @@ def send_message(
                 reviewers=reviewers,
                 while_busy=while_busy,  # type: ignore[arg-type]
                 run={"run_id": run_id},
+                added_instructions=added_instructions,
             )
 
         try:
