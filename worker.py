@@ -2,7 +2,7 @@
 same command with the same checks. A bad configuration (an unknown PARLEY_TOOLS, a
 model that cannot load, an unreachable Temporal) is one ``error:`` line and exit code 1,
 never a traceback. Client side: the wiring (the client, the worker, its workflows and
-activities) is ``parley.worker``; the checks and the one-line errors are ``parley.cli``.
+activities) is ``parley.worker.wiring``; the checks and the one-line errors are ``parley.cli``.
 
 The top-level folders of this repository are installed as ``parley.workflows``,
 ``parley.activities`` and ``parley.services``, so installing Parley never puts generic

@@ -48,7 +48,7 @@ from parley.contracts import (
     Usage,
     text_of,
 )
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.storage import TranscriptStore
 
 #: How the summary is introduced to the model, in place of the messages it replaces.

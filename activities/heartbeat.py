@@ -3,7 +3,7 @@
 A model call or a tool can run for minutes; a worker killed meanwhile would otherwise be
 noticed only at the start-to-close timeout. ``heartbeating()`` heartbeats every
 ``HEARTBEAT_INTERVAL`` while its block runs, so with the activities' heartbeat timeout
-(``parley.settings.HEARTBEAT_TIMEOUT``) a dead worker's call is retried on another within
+(``parley.config.settings.HEARTBEAT_TIMEOUT``) a dead worker's call is retried on another within
 seconds. A retried tool call carries the same idempotency key.
 
 The first heartbeat is sent after one interval, not at the start: most calls end within
@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 
 from temporalio import activity
 
-from parley.settings import HEARTBEAT_INTERVAL
+from parley.config.settings import HEARTBEAT_INTERVAL
 
 
 @contextlib.asynccontextmanager

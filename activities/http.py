@@ -12,7 +12,7 @@ failure (design.md, F6)::
      └── HttpTransportError          no answer: connect refused, timeout, TLS, broken
                                      connection: method, url, kind, reason
 
-``to_tool_error`` is the one mapping from those to ``parley.errors`` (design.md's table):
+``to_tool_error`` is the one mapping from those to ``parley.contracts.errors`` (design.md's table):
 
     400 404 409 422          -> ToolInputError       the backend's message, for the model
     401                      -> ToolPermissionError  "the <service> refused the worker's
@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 
 from parley.contracts import check_user_id
-from parley.errors import (
+from parley.contracts.errors import (
     INPUT_STATUSES,
     ParleyError,
     ToolInputError,
@@ -220,7 +220,7 @@ def to_tool_error(exc: HttpError, *, service: str = "the service") -> ParleyErro
 
 def new_http_client() -> httpx.AsyncClient:
     """The one HTTP client a worker's toolsets and notifications share: its entry point
-    (``parley.worker``) opens it, injects it and closes it when the worker stops."""
+    (``parley.worker.wiring``) opens it, injects it and closes it when the worker stops."""
     return httpx.AsyncClient(follow_redirects=False)
 
 

@@ -1,11 +1,11 @@
 """The system message of a ``call_model`` call: the agent's instructions. Activity side.
 
 A run that has not learned the instructions yet asks (``CallModelInput.ask_instructions``):
-the worker uses its own, read at start (``parley.instructions``), with what the
+the worker uses its own, read at start (``parley.tools.instructions``), with what the
 conversation added, and reports them with the reply, so the answer is in history. A
 worker restarted with other instructions replays the run with the ones it began with;
 the conversation takes the new ones when it continues as new and asks again
-(``parley.workflows.instructions``). Later calls of the run carry the text they keep.
+(``parley.workflows.turn.instructions``). Later calls of the run carry the text they keep.
 An addition on a worker that does not allow one is refused before the model is called.
 Nothing here reads a file or the environment.
 """
@@ -16,8 +16,8 @@ from temporalio.exceptions import ApplicationError
 
 from parley.contracts import CallModelInput
 from parley.contracts.instructions import WorkerInstructions, system_text
-from parley.errors import ErrorType
-from parley.instructions import AgentSetup
+from parley.contracts.errors import ErrorType
+from parley.tools.instructions import AgentSetup
 
 
 def system_message(

@@ -43,7 +43,7 @@ from langchain_core.messages.ai import add_usage
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from parley import tracing
+from parley.observability import tracing
 from parley.activities.call_ids import _with_unique_ids
 from parley.activities.compaction import (
     DEFAULT_CONTEXT_TOKENS,
@@ -78,8 +78,8 @@ from parley.contracts import (
 from parley.contracts.failover import FailoverOffer
 from parley.contracts.instructions import WorkerInstructions
 from parley.contracts.limits import clipped
-from parley.errors import ErrorType, ModelRequestError, ToolInputError, TransientError
-from parley.settings import DEFAULT_OVERLOAD_CODES, MODEL_ACTIVITY, retry_delay
+from parley.contracts.errors import ErrorType, ModelRequestError, ToolInputError, TransientError
+from parley.config.settings import DEFAULT_OVERLOAD_CODES, MODEL_ACTIVITY, retry_delay
 from parley.storage import TranscriptStore
 from parley.tools import ToolRegistry, UnstableCanonicalForm
 

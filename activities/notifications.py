@@ -12,7 +12,7 @@ Temporal (``NOTIFY_ACTIVITY``). The webhook gets one JSON POST::
      "links": [{"tool_call_id", "user_id", "approve", "reject", "expires_at"}],
      "awaiting": {"<tool_call_id>": ["<who may approve it>"]}}
 
-``links`` (with ``PARLEY_LINK_SECRET``): signed one-time links (``parley.links``) that
+``links`` (with ``PARLEY_LINK_SECRET``): signed one-time links (``parley.contracts.links``) that
 approve or reject one call as one person (the owner, each reviewer, or the person an
 escalation goes to), for buttons in channels that carry no bearer token. An approve link
 goes only to those whose approve would be taken (``awaiting``: never the requester of a
@@ -42,10 +42,10 @@ from parley.activities.http import (
 )
 from parley.activities.redaction import redact
 from parley.contracts import NOTIFY, NotifyInput, workflow_id_for
-from parley.errors import ErrorType, is_transient_status
-from parley.links import ApprovalLink
+from parley.contracts.errors import ErrorType, is_transient_status
+from parley.contracts.links import ApprovalLink
 
-#: A reviewer group's name (``parley.workflows.membership.GROUP_PREFIX``): no link for it.
+#: A reviewer group's name (``parley.workflows.rules.membership.GROUP_PREFIX``): no link for it.
 GROUP = "group:"
 
 

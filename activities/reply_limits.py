@@ -30,7 +30,7 @@ from parley.contracts.limits import (
     MODEL_TOOL_CALLS_PER_REPLY,
     utf8_size,
 )
-from parley.errors import ModelReplyTooLarge
+from parley.contracts.errors import ModelReplyTooLarge
 
 SETTING = "PARLEY_MAX_MODEL_REPLY_BYTES"
 

@@ -9,7 +9,7 @@ conversation's own workflow run by the ``stream_delta`` signal, in batches
 longer text waits for the next ones), and a call streams at most
 ``STREAM_BYTES_PER_CALL`` in all: each signal is written into the run's history, so
 what a call streams is bounded whatever the model writes. The workflow turns each batch
-into a ``TEXT_MESSAGE_CONTENT`` event (``parley.workflows.streaming``). Text that comes
+into a ``TEXT_MESSAGE_CONTENT`` event (``parley.workflows.turn.streaming``). Text that comes
 after the last batch goes with the reply itself, so streaming never changes the message:
 a lost or refused signal costs only liveness, and a reply that arrives whole is never
 streamed at all.

@@ -32,7 +32,7 @@ from langchain_core.tools import ToolException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from parley import tracing
+from parley.observability import tracing
 from parley.activities.heartbeat import heartbeating
 from parley.activities.redaction import redact
 from parley.contracts import (
@@ -51,13 +51,13 @@ from parley.contracts import (
     evaluate,
 )
 from parley.contracts.limits import clipped
-from parley.errors import (
+from parley.contracts.errors import (
     ErrorType,
     ToolInputError,
     ToolPermissionError,
     TransientError,
 )
-from parley.settings import DEFAULT_MAX_TOOL_RESULT_BYTES, TOOL_ACTIVITY, retry_delay
+from parley.config.settings import DEFAULT_MAX_TOOL_RESULT_BYTES, TOOL_ACTIVITY, retry_delay
 from parley.storage.results import WholeResults, must_keep
 from parley.tools import CONTEXT_ARG, ParleyTool, ToolRegistry, UnstableCanonicalForm
 

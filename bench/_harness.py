@@ -5,7 +5,7 @@ side, percentiles and the git revision.
 A confirmed turn: the user sends a message, the model proposes one call of the
 ``confirm`` tool ``write_record(title)``, the call is pending, the user approves it,
 the tool runs, the model replies with text. Parley does it with ``Conversations.send`` +
-``Conversations.decide`` against ``parley.worker.build_worker`` with a scripted model;
+``Conversations.decide`` against ``parley.worker.wiring.build_worker`` with a scripted model;
 the baseline (``bench/bare_workflow.py``) does the same round trips with a plain
 workflow: 1 update-with-start + 1 update, 3 instant activities.
 """
@@ -52,12 +52,12 @@ from bench.bare_workflow import (  # noqa: E402
 )
 from parley.activities.heartbeat import heartbeating  # noqa: E402
 from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel  # noqa: E402
-from parley.binaries import temporal_cli  # noqa: E402
+from parley.cli.binaries import temporal_cli  # noqa: E402
 from parley.client import Conversations  # noqa: E402
 from parley.contracts import Decision, ToolContext, TurnResult  # noqa: E402
-from parley.settings import Settings  # noqa: E402
+from parley.config.settings import Settings  # noqa: E402
 from parley.tools import ToolRegistry, confirm  # noqa: E402
-from parley.worker import build_worker  # noqa: E402
+from parley.worker.wiring import build_worker  # noqa: E402
 
 USER = "bench-user"
 MESSAGE = f"please write a record titled {TITLE}"

@@ -1,6 +1,6 @@
 """One benchmark worker in its own process (``bench/_harness.py`` starts it).
 
-``--side parley``: ``parley.worker.build_worker`` with the benchmark's one-tool registry
+``--side parley``: ``parley.worker.wiring.build_worker`` with the benchmark's one-tool registry
 and scripted model (``--turns`` confirmed turns per conversation); ``--side bare``: the
 ``BareConversation`` worker. Both use Parley's data converter and the SDK's default
 capacity (1,000 cached workflows). Prints ``ready`` once polling; SIGTERM shuts down.
@@ -26,7 +26,7 @@ if str(ROOT) not in sys.path:
 from temporalio.client import Client  # noqa: E402
 
 from bench import _harness  # noqa: E402
-from parley import tracing  # noqa: E402
+from parley.observability import tracing  # noqa: E402
 
 
 async def serve(args: argparse.Namespace) -> None:

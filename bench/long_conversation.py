@@ -42,11 +42,11 @@ from bench.history_bytes import (  # noqa: E402
     payload_sizes,
 )
 from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel  # noqa: E402
-from parley.binaries import temporal_cli  # noqa: E402
+from parley.cli.binaries import temporal_cli  # noqa: E402
 from parley.client import Conversations  # noqa: E402
 from parley.contracts import workflow_id_for  # noqa: E402
 from parley.tools import ToolRegistry, auto  # noqa: E402
-from parley.worker import build_worker  # noqa: E402
+from parley.worker.wiring import build_worker  # noqa: E402
 
 USER = "bench-user"
 TARGET_RATIO = 1.5

@@ -50,7 +50,7 @@ from temporalio.converter import (  # noqa: E402
 )
 
 from bench._harness import git_revision  # noqa: E402
-from parley.settings import Settings  # noqa: E402
+from parley.config.settings import Settings  # noqa: E402
 from parley.storage import LocalFileStorageDriver, build_driver, check_store  # noqa: E402
 from parley.storage.clusters import ClusterPart  # noqa: E402
 

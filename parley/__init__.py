@@ -4,5 +4,5 @@ Exports nothing on purpose: the workflow sandbox imports ``parley.contracts`` (a
 this package) on every workflow task, so importing ``parley`` must stay free of the
 client, the worker and their dependencies. Import from the modules:
 ``parley.client.Conversations``, ``parley.tools.auto``/``confirm``/``deny``,
-``parley.settings.Settings``, ``parley.worker.build_worker``.
+``parley.config.settings.Settings``, ``parley.worker.wiring.build_worker``.
 """

@@ -14,13 +14,13 @@ from langchain_core.language_models import BaseChatModel
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from parley.binaries import temporal_cli
+from parley.cli.binaries import temporal_cli
 from parley.client import Conversations
 from parley.contracts import SEARCH_ATTRIBUTES
-from parley.settings import Settings
+from parley.config.settings import Settings
 from parley.storage import LocalFileStorageDriver, data_converter
 from parley.tools import ToolRegistry
-from parley.worker import build_worker
+from parley.worker.wiring import build_worker
 from tests.support.tls_proxy import Proxy, tls_proxy
 
 pytest_plugins = ["tests.support.browser", "tests.support.time_skipping"]

@@ -26,10 +26,10 @@ from parley.activities.model_calls import _model_failure, _with_unique_ids
 from parley.activities.models.anthropic_provider import EPHEMERAL, with_cached_prefix
 from parley.activities.reply_limits import piece_size
 from parley.contracts import CALL_MODEL, PAYLOAD_CONTEXT, Decision, Usage
-from parley.errors import ErrorType
-from parley.loading import ModelConfig
-from parley.rendering import usage_line
-from parley.settings import Settings
+from parley.contracts.errors import ErrorType
+from parley.tools.loading import ModelConfig
+from parley.cli.rendering import usage_line
+from parley.config.settings import Settings
 from tests.support import registry
 from tests.support.anthropic_fake import FakeAnthropic, Message
 from tests.support.openai_script import RecordedRequest

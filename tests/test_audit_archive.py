@@ -22,7 +22,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
-from parley.audit import read_log, verify
+from parley.client.audit import read_log, verify
 from parley.contracts import (
     ARCHIVE_AUDIT,
     KEPT_AUDIT_ENTRIES,
@@ -33,7 +33,7 @@ from parley.contracts import (
     workflow_id_for,
 )
 from parley.storage import LocalFileStorageDriver, data_converter
-from parley.workflows.audit_archive import ARCHIVE_BATCH
+from parley.workflows.record.audit_archive import ARCHIVE_BATCH
 from parley.workflows.conversation import ConversationWorkflow
 from tests.support import registry, script
 from tests.support.cli import parley

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from parley.audit import BrokenExport, verify
+from parley.client.audit import BrokenExport, verify
 from parley.contracts import AuditEntry, Decision
 from tests.support import RUNS, call, registry, script
 from tests.support.cli import assert_one_line_error, parley
@@ -80,7 +80,7 @@ async def test_the_export_matches_the_audit_log_and_verify_names_what_changed(
     assert from_gateway.status_code == 200 and from_gateway.text.splitlines()[1:] == lines[1:]
     assert from_gateway.headers["content-type"].startswith("application/x-ndjson")
     # The export is the audit log: entry for entry, with the chain the workflow made.
-    assert header["kind"] == "parley.audit" and header["count"] == len(state.audit)
+    assert header["kind"] == "parley.client.audit" and header["count"] == len(state.audit)
     assert [r["event"] for r in records] == [e.event for e in state.audit]
     assert [r["hash"] for r in records] == [e.hash for e in state.audit]
     assert records[0]["prev_hash"] == AuditEntry.genesis(sid)

@@ -30,9 +30,9 @@ from parley.activities.toolsets.git import build_git_toolset, create_demo_projec
 from parley.client import Conversations
 from parley.contracts import PolicyRule, ToolContext, args_hash
 from parley.services.plans import BackgroundServer, create_app
-from parley.settings import Settings
+from parley.config.settings import Settings
 from parley.tools import ToolRegistry
-from parley.worker import build_worker
+from parley.worker.wiring import build_worker
 from tests.support import call, script
 from tests.support.plans import PLANS_KEY, plans_registry
 from tests.support.transcripts import new_session

@@ -158,7 +158,7 @@ def test_dev_runs_the_gateway_and_prints_a_token_for_its_page(dev_server) -> Non
 
 
 def test_plans_key_file_is_created_private(tmp_path: Path) -> None:
-    from parley.dev import _plans_api_key
+    from parley.cli.dev import _plans_api_key
 
     key = _plans_api_key(tmp_path)
     assert len(key) > 20 and (tmp_path / "plans-api-key").stat().st_mode & 0o777 == 0o600

@@ -137,7 +137,7 @@ def test_connection_failures_are_told_in_the_words_of_the_os_or_the_server() -> 
 
 
 def test_chat_answers_are_words_shortcuts_or_unambiguous_beginnings() -> None:
-    from parley.chat import parse_decision
+    from parley.cli.chat import parse_decision
 
     for answer, action in [
         ("a", "approve"),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-import parley.settings
+import parley.config.settings
 from tests.support.processes import ROOT
 
 COMPOSE = ROOT / "docker-compose.yml"
@@ -91,9 +91,9 @@ def test_compose_runs_two_workers_and_creates_the_search_attributes() -> None:
 
 
 def configuration_source() -> str:
-    """``parley/settings.py`` and the Parley modules it imports to read the environment
+    """``parley/config/settings.py`` and the Parley modules it imports to read the environment
     with (the Temporal connection's part, for one)."""
-    settings_file = Path(parley.settings.__file__)
+    settings_file = Path(parley.config.settings.__file__)
     tree = ast.parse(settings_file.read_text())
     modules = [
         node.module
@@ -189,7 +189,7 @@ def test_a_stopped_service_gets_longer_than_its_own_grace_period() -> None:
     spec = yaml.safe_load(compose("config", **SECRETS).stdout)
     worker = spec["services"]["worker"]
     grace = worker["environment"]["PARLEY_WORKER_GRACE_SECONDS"]
-    assert float(grace) == parley.settings.Settings().worker_grace_seconds
+    assert float(grace) == parley.config.settings.Settings().worker_grace_seconds
     assert seconds(worker["stop_grace_period"]) >= float(grace) + 5
     gateway = spec["services"]["gateway"]
     command = gateway["command"]

@@ -12,7 +12,7 @@ from langchain_core.tools import InjectedToolArg, tool
 
 from parley.client import ConversationRefused
 from parley.contracts import Decision, ToolContext
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.tools import auto
 from tests.support import RUNS, call, registry, runs_of, script
 

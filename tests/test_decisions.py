@@ -6,7 +6,7 @@ import pytest
 
 from parley.client import ConversationRefused
 from parley.contracts import Decision
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from tests.support import call, registry, script
 from tests.support.transcripts import (
     ai_messages,

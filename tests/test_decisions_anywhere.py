@@ -11,7 +11,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-from parley.binaries import temporal_cli
+from parley.cli.binaries import temporal_cli
 from tests.support import call, registry, runs_of, script
 from tests.support.transcripts import new_session
 from tests.support.waiting import eventually

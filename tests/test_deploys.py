@@ -32,8 +32,8 @@ from temporalio.worker import Replayer
 from parley.client import Conversations
 from parley.contracts import Decision
 from parley.contracts.names import workflow_id_for
-from parley.deploys import current_build, describe
-from parley.settings import Settings
+from parley.worker.deploys import current_build, describe
+from parley.config.settings import Settings
 from parley.storage import LocalFileStorageDriver
 from parley.workflows.conversation import ConversationWorkflow
 from tests.support.processes import (

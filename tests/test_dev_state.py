@@ -1,4 +1,4 @@
-"""What a running `parley dev` tells `parley tools` in another shell (parley.dev_state):
+"""What a running `parley dev` tells `parley tools` in another shell (parley.cli.dev_state):
 found by its Temporal address and task queue, only while it runs, and never over what
 the other shell's environment sets. No server: the file and the lock as dev writes them."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from parley.dev_state import remove_state, running_dev, state_file, write_state
-from parley.settings import Settings
+from parley.cli.dev_state import remove_state, running_dev, state_file, write_state
+from parley.config.settings import Settings
 
 PORT = 47233
 

@@ -1,4 +1,4 @@
-"""Every error type is named once, in ``parley.errors.ErrorType`` (issue 20, point 5):
+"""Every error type is named once, in ``parley.contracts.errors.ErrorType`` (issue 20, point 5):
 no other source file writes one as a string literal, and no two names share a value."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [

@@ -15,9 +15,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from parley.client import ConversationRefused, Conversations
 from parley.contracts import Decision, PolicyRule
-from parley.errors import ErrorType
-from parley.settings import Settings
-from parley.worker import build_worker
+from parley.contracts.errors import ErrorType
+from parley.config.settings import Settings
+from parley.worker.wiring import build_worker
 from tests.support import call, registry
 from tests.support.gateway import ALICE_TOKEN, auth, serve_gateway
 from tests.support.time_skipping import recording_script

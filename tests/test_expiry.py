@@ -22,9 +22,9 @@ from temporalio.worker import Replayer
 
 from parley.client import ConversationRefused, Conversations
 from parley.contracts import Decision
-from parley.errors import ErrorType
-from parley.settings import Settings
-from parley.worker import build_worker
+from parley.contracts.errors import ErrorType
+from parley.config.settings import Settings
+from parley.worker.wiring import build_worker
 from parley.workflows.conversation import ConversationWorkflow
 from tests.support import call, registry
 from tests.support.time_skipping import recording_script

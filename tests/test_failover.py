@@ -43,9 +43,9 @@ from parley.contracts.failover import (
     cooldown_seconds,
     model_specs,
 )
-from parley.redaction import remember_config
-from parley.rendering import print_snapshot, render_turn
-from parley.settings import MODEL_ACTIVITY, Settings
+from parley.observability.redaction import remember_config
+from parley.cli.rendering import print_snapshot, render_turn
+from parley.config.settings import MODEL_ACTIVITY, Settings
 from parley.workflows.conversation import ConversationWorkflow
 from tests.support import registry
 from tests.support.anthropic_fake import Failure, FakeAnthropic, Message

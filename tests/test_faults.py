@@ -22,10 +22,10 @@ from pathlib import Path
 import httpx
 from temporalio.testing import WorkflowEnvironment
 
-from parley.binaries import temporal_cli
+from parley.cli.binaries import temporal_cli
 from parley.client import Conversations, connect
 from parley.contracts import SEARCH_ATTRIBUTES, Decision
-from parley.settings import Settings
+from parley.config.settings import Settings
 from tests.support.gateway import sse_events
 from tests.support.ports import free_port
 from tests.support.processes import (

@@ -21,12 +21,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from parley.activities.model_calls import _with_unique_ids
-from parley.binaries import temporal_cli
+from parley.cli.binaries import temporal_cli
 from parley.client import ConversationRefused, Conversations, fork, rewind
 from parley.contracts import ConversationState, Decision, workflow_id_for
-from parley.errors import ErrorType, TurnInProgress
+from parley.contracts.errors import ErrorType, TurnInProgress
 from parley.storage import LocalFileStorageDriver
-from parley.workflows.rewind import Rewinder, cut_refusal
+from parley.workflows.lifecycle.rewind import Rewinder, cut_refusal
 from tests.support import registry
 from tests.support.browser import page_gateway, send
 from tests.support.cli import assert_one_line_error, parley

@@ -1,4 +1,4 @@
-"""The gate's checks (``workflows/gate.py``) as plain functions: no Temporal server."""
+"""The gate's checks (``workflows/rules/gate.py``) as plain functions: no Temporal server."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from parley.contracts import (
     ToolCatalogue,
     ToolSpec,
 )
-from parley.errors import ErrorType
-from parley.workflows import gate
+from parley.contracts.errors import ErrorType
+from parley.workflows.rules import gate
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 SCHEMA = {
@@ -214,7 +214,7 @@ def test_what_a_request_carries_beside_its_message_is_bounded_like_one() -> None
     """A respond message, edited arguments or a front end's tool definitions enter
     history as they are: together they fit in the message limit, or are refused."""
     from parley.contracts import ClientTool
-    from parley.errors import InvalidDecision, InvalidMessage, MessageTooLarge
+    from parley.contracts.errors import InvalidDecision, InvalidMessage, MessageTooLarge
 
     conversation = state(pending("c1"), pending("c2"))
     fits = decide(Decision(tool_call_id="c1", action="respond", message="x" * 90))

@@ -25,7 +25,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from parley.gateway.guard import BODY_MARGIN_BYTES, max_body_bytes
-from parley.settings import Settings
+from parley.config.settings import Settings
 from parley.storage import LocalFileStorageDriver
 from tests.support.gateway import (
     ALICE_TOKEN,

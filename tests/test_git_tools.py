@@ -16,9 +16,9 @@ from parley.activities.toolsets.git import (
     toolset,
 )
 from parley.contracts import ToolContext
-from parley.errors import ToolInputError, ToolPermissionError
-from parley.loading import GitConfig
-from parley.settings import Settings
+from parley.contracts.errors import ToolInputError, ToolPermissionError
+from parley.tools.loading import GitConfig
+from parley.config.settings import Settings
 from parley.tools import CONTEXT_ARG, ParleyTool
 
 CONTEXT = ToolContext(user_id="u1", session_id="s", workflow_id="conversation-s", tool_call_id="c1")

@@ -27,9 +27,9 @@ from temporalio.client import WorkflowExecutionStatus
 from parley.client import ConversationRefused
 from parley.contracts import ClientContext, workflow_id_for
 from parley.contracts.limits import MODEL_TOOL_CALLS_PER_REPLY
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.tools import auto
-from parley.workflows.handover import HANDOVER_HISTORY_BYTES, MB, TURN_HISTORY_BYTES
+from parley.workflows.lifecycle.handover import HANDOVER_HISTORY_BYTES, MB, TURN_HISTORY_BYTES
 from tests.support import registry
 from tests.support.openai_env import openai_model, serving_openai
 from tests.support.openai_script import RecordedRequest, ScriptedReply

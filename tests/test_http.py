@@ -21,7 +21,7 @@ from parley.activities.http import (
     shared_client,
     to_tool_error,
 )
-from parley.errors import ParleyError, ToolInputError, ToolPermissionError, TransientError
+from parley.contracts.errors import ParleyError, ToolInputError, ToolPermissionError, TransientError
 from parley.services.plans import BackgroundServer
 
 API_KEY = "sk-test-very-secret-key"

@@ -32,10 +32,10 @@ from parley.activities.models.openai_provider import build_openai_model
 from parley.client import ConversationRefused
 from parley.client.forks import rewind
 from parley.contracts.instructions import INSTRUCTIONS_MEMO, AgentInstructions, sha256_of
-from parley.errors import ErrorType
-from parley.instructions import AgentSetup, load_agent
-from parley.loading import ModelConfig
-from parley.rendering import print_snapshot
+from parley.contracts.errors import ErrorType
+from parley.tools.instructions import AgentSetup, load_agent
+from parley.tools.loading import ModelConfig
+from parley.cli.rendering import print_snapshot
 from parley.storage import LocalFileStorageDriver
 from tests.support import registry
 from tests.support.anthropic_fake import FakeAnthropic
@@ -283,7 +283,7 @@ def test_parley_tools_shows_them_and_a_missing_file_is_one_line(tmp_path: Path) 
 
 
 def test_the_loader_refuses_what_is_ambiguous(tmp_path: Path) -> None:
-    from parley.policies import AgentTable
+    from parley.tools.policies import AgentTable
 
     table = AgentTable(name="x", instructions="Be brief.")
     with pytest.raises(ValueError, match="in one place"):

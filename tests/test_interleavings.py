@@ -39,9 +39,9 @@ from temporalio.testing import WorkflowEnvironment
 from parley.client import ConversationRefused, Conversations
 from parley.contracts import Decision
 from parley.contracts.names import workflow_id_for
-from parley.errors import ErrorType
-from parley.settings import Settings
-from parley.worker import build_worker
+from parley.contracts.errors import ErrorType
+from parley.config.settings import Settings
+from parley.worker.wiring import build_worker
 from tests.support import RUNS, registry
 from tests.support.transcripts import new_session, tool_messages
 from tests.support.waiting import eventually

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from parley.contracts import Decision, PolicyRule
-from parley.links import ApprovalLink, LinkRefused, verify
+from parley.contracts.links import ApprovalLink, LinkRefused, verify
 from parley.tools import ToolRegistry, confirm
 from tests.support import call, script
 from tests.support.gateway import serve_gateway

@@ -13,10 +13,10 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from parley.client import ConversationRefused, Conversations
 from parley.contracts import Decision
-from parley.errors import ErrorType
-from parley.settings import Settings
+from parley.contracts.errors import ErrorType
+from parley.config.settings import Settings
 from parley.storage import LocalFileStorageDriver
-from parley.worker import build_worker
+from parley.worker.wiring import build_worker
 from tests.support import GATE, SLOW_STARTED, call, registry, script
 from tests.support.processes import slow_write_worker, tool_starts, worker_process
 from tests.support.transcripts import new_session, runs_in, tool_messages

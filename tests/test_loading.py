@@ -17,9 +17,9 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from parley.activities.models import build_chat_model
 from parley.activities.models.script_file import ScriptFileChatModel
 from parley.activities.models.scripted import ScriptedChatModel
-from parley.errors import ModelRequestError
-from parley.loading import ModelConfig, PlansConfig, ToolsetContext, factory
-from parley.settings import Settings
+from parley.contracts.errors import ModelRequestError
+from parley.tools.loading import ModelConfig, PlansConfig, ToolsetContext, factory
+from parley.config.settings import Settings
 from parley.tools import ParleyTool, ToolRegistry, load_registry
 from tests.support import drop_tables, read_records, write_record
 

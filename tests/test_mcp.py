@@ -25,8 +25,8 @@ from parley.activities.tool_calls import tool_failure
 from parley.activities.toolsets.mcp import mcp_failure
 from parley.activities.toolsets.mcp import toolset as mcp_toolset
 from parley.contracts import Decision, PolicyRule
-from parley.errors import ErrorType, TransientError
-from parley.loading import McpConfig
+from parley.contracts.errors import ErrorType, TransientError
+from parley.tools.loading import McpConfig
 from parley.tools import ToolRegistry
 from tests.support import call, script
 from tests.support.ports import free_port

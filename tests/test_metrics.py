@@ -11,8 +11,8 @@ from temporalio.client import Client
 
 from parley.client import Conversations, connect
 from parley.contracts import Decision
-from parley.settings import Settings
-from parley.worker import build_worker, metrics_runtime
+from parley.config.settings import Settings
+from parley.worker.wiring import build_worker, metrics_runtime
 from tests.support import call, registry, script
 from tests.support.ports import free_port
 from tests.support.transcripts import new_session

@@ -23,10 +23,10 @@ import pytest
 from temporalio.client import Client
 
 from parley.client import ConversationRefused, Conversations
-from parley.errors import ErrorType
-from parley.settings import Settings
+from parley.contracts.errors import ErrorType
+from parley.config.settings import Settings
 from parley.storage import LocalFileStorageDriver
-from parley.worker import build_worker
+from parley.worker.wiring import build_worker
 from tests.support import call, registry, script
 from tests.support.load import BURST_TOOLS, cpu_hog, write_burst_script
 from tests.support.processes import LIVENESS_TOOLS, PARLEY_MODULE, ROOT, cli_env, process

@@ -42,7 +42,7 @@ from parley.gateway.access import TokenTable
 from parley.gateway.oidc import OidcVerifier
 from parley.gateway.oidc_settings import OidcSettings
 from parley.gateway.server import serving
-from parley.settings import Settings
+from parley.config.settings import Settings
 from parley.tools import ToolRegistry
 from tests.support import RUNS, call, runs_of, script
 from tests.support.gateway import ALICE_TOKEN, TOKENS, EventReader, auth

@@ -21,9 +21,9 @@ from parley.activities.models.failures import (
     classify_model_error,
 )
 from parley.activities.models.openai_provider import build_openai_model
-from parley.errors import ModelRequestError, TransientError
-from parley.loading import ModelConfig
-from parley.settings import DEFAULT_OVERLOAD_CODES, Settings
+from parley.contracts.errors import ModelRequestError, TransientError
+from parley.tools.loading import ModelConfig
+from parley.config.settings import DEFAULT_OVERLOAD_CODES, Settings
 from tests.support.openai_fake import OVERLOAD_2064, FakeOpenAI, error_body
 from tests.support.provider_runs import point_at
 
@@ -441,6 +441,6 @@ def test_parley_errors_pass_through() -> None:
 
 
 def test_a_409_means_the_same_for_a_model_and_a_tool(fake: FakeOpenAI) -> None:
-    """One table (``parley.errors.INPUT_STATUSES``): a conflict is not retried."""
+    """One table (``parley.contracts.errors.INPUT_STATUSES``): a conflict is not retried."""
     fake.error(409, error_body("conflict", type="invalid_request_error"))
     assert isinstance(classify_model_error(failure_of()), ModelRequestError)

@@ -17,7 +17,7 @@ from temporalio.client import Client
 
 from parley.activities.toolsets.plans import build_plans_toolset
 from parley.contracts import CALL_MODEL, RUN_TOOL, Decision
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.services.plans import BackgroundServer
 from parley.tools import ToolRegistry
 from tests.support import registry

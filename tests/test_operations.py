@@ -35,7 +35,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from parley.binaries import temporal_cli
+from parley.cli.binaries import temporal_cli
 from parley.contracts import SEARCH_ATTRIBUTES, Decision
 from parley.storage import LocalFileStorageDriver
 from tests.support.ports import free_port

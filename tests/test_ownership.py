@@ -8,7 +8,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from parley.client import ConversationRefused
 from parley.contracts import Decision
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from tests.support import call, registry, script
 from tests.support.transcripts import new_session, runs_in
 

@@ -18,7 +18,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel
 from parley.client import ConversationRefused, Conversations
 from parley.contracts import Decision, SendMessageInput, workflow_id_for
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.tools import auto, confirm
 from parley.workflows.conversation import ConversationWorkflow
 from tests.support import call, registry, script

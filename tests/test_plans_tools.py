@@ -13,10 +13,10 @@ from langchain_core.tools import BaseTool
 from parley.activities.toolsets import plans as plans_toolset
 from parley.activities.toolsets.plans import build_plans_toolset, toolset
 from parley.contracts import ToolContext
-from parley.errors import ToolInputError, ToolPermissionError, TransientError
-from parley.loading import PlansConfig
+from parley.contracts.errors import ToolInputError, ToolPermissionError, TransientError
+from parley.tools.loading import PlansConfig
 from parley.services.plans import BackgroundServer, create_app
-from parley.settings import DEFAULT_PLANS_URL, Settings
+from parley.config.settings import DEFAULT_PLANS_URL, Settings
 from parley.tools import ParleyTool, ToolRegistry
 
 API_KEY = "plans-tools-test-key"

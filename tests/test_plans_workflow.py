@@ -18,7 +18,7 @@ from temporalio.client import Client
 
 from parley.activities.models.scripted import FIXED_NOTE, ScriptedChatModel
 from parley.contracts import RUN_TOOL
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.services.plans import BackgroundServer
 from tests.support.plans import (
     SECRET_MARKER,

@@ -17,7 +17,7 @@ import pytest
 from parley.activities.tool_calls import ToolActivities
 from parley.client import ConversationRefused
 from parley.contracts import Decision, PolicyRule, RunToolInput
-from parley.policies import load_policies
+from parley.tools.policies import load_policies
 from parley.tools import ToolRegistry, confirm
 from tests.support import call, script
 from tests.support.gateway import ALICE_TOKEN, BOB_TOKEN, auth, serve_gateway

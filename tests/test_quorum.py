@@ -30,8 +30,8 @@ from temporalio.exceptions import ApplicationError
 from parley.activities.tool_calls import ToolActivities
 from parley.client import ConversationRefused
 from parley.contracts import SPEND_CALL, Awaiting, Decision, PendingCall, PolicyRule, RunToolInput
-from parley.policies import load_policies
-from parley.rendering import print_pending
+from parley.tools.policies import load_policies
+from parley.cli.rendering import print_pending
 from parley.tools import ToolRegistry, confirm
 from tests.support import call, script
 from tests.support.gateway import BOB_TOKEN, auth, serve_gateway

@@ -31,7 +31,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from parley.client import Conversations
 from parley.gateway.access import TokenTable
-from parley.settings import Settings
+from parley.config.settings import Settings
 from parley.storage import LocalFileStorageDriver
 from tests.support.cli import parley_all
 from tests.support.processes import PARLEY, ROOT, process

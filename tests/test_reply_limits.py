@@ -39,8 +39,8 @@ from parley.contracts.limits import (
     STREAM_BYTES_PER_CALL,
     utf8_size,
 )
-from parley.errors import ErrorType
-from parley.workflows.events import STREAM_DISCARDED
+from parley.contracts.errors import ErrorType
+from parley.workflows.record.events import STREAM_DISCARDED
 from tests.support import registry
 from tests.support.gateway import ALICE_TOKEN, auth, serve_gateway, sse_events
 from tests.support.openai_env import THIRTY_WORDS, openai_model, serving_openai, stored_reply

@@ -33,11 +33,11 @@ from temporalio.testing import WorkflowEnvironment
 
 from parley.client import Conversations
 from parley.contracts import StateQuery, workflow_id_for
-from parley.errors import ErrorType
-from parley.settings import Settings
+from parley.contracts.errors import ErrorType
+from parley.config.settings import Settings
 from parley.storage import data_converter, driver_of
 from parley.storage.base import Referrer
-from parley.worker import build_worker
+from parley.worker.wiring import build_worker
 from tests.support import registry
 from tests.support.cli import assert_one_line_error, parley, parley_all
 from tests.support.gateway import ALICE_TOKEN, auth, serve_gateway

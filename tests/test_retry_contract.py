@@ -14,9 +14,9 @@ from temporalio.api.history.v1 import History
 from parley.activities.model_calls import _model_failure
 from parley.activities.tool_calls import tool_failure
 from parley.contracts import RUN_TOOL, ToolContext
-from parley.errors import ErrorType, ToolPermissionError, TransientError
-from parley.redaction import remember_secrets
-from parley.settings import MODEL_ACTIVITY, TOOL_ACTIVITY
+from parley.contracts.errors import ErrorType, ToolPermissionError, TransientError
+from parley.observability.redaction import remember_secrets
+from parley.config.settings import MODEL_ACTIVITY, TOOL_ACTIVITY
 from parley.tools import auto
 from tests.support import call, registry, script
 from tests.support.transcripts import new_session

@@ -19,10 +19,10 @@ from parley.client import ConversationRefused, Conversations
 from parley.contracts import ContextRef, StateQuery
 from parley.contracts.conversation import RewindInput, TranscriptCut
 from parley.contracts.state import TranscriptWindow
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.storage import LocalFileStorageDriver
 from parley.workflows.conversation import ConversationWorkflow
-from parley.workflows.rewind import run_refusal
+from parley.workflows.lifecycle.rewind import run_refusal
 from tests.support import registry
 from tests.support.browser import page_gateway
 from tests.support.cli import assert_one_line_error, parley

@@ -17,9 +17,9 @@ import subprocess
 
 from temporalio.api.enums.v1 import EventType
 
-from parley.binaries import temporal_cli
+from parley.cli.binaries import temporal_cli
 from parley.contracts import Decision
-from parley.workflows.handover import UPDATES_PER_RUN
+from parley.workflows.lifecycle.handover import UPDATES_PER_RUN
 from tests.support import call, registry, script
 from tests.support.transcripts import new_session, runs_in
 from tests.support.waiting import eventually

@@ -33,13 +33,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from temporalio.testing import WorkflowEnvironment
 
 from parley.gateway.access import TokenTable
-from parley.links import ApprovalLink
-from parley.loading import GitConfig, ModelConfig, PlansConfig, ToolsetContext
-from parley.redaction import remember_values
-from parley.settings import Settings
+from parley.contracts.links import ApprovalLink
+from parley.tools.loading import GitConfig, ModelConfig, PlansConfig, ToolsetContext
+from parley.observability.redaction import remember_values
+from parley.config.settings import Settings
 from parley.storage import LocalFileStorageDriver
 from parley.storage.s3 import S3Config
-from parley.tracing import RedactingExporter
+from parley.observability.tracing import RedactingExporter
 from tests.support.cli import parley
 from tests.support.gateway import auth, sse_events
 from tests.support.openai_fake import FakeOpenAI

@@ -18,9 +18,9 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from parley.client import Conversations
-from parley.settings import Settings
+from parley.config.settings import Settings
 from parley.storage import LocalFileStorageDriver
-from parley.temporal_config import load
+from parley.config.temporal import load
 from tests.support.cli import assert_one_line_error, parley, parley_all
 from tests.support.ports import free_port
 from tests.support.processes import PARLEY, process

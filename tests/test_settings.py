@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from parley.settings import Settings
+from parley.config.settings import Settings
 
 EXPIRY = "PARLEY_PENDING_EXPIRY_SECONDS"
 MODEL_CALLS = "PARLEY_MAX_MODEL_CALLS_PER_TURN"
@@ -76,7 +76,7 @@ async def test_worker_capacity_comes_from_settings(monkeypatch: pytest.MonkeyPat
     reach the Temporal worker."""
     from parley.activities.models.script_file import ScriptFileChatModel
     from parley.tools import ToolRegistry
-    from parley.worker import build_worker
+    from parley.worker.wiring import build_worker
 
     monkeypatch.setenv("PARLEY_MAX_CACHED_WORKFLOWS", "50")
     monkeypatch.setenv("PARLEY_MAX_CONCURRENT_ACTIVITIES", "7")
@@ -106,7 +106,7 @@ def test_a_build_id_temporal_cannot_name_is_refused(
 def test_versioning_is_off_by_default_and_named_by_settings(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from parley.worker import deployment_config
+    from parley.worker.wiring import deployment_config
 
     monkeypatch.delenv("PARLEY_BUILD_ID", raising=False)
     assert deployment_config(Settings.from_env()) is None

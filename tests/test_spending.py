@@ -14,7 +14,7 @@ import pytest
 
 from parley.client import ConversationRefused
 from parley.contracts import SPEND_CALL, Decision, SpendBudget
-from parley.policies import load_policies
+from parley.tools.policies import load_policies
 from tests.support import registry
 from tests.support.openai_env import openai_model, serving_openai
 from tests.support.openai_fake import FakeOpenAI

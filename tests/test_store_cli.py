@@ -18,10 +18,10 @@ from temporalio.testing import WorkflowEnvironment
 
 from parley.client import Conversations
 from parley.contracts import workflow_id_for
-from parley.settings import Settings
+from parley.config.settings import Settings
 from parley.storage import data_converter, driver_of
 from parley.tools import ToolRegistry
-from parley.worker import build_worker
+from parley.worker.wiring import build_worker
 from tests.support import call, script
 from tests.support.processes import PARLEY_MODULE, ROOT, worker_env
 from tests.support.s3 import S3Server, moto_server

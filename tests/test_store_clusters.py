@@ -29,12 +29,12 @@ from temporalio.converter import (
 )
 from temporalio.testing import WorkflowEnvironment
 
-from parley.binaries import temporal_cli
+from parley.cli.binaries import temporal_cli
 from parley.client import Conversations
 from parley.client.connection import connect
 from parley.contracts import SEARCH_ATTRIBUTES, workflow_id_for
-from parley.dev import claim_dev_store
-from parley.settings import Settings
+from parley.cli.dev import claim_dev_store
+from parley.config.settings import Settings
 from parley.storage import LocalFileStorageDriver, PartitionedStore, data_converter, driver_of
 from parley.storage.base import UNSPLIT, Referrer
 from parley.storage.clusters import ClusterPart, identify

@@ -29,13 +29,13 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from parley.client import Conversations
 from parley.contracts import workflow_id_for
-from parley.settings import Settings
+from parley.config.settings import Settings
 from parley.storage import LocalFileStorageDriver, PayloadStore, data_converter, driver_of
 from parley.storage.base import Collected, Referrer
 from parley.storage.retention import collect_garbage, store_stats
 from parley.storage.schedule import ensure_gc_schedule
 from parley.tools import ToolRegistry
-from parley.worker import build_worker
+from parley.worker.wiring import build_worker
 from tests.support import call, script
 from tests.support.s3 import S3Server, moto_server
 from tests.support.store_tools import toolset

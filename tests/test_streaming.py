@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from parley.workflows.events import STREAM_DISCARDED
+from parley.workflows.record.events import STREAM_DISCARDED
 from tests.support import registry
 from tests.support.gateway import ALICE_TOKEN, SseEvent, auth, serve_gateway, sse_events
 from tests.support.openai_env import THIRTY_WORDS, openai_model, serving_openai, stored_reply

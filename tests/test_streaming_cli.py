@@ -20,7 +20,7 @@ import pytest
 
 from parley.client import Conversations
 from parley.contracts import TurnResult
-from parley.live_reply import YOUNGEST_CANCEL_SECONDS, LiveReply, send_following
+from parley.cli.live_reply import YOUNGEST_CANCEL_SECONDS, LiveReply, send_following
 from tests.support import registry
 from tests.support.cli import assert_one_line_error
 from tests.support.openai_env import THIRTY_WORDS, openai_model, serving_openai, stored_reply

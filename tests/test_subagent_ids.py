@@ -24,7 +24,7 @@ from playwright.async_api import Page, expect
 
 from parley.client import ConversationRefused
 from parley.contracts import ASSISTANT_MESSAGE_PREFIX, SubagentSpec
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.tools import ToolRegistry, confirm
 from tests.support import ByConversation, call, script
 from tests.support.browser import sign_in_and_start

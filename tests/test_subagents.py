@@ -25,8 +25,8 @@ from parley.activities.models.scripted import ScriptedChatModel
 from parley.activities.tool_calls import ToolActivities
 from parley.client import ConversationRefused
 from parley.contracts import ConversationSnapshot, Decision, RunToolInput, workflow_id_for
-from parley.errors import ErrorType
-from parley.policies import load_policies
+from parley.contracts.errors import ErrorType
+from parley.tools.policies import load_policies
 from tests.support import OFFERED, ByConversation, call, script
 from tests.support.policy_tools import planner_model
 from tests.support.policy_tools import planner_registry as registry

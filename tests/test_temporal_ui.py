@@ -10,7 +10,7 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
 
 from parley.contracts import PARLEY_PENDING_TOOLS, PARLEY_STATUS, PARLEY_USER, Decision
-from parley.worker import ensure_search_attributes
+from parley.worker.wiring import ensure_search_attributes
 from tests.support import call, registry, script
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from temporalio.api.enums.v1 import EventType
 
 from parley.contracts import PARLEY_STATUS, RUN_TOOL, Decision
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.tools import ToolRegistry, auto, confirm
 from tests.support import RUNS, call, registry, script, strict_write, write_record
 from tests.support.transcripts import (

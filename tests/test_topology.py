@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 from temporalio.testing import WorkflowEnvironment
 
-from parley.binaries import temporal_cli
+from parley.cli.binaries import temporal_cli
 from parley.contracts import SEARCH_ATTRIBUTES
 from tests.support.ports import free_port
 from tests.support.processes import (

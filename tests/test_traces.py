@@ -27,12 +27,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import create_tracer_provider
 
-from parley import tracing
+from parley.observability import tracing
 from parley.cli.app import command_name
 from parley.client import Conversations, connect
-from parley.settings import Settings
+from parley.config.settings import Settings
 from parley.storage import LocalFileStorageDriver
-from parley.worker import build_worker
+from parley.worker.wiring import build_worker
 from tests.support import registry, runs_of
 from tests.support.dev import parley, running_dev_server, without_paths
 from tests.support.gateway import ALICE_TOKEN, TOKENS, auth, gateway_processes, serve_gateway

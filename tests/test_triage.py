@@ -23,10 +23,10 @@ from parley.contracts import (
     subagent_session_id,
     workflow_id_for,
 )
-from parley.errors import ErrorType, InvalidDecision, ToolInputError
+from parley.contracts.errors import ErrorType, InvalidDecision, ToolInputError
 from parley.tools import ParleyTool, ToolRegistry, UnstableCanonicalForm
-from parley.workflows import gate
-from parley.workflows.triage import Proposal, Refuse, Run, Wait, triage
+from parley.workflows.rules import gate
+from parley.workflows.rules.triage import Proposal, Refuse, Run, Wait, triage
 
 NOW = datetime(2026, 12, 4, 12, tzinfo=UTC)
 

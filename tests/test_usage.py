@@ -26,10 +26,10 @@ from temporalio.client import Client
 from parley.activities.models.openai_provider import build_openai_model
 from parley.client import Conversations
 from parley.contracts import Decision, Usage
-from parley.loading import ModelConfig
-from parley.settings import Settings
-from parley.worker import build_worker, connect, metrics_runtime
-from parley.workflows.usage import USAGE_EVENT
+from parley.tools.loading import ModelConfig
+from parley.config.settings import Settings
+from parley.worker.wiring import build_worker, connect, metrics_runtime
+from parley.workflows.turn.usage import USAGE_EVENT
 from tests.support import registry, script
 from tests.support.gateway import ALICE_TOKEN, auth, serve_gateway
 from tests.support.openai_env import serving_openai

@@ -21,11 +21,11 @@ from parley.client import ConversationRefused, Conversations
 from parley.contracts import ConversationSnapshot, ConversationState, SendMessageInput
 from parley.contracts.busy import QUEUED_MESSAGES_MAX, QueuedMessage
 from parley.contracts.payloads import PAYLOAD_CONTEXT
-from parley.errors import ConversationEnded, ErrorType, MessageTooLarge, TurnInProgress
+from parley.contracts.errors import ConversationEnded, ErrorType, MessageTooLarge, TurnInProgress
 from parley.storage import LocalFileStorageDriver
-from parley.workflows import gate
-from parley.workflows.busy import INTERRUPTED_EVENT
-from parley.workflows.streaming import INTERRUPTED
+from parley.workflows.rules import gate
+from parley.workflows.turn.busy import INTERRUPTED_EVENT
+from parley.workflows.turn.streaming import INTERRUPTED
 from tests.support import GATE, SLOW_STARTED, call, registry
 from tests.support.cli import assert_one_line_error, parley
 from tests.support.gateway import ALICE_TOKEN, SseEvent, auth, serve_gateway, sse_events

@@ -10,7 +10,7 @@ import httpx
 
 from parley.contracts import ToolContext
 from parley.services.plans import BackgroundServer, create_app
-from parley.settings import Settings
+from parley.config.settings import Settings
 from parley.tools import load_registry
 
 KEY = "worker-http-test-key"

@@ -63,28 +63,29 @@ with workflow.unsafe.imports_passed_through():
         TurnResult,
     )
     from parley.contracts.busy import WhileBusy
-    from parley.errors import (
+    from parley.contracts.errors import (
         ConversationEnded,
         ConversationHandingOver,
         InvalidDecision,
         InvalidMessage,
     )
-    from parley.workflows import gate, metrics
-    from parley.workflows.awaiting import awaiting_all
-    from parley.workflows.dedup import Deduplication
-    from parley.workflows.events import EventLog
-    from parley.workflows.followers import Followers
-    from parley.workflows.instructions import check_added, take_added
-    from parley.workflows.ledger import Ledger
-    from parley.workflows.publishing import publish_owner, publish_status
-    from parley.workflows.rewind import Rewinder, first_state
-    from parley.workflows.run_loop import RunLoop
-    from parley.workflows.signalled import SignalledDecisions
-    from parley.workflows.streaming import ReplyStream
-    from parley.workflows.turns import TurnEngine
+    from parley.workflows.record import metrics
+    from parley.workflows.rules import gate
+    from parley.workflows.rules.awaiting import awaiting_all
+    from parley.workflows.record.dedup import Deduplication
+    from parley.workflows.record.events import EventLog
+    from parley.workflows.lifecycle.followers import Followers
+    from parley.workflows.turn.instructions import check_added, take_added
+    from parley.workflows.record.ledger import Ledger
+    from parley.workflows.record.publishing import publish_owner, publish_status
+    from parley.workflows.lifecycle.rewind import Rewinder, first_state
+    from parley.workflows.lifecycle.run_loop import RunLoop
+    from parley.workflows.lifecycle.signalled import SignalledDecisions
+    from parley.workflows.turn.streaming import ReplyStream
+    from parley.workflows.turn.turns import TurnEngine
 
 
-@workflow.defn  # pinned by the versioned worker (``parley.worker.deployment_config``)
+@workflow.defn  # pinned by the versioned worker (``parley.worker.wiring.deployment_config``)
 class ConversationWorkflow:
     @workflow.init
     def __init__(self, start: ConversationStart) -> None:

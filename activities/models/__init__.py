@@ -9,7 +9,7 @@
 - ``google:<model>``: Gemini through the Gemini API (langchain-google-genai).
 - ``<module>:<factory>``: any langchain-core ``BaseChatModel`` a factory returns; the
   factory takes nothing, or a ``ModelConfig`` (``@factory(ModelConfig)``,
-  ``parley.loading``), never the worker's Settings.
+  ``parley.tools.loading``), never the worker's Settings.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import importlib
 
 from langchain_core.language_models import BaseChatModel
 
-from parley.loading import MODEL_CONFIGS, FactoryInputs, ModelConfig, call_factory
-from parley.settings import Settings
+from parley.tools.loading import MODEL_CONFIGS, FactoryInputs, ModelConfig, call_factory
+from parley.config.settings import Settings
 
 
 def build_chat_model(spec: str, settings: Settings | None = None) -> BaseChatModel:
@@ -84,5 +84,5 @@ def build_chat_model(spec: str, settings: Settings | None = None) -> BaseChatMod
 
 FACTORY_SHAPE = (
     "a model factory is a zero-argument callable, or one marked @factory(ModelConfig) "
-    "(parley.loading), returning a langchain-core BaseChatModel"
+    "(parley.tools.loading), returning a langchain-core BaseChatModel"
 )

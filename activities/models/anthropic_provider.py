@@ -2,7 +2,7 @@
 (``langchain-anthropic``).
 
 Activity side only: the key (``ANTHROPIC_API_KEY``) comes in the model's own config
-(``parley.loading.ModelConfig``, made from the Settings the worker read at start), so it
+(``parley.tools.loading.ModelConfig``, made from the Settings the worker read at start), so it
 lives in the worker process and never enters workflow input or history.
 ``ANTHROPIC_BASE_URL`` points at another endpoint (a proxy, a gateway, a local server).
 
@@ -29,7 +29,7 @@ from typing import Any
 from langchain_anthropic import ChatAnthropic
 from langchain_core.language_models import BaseChatModel
 
-from parley.loading import ModelConfig
+from parley.tools.loading import ModelConfig
 
 #: Anthropic's own endpoint, given explicitly so that the client reads no environment.
 DEFAULT_BASE_URL = "https://api.anthropic.com"

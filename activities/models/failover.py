@@ -36,8 +36,8 @@ from parley.contracts.failover import (
     FailoverOffer,
     model_specs,
 )
-from parley.errors import ContextLengthExceeded, ModelReplyTooLarge, ParleyError, TransientError
-from parley.settings import Settings
+from parley.contracts.errors import ContextLengthExceeded, ModelReplyTooLarge, ParleyError, TransientError
+from parley.config.settings import Settings
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ the provider said                                      Parley error
 =====================================================  ====================
 an overload code in the error body (any HTTP status,   TransientError
 including 200 and 400; ``PARLEY_MODEL_OVERLOAD_CODES``)
-HTTP 408, 425, 429, 5xx (``parley.errors``)            TransientError
+HTTP 408, 425, 429, 5xx (``parley.contracts.errors``)            TransientError
 timeout, connection refused/reset, protocol error      TransientError
 context window exceeded                                ContextLengthExceeded (a
                                                        ModelRequestError naming the window)
@@ -57,14 +57,14 @@ from parley.activities.models.context_overflow import (
 from parley.activities.models.google_errors import google_failure
 from parley.activities.models.provider_errors import ERROR_TYPE_STATUSES, variables_prefix
 from parley.activities.redaction import redact
-from parley.errors import (
+from parley.contracts.errors import (
     ContextLengthExceeded,
     ModelRequestError,
     ParleyError,
     TransientError,
     is_transient_status,
 )
-from parley.settings import DEFAULT_OVERLOAD_CODES
+from parley.config.settings import DEFAULT_OVERLOAD_CODES
 
 __all__ = ["classify_model_error", "model_error_type"]
 

@@ -2,7 +2,7 @@
 (``langchain-google-genai``, on Google's ``google-genai`` SDK).
 
 Activity side only: the key (``GOOGLE_API_KEY``) comes in the model's own config
-(``parley.loading.ModelConfig``, made from the Settings the worker read at start), so it
+(``parley.tools.loading.ModelConfig``, made from the Settings the worker read at start), so it
 lives in the worker process and never enters workflow input or history; it is sent in
 the ``x-goog-api-key`` header, never in a URL. ``GOOGLE_BASE_URL`` points at another
 endpoint (a proxy, a gateway, a local server): requests go to
@@ -33,7 +33,7 @@ from __future__ import annotations
 from langchain_core.language_models import BaseChatModel
 from langchain_google_genai import ChatGoogleGenerativeAI
 
-from parley.loading import ModelConfig
+from parley.tools.loading import ModelConfig
 
 #: The Gemini API, given explicitly so that the client reads no environment.
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/"

@@ -1,7 +1,7 @@
 """``PARLEY_MODEL=openai:<model>``: any OpenAI-compatible chat-completions server.
 
 Activity side only: the key (``OPENAI_API_KEY``) comes in the model's own config
-(``parley.loading.ModelConfig``, made from the Settings the worker read at start), so it
+(``parley.tools.loading.ModelConfig``, made from the Settings the worker read at start), so it
 lives in the worker process and never enters workflow input or history.
 Works for OpenAI, DeepSeek, vLLM, Ollama and anything else speaking the protocol
 (``OPENAI_BASE_URL`` points at it).
@@ -18,7 +18,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_openai import ChatOpenAI
 
 from parley.activities.models.whole_bodies import WholeBodiesAsyncClient, WholeBodiesClient
-from parley.loading import ModelConfig
+from parley.tools.loading import ModelConfig
 
 
 def build_openai_model(config: ModelConfig) -> BaseChatModel:

@@ -17,8 +17,8 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import BaseModel, Field, ValidationError
 
-from parley.errors import ModelRequestError
-from parley.loading import read_config_file
+from parley.contracts.errors import ModelRequestError
+from parley.tools.loading import read_config_file
 
 
 class ScriptedCall(BaseModel):

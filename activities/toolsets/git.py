@@ -34,8 +34,8 @@ from langchain_core.tools import InjectedToolArg, tool
 from pydantic import BaseModel, Field, StringConstraints, ValidationError, field_validator
 
 from parley.contracts import ToolContext
-from parley.errors import ToolInputError, ToolPermissionError
-from parley.loading import GitConfig, factory
+from parley.contracts.errors import ToolInputError, ToolPermissionError
+from parley.tools.loading import GitConfig, factory
 from parley.tools import ParleyTool, identifier
 
 BRANCH_KINDS = ("feat", "fix", "chore", "docs", "refactor", "test")

@@ -52,8 +52,8 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from mcp.shared.exceptions import McpError
 from mcp.types import CONNECTION_CLOSED
 
-from parley.errors import ToolPermissionError, TransientError, is_transient_status
-from parley.loading import McpConfig, factory, read_config_file
+from parley.contracts.errors import ToolPermissionError, TransientError, is_transient_status
+from parley.tools.loading import McpConfig, factory, read_config_file
 from parley.tools import ParleyTool, confirm
 
 #: How long the worker waits, at start, for the servers to list their tools.

@@ -26,8 +26,8 @@ from langchain_core.tools import InjectedToolArg, tool
 from parley.activities.http import JsonApiClient
 from parley.activities.toolsets.titles import normalize_plan_title
 from parley.contracts import ToolContext
-from parley.errors import ToolInputError
-from parley.loading import PlansConfig, factory
+from parley.contracts.errors import ToolInputError
+from parley.tools.loading import PlansConfig, factory
 from parley.tools import ParleyTool, auto, one_script
 
 SERVICE_NAME = "the plans service"

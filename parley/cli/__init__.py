@@ -11,7 +11,7 @@ The commands live by area: ``servers`` (dev, gateway, plans-service, worker, dep
 (approve, reject, respond, edit), ``results`` (result: one call's whole result) and
 ``audit`` (export, verify); what they share is
 ``parley.cli.app``. They are registered here, in the order ``parley --help`` lists them. Printing is
-``parley.rendering``; the interactive loop is ``parley.chat``.
+``parley.cli.rendering``; the interactive loop is ``parley.cli.chat``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``parley audit``: export a conversation's audit log as JSON lines, chained by hash,
-and verify such an export. Client side (``parley.audit`` reads the conversation; the
+and verify such an export. Client side (``parley.client.audit`` reads the conversation; the
 chain is the workflow's).
 """
 
@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from parley.audit import AuditLog, BrokenExport, export_lines, read_log, verify, verify_live
+from parley.client.audit import AuditLog, BrokenExport, export_lines, read_log, verify, verify_live
 from parley.cli.app import conversations, err, fail, out, run_async
 
 

@@ -1,6 +1,6 @@
 """The commands about conversations other than decisions: ``send``, ``show``, ``list``,
 ``events``, ``end`` and ``chat``. Client side, through ``parley.client``; printing is
-``parley.rendering``, the interactive loop ``parley.chat``.
+``parley.cli.rendering``, the interactive loop ``parley.cli.chat``.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from parley.client import (
 )
 from parley.contracts import StateQuery, check_user_id
 from parley.contracts.busy import WHILE_BUSY_MODES
-from parley.live_reply import LiveReply
-from parley.rendering import (
+from parley.cli.live_reply import LiveReply
+from parley.cli.rendering import (
     print_conversation_list,
     print_snapshot,
 )
@@ -319,7 +319,7 @@ def chat(
     /show shows the conversation; /enqueue and /interrupt send a line refused because a
     turn was running (or the text after them) as the next turn or into the turn in
     flight; /quit, Ctrl-D or Ctrl-C leaves."""
-    from parley.chat import run_chat
+    from parley.cli.chat import run_chat
 
     mode = while_busy.value if while_busy else None
     try:

@@ -36,8 +36,8 @@ from parley.contracts import (
     refusal_of,
 )
 from parley.contracts.audit import decided_entry
-from parley.errors import ErrorType
-from parley.rendering import quorum_text
+from parley.contracts.errors import ErrorType
+from parley.cli.rendering import quorum_text
 
 Message = Annotated[
     str | None, typer.Option("--message", "-m", help="Why you reject them (the model is told).")

@@ -1,5 +1,5 @@
 """``parley send``'s message on its way: sent with a run id of its own so that only its
-turn is printed as it streams (``parley.live_reply``), and the one line the command
+turn is printed as it streams (``parley.cli.live_reply``), and the one line the command
 says when it cannot finish. Client side, through ``parley.client``.
 
 What becomes of the message is said in the CLI's words: a busy conversation's refusal
@@ -20,8 +20,8 @@ from rich.text import Text
 from parley.cli.app import conversations, err, run_async
 from parley.client import ConversationRefused, Conversations
 from parley.contracts import TurnResult
-from parley.errors import ErrorType
-from parley.live_reply import LiveReply, OwnRun, new_run_id, send_following
+from parley.contracts.errors import ErrorType
+from parley.cli.live_reply import LiveReply, OwnRun, new_run_id, send_following
 
 #: The exit status of a command stopped with Ctrl-C (128 + SIGINT).
 INTERRUPTED = 130

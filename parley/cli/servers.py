@@ -1,6 +1,6 @@
 """The commands that run servers: ``dev``, ``gateway``, ``plans-service``, ``worker``,
 ``deploy``. Client side: each starts a process's servers or asks Temporal; loading the
-worker's tools and model is ``parley.worker``'s job, serving and draining the gateway
+worker's tools and model is ``parley.worker.wiring``'s job, serving and draining the gateway
 ``parley.gateway.server``'s.
 
 What a container's health check runs: the gateway's ``/healthz`` (``readyz`` for
@@ -48,7 +48,7 @@ def dev(
     """Run everything locally: Temporal dev server with UI, demo git projects, the
     reference plans service, a worker with the offline model, and the gateway with
     its approval page (a token for --user is printed)."""
-    from parley.dev import DevOptions, run_dev
+    from parley.cli.dev import DevOptions, run_dev
 
     options = DevOptions(
         data_dir.resolve(), port, ui_port, plans_port, gateway_port, user, verbose=verbose
@@ -88,8 +88,8 @@ def gateway(
     from parley.gateway.oidc import OidcVerifier
     from parley.gateway.oidc_settings import OidcSettings
     from parley.gateway.server import run_gateway
-    from parley.logs import configure_logging
-    from parley.redaction import remember_secrets
+    from parley.observability.logs import configure_logging
+    from parley.observability.redaction import remember_secrets
 
     config = settings()
     remember_secrets(os.environ)  # no secret of this process reaches a log line
@@ -193,8 +193,8 @@ def worker(
     stops it: no new task is taken, and running activities may finish for
     PARLEY_WORKER_GRACE_SECONDS (default 30)."""
     from parley.activities.http import new_http_client
-    from parley.logs import configure_logging
-    from parley.worker import load_tools_and_model, run_worker
+    from parley.observability.logs import configure_logging
+    from parley.worker.wiring import load_tools_and_model, run_worker
 
     if check:
         if health_file is None:
@@ -298,8 +298,8 @@ def deploy(
     conversation on an older build to it: one waiting on people moves at once, one in
     the middle of a turn right after the turn. Keep the old workers running until
     `temporal worker deployment describe-version` says their version is drained."""
-    from parley.deploys import DeployReport
-    from parley.deploys import deploy as deploy_build
+    from parley.worker.deploys import DeployReport
+    from parley.worker.deploys import deploy as deploy_build
 
     config = settings()
 

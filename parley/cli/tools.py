@@ -11,9 +11,9 @@ import os
 from rich.text import Text
 
 from parley.cli.app import AsJson, fail, out, settings
-from parley.dev_state import running_dev
-from parley.instructions import AgentSetup
-from parley.rendering import print_catalogue
+from parley.cli.dev_state import running_dev
+from parley.tools.instructions import AgentSetup
+from parley.cli.rendering import print_catalogue
 
 
 def tools(as_json: AsJson = False) -> None:

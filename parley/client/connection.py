@@ -1,10 +1,10 @@
 """Connecting to the Temporal cluster the way the ``temporal`` CLI does (address,
 namespace, API key, TLS and mTLS from its variables or a ``temporal.toml`` profile, read
-by ``parley.temporal_config``), with one line saying what to check when it cannot.
+by ``parley.config.temporal``), with one line saying what to check when it cannot.
 
 Client side (the CLI, the gateway, the worker's own client; never imported by
 workflows). The API key, the gRPC metadata and the client key are handed to
-``parley.redaction`` before they are used, and no message holds them. The SDK core's
+``parley.observability.redaction`` before they are used, and no message holds them. The SDK core's
 own log lines (``WARN temporalio_client::retry ...``) do not go to the terminal: they
 are forwarded to the Python logger ``temporalio.core``, which the worker and the gateway
 print in their log format (redacted); the CLI drops them (its one line says what failed).
@@ -28,14 +28,14 @@ from temporalio.runtime import (
 )
 from temporalio.service import TLSConfig
 
-from parley import tracing
+from parley.observability import tracing
 from parley.client.errors import ConversationRefused
-from parley.errors import ErrorType
-from parley.redaction import redact, remember_values
-from parley.settings import Settings
+from parley.contracts.errors import ErrorType
+from parley.observability.redaction import redact, remember_values
+from parley.config.settings import Settings
 from parley.storage import data_converter
 from parley.storage.parts import attach_client
-from parley.temporal_config import Pem, TemporalAccess
+from parley.config.temporal import Pem, TemporalAccess
 
 #: The logger the SDK core's log lines are forwarded to.
 CORE_LOGGER = "temporalio.core"
@@ -51,7 +51,7 @@ async def connect(settings: Settings, runtime: Runtime | None = None, role: str 
     or refuses the credentials, ``ConversationRefused`` (``Unreachable``: the gateway
     tries again). Either says in one line what to check. ``runtime`` (the worker's) may
     export metrics; without it, the process's ``core_runtime`` (the CLI's, ``role``
-    ``cli``, drops the core's log lines). With traces asked for (``parley.tracing``),
+    ``cli``, drops the core's log lines). With traces asked for (``parley.observability.tracing``),
     the client carries them, as ``parley-<role>``."""
     tracing.configure(settings, role)
     access = settings.temporal

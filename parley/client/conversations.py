@@ -62,8 +62,8 @@ from parley.contracts import (
 )
 from parley.contracts.busy import WhileBusy
 from parley.contracts.conversation import RewindInput
-from parley.errors import NOT_OWNER_MESSAGE, ErrorType
-from parley.settings import Settings
+from parley.contracts.errors import NOT_OWNER_MESSAGE, ErrorType
+from parley.config.settings import Settings
 from parley.workflows.conversation import ConversationWorkflow
 
 #: How an update (or an update-with-start) fails on the client's side; ``_refusal``

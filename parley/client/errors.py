@@ -3,7 +3,7 @@ is sent, and the translation of a Temporal failure into one clear line.
 
 Client side (never imported by workflows). A refusal by the workflow (not the owner,
 decisions owed, bad decision...) surfaces as ``ConversationRefused`` carrying the
-workflow's message and stable error type (``parley.errors.ErrorType``).
+workflow's message and stable error type (``parley.contracts.errors.ErrorType``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from parley.contracts import (
     check_user_id,
     workflow_id_for,
 )
-from parley.errors import NOT_OWNER_MESSAGE, ErrorType
+from parley.contracts.errors import NOT_OWNER_MESSAGE, ErrorType
 
 
 class ConversationRefused(Exception):

@@ -50,10 +50,10 @@ from parley.contracts import (
 )
 from parley.contracts.conversation import RewindInput, TranscriptCut
 from parley.contracts.state import ForkOrigin
-from parley.errors import NOT_OWNER_MESSAGE, ErrorType
+from parley.contracts.errors import NOT_OWNER_MESSAGE, ErrorType
 from parley.storage import TranscriptStore, driver_of
 from parley.workflows.conversation import ConversationWorkflow
-from parley.workflows.rewind import cut_refusal
+from parley.workflows.lifecycle.rewind import cut_refusal
 
 
 class Forked(BaseModel):

@@ -23,7 +23,7 @@ from parley.client.conversations import Conversations
 from parley.client.errors import ConversationRefused
 from parley.client.stored import stored_messages, unreadable_stored
 from parley.contracts import StateQuery, StoredResult, ToolResult
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.storage import driver_of
 from parley.storage.results import WholeResults
 

@@ -23,7 +23,7 @@ from temporalio.common import (
 )
 
 from parley.contracts import PARLEY_REVIEWERS, PARLEY_STATUS, PARLEY_USER, ConversationStart
-from parley.settings import Settings
+from parley.config.settings import Settings
 
 
 def conversation_start(

@@ -20,7 +20,7 @@ from temporalio.client import Client
 
 from parley.client.errors import ConversationRefused, checked_workflow_id
 from parley.contracts import ContextRef
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.storage import TranscriptStore, driver_of
 from parley.storage.base import Collected, Referrer, collected_record
 from parley.storage.transcripts import StoredObjectUnreadable

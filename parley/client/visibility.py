@@ -28,9 +28,9 @@ from parley.contracts import (
     WORKFLOW_ID_PREFIX,
     TurnResult,
 )
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.workflows.conversation import ConversationWorkflow
-from parley.workflows.membership import GROUP_PREFIX
+from parley.workflows.rules.membership import GROUP_PREFIX
 
 
 class ConversationSummary(BaseModel):

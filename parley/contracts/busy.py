@@ -1,6 +1,6 @@
 """Messages that arrive while a turn runs: what the sender asks for (``WhileBusy``) and
 the messages that wait for a turn (``QueuedMessage``, carried in ``ConversationState``).
-Contracts (both sides of the Temporal boundary); the logic is ``parley.workflows.busy``.
+Contracts (both sides of the Temporal boundary); the logic is ``parley.workflows.turn.busy``.
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ class DecideInput(StrictInput):
     #: Set by a client that sent this ``decide`` as ``decide_signal`` because no worker
     #: was there: the ``decide`` update of this id, sent again later, gets its result.
     request_id: str | None = None
-    #: Set when the decision comes by a signed approval link (``parley.links``): the
+    #: Set when the decision comes by a signed approval link (``parley.contracts.links``): the
     #: link's id. Such a decision names one call; the others keep waiting.
     link: str | None = None
     #: As on ``SendMessageInput``: the run these decisions resume, its context and tools.
@@ -342,7 +342,7 @@ class NotifyInput(Contract):
     run_id: str
     #: Set when no one decided in time and a rule escalates: the user now asked.
     escalated_to: str | None = None
-    #: The conversation's reviewers: they get approval links too (``parley.links``).
+    #: The conversation's reviewers: they get approval links too (``parley.contracts.links``).
     reviewers: list[str] = Field(default_factory=list)
     #: Per call id, who may approve it (``workflows.awaiting``): only they get an
     #: approve link. A call not named here (a notification of an older run): everyone.
@@ -384,7 +384,7 @@ class ConversationSnapshot(Contract):
     audit: list[AuditEntry]
     audit_offset: int = 0
     audit_total: int = 0
-    #: Where entries before the ones this process keeps can be read (``parley.audit``).
+    #: Where entries before the ones this process keeps can be read (``parley.client.audit``).
     audit_archive: AuditArchiveRef | None = None
     counters: Counters
     event_count: int

@@ -3,7 +3,7 @@ tells a run that asks (the worker's instructions and whether a conversation may 
 them), and what a conversation keeps and carries. No I/O.
 
 A worker's agent has instructions (``PARLEY_INSTRUCTIONS`` or the policy file's
-``[agent]`` table, read by ``parley.instructions``), sent as the system message of
+``[agent]`` table, read by ``parley.tools.instructions``), sent as the system message of
 every model call. A conversation learns them once per run, from its first model call
 (``CallModelInput.ask_instructions``: the worker uses its own and reports them), and
 keeps them for the run: a worker restarted with other instructions changes nothing

@@ -13,7 +13,7 @@ from parley.contracts.tools import ToolResult, TurnToolResult
 #: workflow's state (so the continue-as-new input), every query page and update result.
 MESSAGE_MAX_BYTES_DEFAULT = 1024 * 1024
 #: A conversation's defaults, written once: ``ConversationStart`` (what a conversation
-#: runs with) and ``parley.settings.Settings`` (what the worker starts it with) read
+#: runs with) and ``parley.config.settings.Settings`` (what the worker starts it with) read
 #: them from here.
 PENDING_EXPIRY_SECONDS_DEFAULT = 24 * 3600
 #: Ten years: far beyond any real wait, and well inside what ``timedelta`` and a

@@ -55,7 +55,7 @@ class SpendBudget(Contract):
 
 
 class PolicyRule(Contract):
-    """One ``[[rule]]`` of the policy file. The file's loader (``parley.policies``) takes
+    """One ``[[rule]]`` of the policy file. The file's loader (``parley.tools.policies``) takes
     no key this model does not name (a misspelt ``requires_reviewr`` is a mistake, never
     a rule without a reviewer); the model itself ignores unknown keys, because it
     travels in history inside the tool catalogue, and a build rolled back must read a

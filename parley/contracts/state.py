@@ -113,7 +113,7 @@ class AuditWindow(_LatestEntries, Contract):
     """The latest audit entries, and the archive of the older ones (``archive``).
 
     An entry leaves the window only once it is archived, so the audit log loses
-    nothing (``parley.workflows.audit_archive``); past ``cap`` entries (a run of a build
+    nothing (``parley.workflows.record.audit_archive``); past ``cap`` entries (a run of a build
     before the archive, whose history has no archive step) the oldest go regardless,
     and the archive, if any, no longer meets the window."""
 
@@ -241,24 +241,24 @@ class ConversationState(Contract):
     #: target that does not change cannot start a loop of continue-as-new.
     upgraded_from: str | None = None
     delegations: DelegationState = Field(default_factory=DelegationState)
-    #: The tokens of every model call so far (``parley.workflows.usage``); None: none yet.
+    #: The tokens of every model call so far (``parley.workflows.turn.usage``); None: none yet.
     usage: Usage | None = None
-    #: Messages that arrived while a turn ran and wait for one (``parley.workflows.busy``;
+    #: Messages that arrived while a turn ran and wait for one (``parley.workflows.turn.busy``;
     #: at most ``QUEUED_MESSAGES_MAX``), oldest first.
     queued_messages: list[QueuedMessage] = Field(default_factory=list)
-    #: The spending mark now, in total tokens (``parley.workflows.spending``); None: the
+    #: The spending mark now, in total tokens (``parley.workflows.turn.spending``); None: the
     #: policy file's ``[budget]`` step, if any.
     spend_mark: int | None = None
     #: Calls of the front end's own tools (``ClientTool``) that wait for its result
     #: (``parley.workflows.client_tools``): the model is not called while any waits.
     client_calls: list[ToolCall] = Field(default_factory=list)
     #: The agent's instructions as this conversation keeps them (learned at a run's
-    #: first model call; ``parley.workflows.instructions``); None: not learned yet.
+    #: first model call; ``parley.workflows.turn.instructions``); None: not learned yet.
     instructions: AgentInstructions | None = None
     #: What the message that started the conversation added to them (audited).
     added_instructions: str | None = None
     #: The model its calls use after a failover, until the cool-down (None: the first;
-    #: ``parley.workflows.failover``).
+    #: ``parley.workflows.turn.failover``).
     model_choice: ModelChoice | None = None
 
     def tree_usage(self) -> Usage:
@@ -301,7 +301,7 @@ class ConversationState(Contract):
 
 class ForkOrigin(Contract):
     """Where a forked conversation came from: the conversation and run it was cut from,
-    and the first ``cut.at`` messages it starts with (``parley.workflows.rewind``)."""
+    and the first ``cut.at`` messages it starts with (``parley.workflows.lifecycle.rewind``)."""
 
     session_id: str
     run_id: str

@@ -38,7 +38,7 @@ from parley.contracts import (
     StateQuery,
     TurnResult,
 )
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.gateway.deps import Gateway, current_groups, current_user, gateway, session
 from parley.gateway.errors import ApiError, describe, refused
 from parley.gateway.reconnect import reconnect_events

@@ -30,7 +30,7 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from parley import tracing
+from parley.observability import tracing
 from parley.client import Conversations
 from parley.gateway import agui, audit, forks, health, links, rest, results, sign_in
 from parley.gateway.access import TokenTable
@@ -103,5 +103,5 @@ def create_app(
     app.include_router(audit.router)
     app.include_router(results.router)
     document(app)
-    tracing.instrument_app(app)  # with traces on: each request a span (parley.tracing)
+    tracing.instrument_app(app)  # with traces on: each request a span (parley.observability.tracing)
     return app

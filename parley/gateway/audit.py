@@ -1,5 +1,5 @@
 """``GET /v1/conversations/{id}/audit``: the conversation's audit log as ``parley audit``
-exports it (``parley.audit``: a header, then one chained entry a line). Client side (the
+exports it (``parley.client.audit``: a header, then one chained entry a line). Client side (the
 gateway)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Literal
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse, Response
 
-from parley.audit import entry_record, export_lines, header_record, read_log
+from parley.client.audit import entry_record, export_lines, header_record, read_log
 from parley.gateway.deps import Gateway, current_groups, current_user, gateway, guarded, session
 from parley.gateway.schemas import ERROR_RESPONSES, AuditExport
 

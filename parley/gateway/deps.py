@@ -16,13 +16,13 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from parley.client import ConversationRefused, Conversations
 from parley.contracts import workflow_id_for
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.gateway.access import TokenTable
 from parley.gateway.errors import ApiError, refused
 from parley.gateway.feeds import Feeds
 from parley.gateway.guard import GROUPS_STATE_KEY, USER_STATE_KEY
 from parley.gateway.oidc import OidcVerifier
-from parley.settings import Settings
+from parley.config.settings import Settings
 
 bearer = HTTPBearer(auto_error=False)
 

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from parley.client import ConversationRefused
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 
 #: Refusals and the HTTP status each answers.
 HTTP_STATUS = {

@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 
 from parley.client import ConversationRefused, Conversations
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 
 log = logging.getLogger("parley.gateway")
 

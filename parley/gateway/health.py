@@ -27,7 +27,7 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.service import RPCError, RPCStatusCode
 
 from parley.client import Conversations
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.gateway.access import TokenTable
 from parley.gateway.errors import error_response
 from parley.gateway.guard import RefuseBeforeReading, answer

@@ -1,4 +1,4 @@
-"""``/links/{token}``: a signed one-time approval link (``parley.links``) as a person
+"""``/links/{token}``: a signed one-time approval link (``parley.contracts.links``) as a person
 opens it from Slack, email or a pager. Client side (the gateway; no bearer token: the
 link's signature is its authority, for its one call, user and action).
 
@@ -24,9 +24,9 @@ from fastapi.responses import HTMLResponse
 
 from parley.client import ConversationRefused
 from parley.contracts import SPEND_CALL, Decision, PendingCall, TurnResult, refusal_of
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.gateway.deps import Gateway, gateway
-from parley.links import ApprovalLink, LinkRefused, verify
+from parley.contracts.links import ApprovalLink, LinkRefused, verify
 
 router = APIRouter(include_in_schema=False)
 

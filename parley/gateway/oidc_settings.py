@@ -1,5 +1,5 @@
 """The gateway's OpenID Connect settings (``PARLEY_OIDC_*``), read by the gateway only.
-Client side (the gateway); kept out of ``parley.settings.Settings``, which workers and
+Client side (the gateway); kept out of ``parley.config.settings.Settings``, which workers and
 every command read, since nothing else needs them.
 
 - ``PARLEY_OIDC_ISSUER``: the provider (discovery at

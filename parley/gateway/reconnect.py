@@ -37,7 +37,7 @@ from langchain_core.messages import ToolMessage as LangChainToolMessage
 
 from parley.client import ConversationRefused
 from parley.contracts import ConversationSnapshot, PendingCall, StateQuery, text_of
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.gateway.deps import Gateway
 from parley.gateway.errors import refused
 from parley.gateway.replay import interrupt_of

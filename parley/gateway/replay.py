@@ -27,7 +27,7 @@ from ag_ui.core import (
 
 from parley.client import Conversations
 from parley.contracts import OffsetEvent, PendingCall, TurnResult
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 
 #: Events read per ``events`` query while looking for the run.
 PAGE = 1_000

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from parley.client import ConversationRefused
 from parley.contracts import ConversationStatus, Decision, StateQuery, TurnResult
 from parley.contracts.busy import WhileBusy
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.gateway.deps import Gateway, current_groups, current_user, gateway, guarded, session
 from parley.gateway.errors import ApiError
 from parley.gateway.schemas import (

@@ -73,7 +73,7 @@ class ConversationList(BaseModel):
 
 
 class AuditExportHeader(BaseModel):
-    """Where an audit export starts and ends (``parley.audit``'s header line)."""
+    """Where an audit export starts and ends (``parley.client.audit``'s header line)."""
 
     kind: str
     version: int

@@ -3,9 +3,9 @@ caller's Temporal client (``serving``: ``parley dev``, tests), or as a process o
 own (``run_gateway``: ``parley gateway``). Client side.
 
 uvicorn keeps no access log (a request line would carry an approval link's token in
-its path) and logs through the process's own handlers (``parley.logs``: redacted), not
+its path) and logs through the process's own handlers (``parley.observability.logs``: redacted), not
 handlers of its own; the tokens the gateway takes and its Settings' secrets are
-remembered for redaction (``parley.redaction``) before it serves. uvicorn installs no
+remembered for redaction (``parley.observability.redaction``) before it serves. uvicorn installs no
 signal handlers: the process that runs the gateway owns its signals.
 
 Stopping drains (``GatewayServer.shutdown``): the listening socket closes (no new
@@ -39,15 +39,15 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from parley.client import ConversationRefused, Conversations
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.gateway.access import TokenTable
 from parley.gateway.app import create_app
 from parley.gateway.guard import max_body_bytes
 from parley.gateway.health import Unconnected
 from parley.gateway.oidc import OidcVerifier
 from parley.gateway.streams import Drain
-from parley.redaction import remember_config, remember_values
-from parley.settings import Settings
+from parley.observability.redaction import remember_config, remember_values
+from parley.config.settings import Settings
 
 log = logging.getLogger("parley.gateway")
 

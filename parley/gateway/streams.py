@@ -30,7 +30,7 @@ from starlette.types import Receive, Scope, Send
 
 from parley.client import ConversationRefused
 from parley.contracts import OffsetEvent, TurnResult
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.gateway.deps import Gateway, guarded
 from parley.gateway.errors import refused
 from parley.gateway.replay import run_events

@@ -2,7 +2,7 @@
 of immutable segments in the payload store, each pointing at the one before it.
 
 Outside the workflow sandbox: the worker's ``archive_audit`` activity appends to it, and
-``parley.audit`` (``parley audit``, the gateway's audit endpoint) reads it back, so an
+``parley.client.audit`` (``parley audit``, the gateway's audit endpoint) reads it back, so an
 export holds every entry however long the conversation. The workflow only ever sees the
 small ``AuditArchiveRef``. A segment is stored under its conversation's workflow id, so
 retention (``parley.storage.retention``) keeps it exactly as long as the transcript.

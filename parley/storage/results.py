@@ -19,7 +19,7 @@ from temporalio.converter import (
 
 from parley.contracts import MODEL_RESULT_MAX_CHARS, PayloadConverter, StoredResult, ToolResult
 from parley.contracts.limits import PAYLOAD_PREVIEW_BYTES
-from parley.errors import ErrorType
+from parley.contracts.errors import ErrorType
 from parley.storage.transcripts import read_stored
 
 

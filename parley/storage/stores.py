@@ -24,7 +24,7 @@ from parley.storage.local import LocalFileStorageDriver
 from parley.storage.parts import PartitionedStore
 
 if TYPE_CHECKING:
-    from parley.settings import Settings
+    from parley.config.settings import Settings
     from parley.storage.s3 import S3Config
 
 OFFLOAD_THRESHOLD_BYTES = 128 * 1024

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from parley.dev_state import state_file
+from parley.cli.dev_state import state_file
 from tests.support.ports import free_port
 from tests.support.processes import PARLEY
 

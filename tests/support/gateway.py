@@ -21,7 +21,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from parley.binaries import temporal_cli
+from parley.cli.binaries import temporal_cli
 from parley.client import Conversations
 from parley.contracts import SEARCH_ATTRIBUTES, workflow_id_for
 from parley.gateway.access import TokenTable

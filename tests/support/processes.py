@@ -18,7 +18,7 @@ from typing import Any
 from temporalio.client import Client
 
 from parley.client import Conversations
-from parley.settings import Settings
+from parley.config.settings import Settings
 from parley.storage import LocalFileStorageDriver
 from tests.support.scripts import call
 

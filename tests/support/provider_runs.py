@@ -22,8 +22,8 @@ from langchain_core.tools import InjectedToolArg, tool
 
 from parley.activities.models import build_chat_model
 from parley.contracts import ToolContext, Usage
-from parley.redaction import remember_config
-from parley.settings import Settings
+from parley.observability.redaction import remember_config
+from parley.config.settings import Settings
 from parley.tools import auto
 from tests.support import registry
 from tests.support.anthropic_fake import FakeAnthropic

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from langchain_core.tools import InjectedToolArg, tool
 
 from parley.contracts import ToolContext
-from parley.errors import ToolInputError, TransientError
+from parley.contracts.errors import ToolInputError, TransientError
 from parley.tools import ParleyTool, ToolRegistry, auto, confirm, deny
 
 RUNS: list[dict[str, Any]] = []

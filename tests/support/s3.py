@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import boto3
 
-from parley.settings import Settings
+from parley.config.settings import Settings
 from tests.support.ports import free_port
 
 #: Credentials moto accepts (it checks none unless told to).

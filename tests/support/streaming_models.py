@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from pydantic import Field
 
-from parley.errors import TransientError
+from parley.contracts.errors import TransientError
 
 
 class StreamedOnly(BaseChatModel):

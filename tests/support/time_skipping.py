@@ -16,10 +16,10 @@ from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.testing import WorkflowEnvironment
 
 from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel
-from parley.binaries import temporal_test_server
+from parley.cli.binaries import temporal_test_server
 from parley.contracts import SEARCH_ATTRIBUTES
 from parley.storage import LocalFileStorageDriver, data_converter
-from parley.worker import _indexed_type
+from parley.worker.wiring import _indexed_type
 
 
 class RecordingScript(ScriptFileChatModel):

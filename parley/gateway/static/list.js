@@ -59,7 +59,7 @@ export function renderList() {
 
 // The open conversation's row says what its header says. Temporal's visibility (the
 // list) lags behind the conversation, never publishes `running` (a status that lasts
-// seconds would cost two history events per turn: workflows/publishing.py), and knows
+// seconds would cost two history events per turn: workflows/record/publishing.py), and knows
 // nothing of a conversation it has not indexed yet; the snapshot is the conversation's
 // own word, read after every change the page sees.
 function asOpen(listed) {

@@ -1,0 +1,298 @@
+"""``parley chat``: an interactive conversation in the terminal. Client side.
+
+Messages go through ``send``; when calls wait for a decision, each is shown with its
+whole arguments and the user answers approve / edit / reject / respond (or a / e / r /
+s); all decisions go to the workflow at once. ``/show`` prints the conversation,
+``/quit`` (or end of input, or Ctrl-C) leaves. Reads plain lines from stdin, so it can be
+scripted too.
+
+A line sent while a turn runs (one started elsewhere, or before chat was left with
+Ctrl-C) is refused, unless chat runs with ``--while-busy``; the refusal offers
+``/enqueue`` (the line becomes the next turn) and ``/interrupt`` (it joins the turn in
+flight), each of which sends the refused line again, or the text after it. Only this
+chat's own turn is printed as it streams (``parley.cli.live_reply.OwnRun``).
+
+Prompts are read in the main thread, between calls to Temporal (each one run to its end
+on one event loop): Ctrl-C at a prompt leaves at once, and Ctrl-C while a turn runs
+stops waiting for it (the turn goes on in Temporal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import uuid
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from rich.console import Console
+from rich.text import Text
+
+from parley.cli.following import message_fate
+from parley.client import ConversationRefused, Conversations, check_identity, connect
+from parley.contracts import Decision, DecisionAction, PendingCall, StateQuery, TurnResult
+from parley.contracts.errors import ErrorType
+from parley.cli.live_reply import LiveReply, OwnRun, new_run_id, send_following
+from parley.cli.rendering import (
+    print_call,
+    print_snapshot,
+    render_turn,
+)
+from parley.config.settings import Settings
+
+T = TypeVar("T")
+
+#: One-letter answers to an approval prompt. A longer answer is a decision's name or an
+#: unambiguous beginning of one ("app", "rej", "res").
+SHORTCUTS: dict[str, DecisionAction] = {"a": "approve", "e": "edit", "r": "reject", "s": "respond"}
+DECISIONS: tuple[DecisionAction, ...] = ("approve", "edit", "reject", "respond")
+ASK_DECISION = "approve, edit, reject or respond? [a/e/r/s] "
+#: How many of the latest messages ``/show`` prints.
+SHOWN_MESSAGES = 20
+#: The exit status of a program stopped with Ctrl-C (128 + SIGINT).
+INTERRUPTED = 130
+#: The commands that send a line with a ``while_busy`` of their own.
+BUSY_COMMANDS = {"/enqueue": "enqueue", "/interrupt": "interrupt"}
+BUSY_HINT = (
+    "/enqueue sends it as the next turn, /interrupt sends it into the turn in flight "
+    "(or /enqueue TEXT, /interrupt TEXT)"
+)
+
+
+class _Closed(Exception):
+    """Standard input ended, or the user asked to leave."""
+
+
+def parse_decision(answer: str) -> DecisionAction | None:
+    """``a``/``e``/``r``/``s``, a decision's name, or an unambiguous beginning of one."""
+    answer = answer.strip().lower()
+    if answer in SHORTCUTS:
+        return SHORTCUTS[answer]
+    if len(answer) < 2:
+        return None
+    matches = [name for name in DECISIONS if name.startswith(answer)]
+    return matches[0] if len(matches) == 1 else None
+
+
+def run_chat(
+    session: str,
+    user: str,
+    settings: Settings,
+    *,
+    console: Console,
+    while_busy: str | None = None,
+) -> int:
+    """Chat until /quit, end of input or Ctrl-C; returns the exit status. ``while_busy``:
+    what every line does if a turn is running (None: the conversation's default)."""
+    check_identity(session, user)
+    with asyncio.Runner() as runner:
+        try:
+            return _Chat(runner, session, user, settings, console, while_busy).run()
+        except KeyboardInterrupt:
+            console.print()
+            console.print(
+                Text("interrupted; a turn under way goes on in Temporal (see parley show)")
+            )
+            return INTERRUPTED
+
+
+class _Chat:
+    def __init__(
+        self,
+        runner: asyncio.Runner,
+        session: str,
+        user: str,
+        settings: Settings,
+        console: Console,
+        while_busy: str | None = None,
+    ) -> None:
+        self._runner = runner
+        self._session = session
+        self._user = user
+        self._console = console
+        self._while_busy = while_busy
+        #: The last line refused because a turn was running (``/enqueue`` sends it).
+        self._refused_line: str | None = None
+        self._conv = Conversations(self._call(connect(settings)), settings)
+
+    def _call(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run one call to Temporal to its end (Ctrl-C stops it: KeyboardInterrupt)."""
+        return self._runner.run(work)
+
+    def _ask(self, prompt: str) -> str:
+        try:
+            return input(prompt).strip()
+        except EOFError:
+            raise _Closed from None
+
+    def run(self) -> int:
+        self._console.print(
+            Text.assemble(
+                "Chatting in ",
+                (self._session, "bold"),
+                f" as {self._user}. /show shows the conversation, /quit leaves.",
+            )
+        )
+        try:
+            pending = self._pending()
+            while True:
+                live = LiveReply(self._console.file)
+                if pending:
+                    result = self._decide_all(pending, live)
+                else:
+                    text = self._ask("you> ")
+                    if text in ("/quit", "/exit"):
+                        return 0
+                    if text == "/show":
+                        self._show()
+                        continue
+                    if not text:
+                        continue
+                    text, while_busy = self._busy_command(text)
+                    if not text:
+                        continue
+                    try:
+                        result = self._call(self._send(text, live, while_busy))
+                    except ConversationRefused as refused:
+                        live.finish_line()
+                        self._refused(refused)
+                        if refused.error_type == ErrorType.TURN_IN_PROGRESS:
+                            self._refused_line = text
+                            self._console.print(Text(BUSY_HINT))
+                        if refused.error_type == ErrorType.DECISIONS_OWED:
+                            pending = self._pending()
+                        continue
+                    self._refused_line = None
+                render_turn(result, self._console, reply_streamed=live.streamed_whole(result.reply))
+                if result.status == "failed":
+                    self._console.print(Text.assemble(("turn failed: ", "red"), result.error or ""))
+                pending = result.pending
+        except _Closed:
+            return 0
+
+    def _busy_command(self, text: str) -> tuple[str, str | None]:
+        """The line to send and its ``while_busy``: ``/enqueue`` and ``/interrupt`` send
+        the text after them, else the line refused last; any other line, chat's own."""
+        command, _, rest = text.partition(" ")
+        if command not in BUSY_COMMANDS:
+            return text, self._while_busy
+        line = rest.strip() or self._refused_line or ""
+        if not line:
+            self._console.print(Text(f"{command} TEXT sends TEXT; no refused line to send"))
+        return line, BUSY_COMMANDS[command]
+
+    async def _send(self, text: str, live: LiveReply, while_busy: str | None) -> TurnResult:
+        """Send ``text``; the reply's text of its own turn is written as it streams."""
+        message_id, run_id = uuid.uuid4().hex[:16], new_run_id()
+        own = OwnRun(run_id, message_id)
+        try:
+            return await send_following(
+                self._conv,
+                self._session,
+                self._user,
+                lambda: self._conv.send(
+                    self._session,
+                    self._user,
+                    text,
+                    message_id=message_id,
+                    while_busy=while_busy,  # type: ignore[arg-type]
+                    run={"run_id": run_id},
+                ),
+                live,
+                own=own,
+            )
+        except ConversationRefused as refused:
+            if refused.error_type != ErrorType.UNREACHABLE:
+                raise
+            live.finish_line()
+            taken = own.inside or own.ended
+            fate = message_fate(self._session, self._user, message_id, taken=taken, sent=True)
+            raise ConversationRefused(f"{refused.message}; {fate}", refused.error_type) from None
+
+    def _refused(self, refused: ConversationRefused) -> None:
+        self._console.print(Text.assemble(("refused: ", "red"), refused.message))
+
+    def _pending(self) -> list[PendingCall]:
+        try:
+            return self._call(self._conv.state(self._session, self._user)).pending
+        except ConversationRefused as refused:
+            if refused.error_type == ErrorType.NOT_FOUND:
+                return []
+            raise
+
+    def _show(self) -> None:
+        query = StateQuery(user_id=self._user, transcript_limit=SHOWN_MESSAGES, audit_limit=0)
+        try:
+            snapshot = self._call(self._conv.state(self._session, self._user, query))
+        except ConversationRefused as refused:
+            if refused.error_type != ErrorType.NOT_FOUND:
+                raise
+            self._console.print(Text(f"no conversation {self._session} yet: say something"))
+            return
+        print_snapshot(snapshot, self._console, audit=False, hint=False)
+
+    def _decide_all(self, pending: list[PendingCall], live: LiveReply) -> TurnResult:
+        """Ask for every pending call's decision and send them at once; the reply that
+        follows is written as it streams."""
+        while True:
+            decisions = [self._decision_for(call) for call in pending]
+            try:
+                return self._call(
+                    send_following(
+                        self._conv,
+                        self._session,
+                        self._user,
+                        functools.partial(self._conv.decide, self._session, self._user, decisions),
+                        live,
+                    )
+                )
+            except ConversationRefused as refused:
+                self._refused(refused)
+                if refused.error_type != ErrorType.INVALID_DECISION:
+                    raise
+
+    def _decision_for(self, call: PendingCall) -> Decision:
+        self._console.print(Text("Waiting for your decision:", style="bold yellow"))
+        print_call(call, self._console)
+        while True:
+            answer = self._ask(ASK_DECISION)
+            if answer in ("/quit", "/exit"):
+                raise _Closed
+            if answer == "/show":
+                self._show()
+                continue
+            action = parse_decision(answer)
+            if action is None:
+                self._console.print(
+                    Text("Please answer approve, edit, reject or respond (or a, e, r, s).")
+                )
+                continue
+            if action == "edit":
+                args = self._ask_json("new args (JSON object): ")
+                return Decision(tool_call_id=call.tool_call_id, action="edit", args=args)
+            if action == "reject":
+                reason = self._ask("reason (optional): ")
+                return Decision(
+                    tool_call_id=call.tool_call_id, action="reject", message=reason or None
+                )
+            if action == "respond":
+                message = ""
+                while not message:
+                    message = self._ask("your answer for the model: ")
+                return Decision(tool_call_id=call.tool_call_id, action="respond", message=message)
+            return Decision(
+                tool_call_id=call.tool_call_id, action="approve", args_hash=call.args_hash or None
+            )
+
+    def _ask_json(self, prompt: str) -> dict[str, Any]:
+        while True:
+            raw = self._ask(prompt)
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError as problem:
+                self._console.print(Text(f"not JSON: {problem.msg}; try again"))
+                continue
+            if isinstance(value, dict):
+                return value
+            self._console.print(Text('a JSON object is needed, e.g. {"title": "Q3 review"}'))

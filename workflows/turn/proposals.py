@@ -1,0 +1,91 @@
+"""A model message's proposed calls, sorted: refused, run now, pending, or held for the
+front end. Workflow side (deterministic; tools run only through ``execution``).
+
+Each call's arguments arrive canonical from ``call_model``. A call of one of the front
+end's own tools (``front_end``) is held for the client's result and never triaged;
+every other call is judged by ``triage`` (rules, remembered decisions, the tool's
+policy): refused with a reason the model reads, run at once (``auto``, in order, after
+all are sorted), or added to the pending calls to wait for a decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from langchain_core.messages import AIMessage
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from parley.contracts import PREVIEW_ARGS_CHARS, ToolCall, args_hash
+    from parley.contracts.errors import ErrorType
+    from parley.workflows.record.events import EventLog
+    from parley.workflows.turn.execution import ToolRunner, TurnFailed
+    from parley.workflows.turn.front_end import FrontEnd
+    from parley.workflows.record.ledger import Ledger, error_result
+    from parley.workflows.rules.triage import Proposal, Refuse, Run, invalid_call_refusal, triage
+
+
+class Proposals:
+    def __init__(
+        self,
+        ledger: Ledger,
+        events: EventLog,
+        tools: ToolRunner,
+        front_end: FrontEnd,
+        proposal: Callable[[], Proposal],
+    ) -> None:
+        self._ledger = ledger
+        self._events = events
+        self._tools = tools
+        self._front_end = front_end
+        self._proposal = proposal
+
+    async def handle(self, ai: AIMessage) -> None:
+        """Sort each proposed call (canonical arguments): refused, run now, pending, or
+        held for the front end."""
+        to_run: list[tuple[ToolCall, Run]] = []
+        for broken in ai.invalid_tool_calls:  # not JSON, or arguments the tool refused
+            call = ToolCall(tool_call_id=broken["id"] or "", name=broken["name"] or "unknown")
+            raw = (broken["args"] or "")[:PREVIEW_ARGS_CHARS]
+            self._ledger.audit("proposed", "model", call.tool_call_id, call.name, {"raw": raw})
+            self._ledger.answer(
+                call, error_result(ErrorType.TOOL_INPUT, invalid_call_refusal(broken)), "refused"
+            )
+        proposal = self._proposal()
+        for proposed in ai.tool_calls:
+            call = ToolCall.of(proposed)
+            self._events.tool_call(call.tool_call_id, call.name, call.args, ai.id)
+            if self._front_end.owns(call.name):
+                self._front_end.hold(call)
+                continue
+            detail = {"args_hash": args_hash(call.args)}
+            self._ledger.audit("proposed", "model", call.tool_call_id, call.name, detail)
+            verdict = triage(call, proposal)
+            self._ledger.audit_policy(call, verdict.outcome)
+            if isinstance(verdict, Refuse):
+                self._ledger.answer(
+                    call, error_result(verdict.error_type, verdict.message), "refused"
+                )
+            elif isinstance(verdict, Run):
+                to_run.append((call, verdict))
+            else:
+                self._ledger.pending.add(verdict.call)
+        try:
+            for call, run in to_run:
+                remembered = run.remembered
+                if remembered is not None:  # the user's own earlier decision, recorded
+                    self._ledger.audit(
+                        "decided",
+                        remembered.decided_by,
+                        call.tool_call_id,
+                        call.name,
+                        {"action": "approve", "remembered_from": remembered.tool_call_id},
+                    )
+                await self._tools.execute(
+                    call,
+                    approved_by=remembered.decided_by if remembered else None,
+                    rule=run.outcome.rule,
+                )
+        except TurnFailed:
+            self._ledger.abandon_unanswered(ai)
+            raise
