@@ -15,8 +15,8 @@ from __future__ import annotations
 from temporalio.exceptions import ApplicationError
 
 from parley.contracts import CallModelInput
-from parley.contracts.instructions import WorkerInstructions, system_text
 from parley.contracts.errors import ErrorType
+from parley.contracts.instructions import WorkerInstructions, system_text
 from parley.tools.instructions import AgentSetup
 
 

@@ -43,7 +43,6 @@ from langchain_core.messages.ai import add_usage
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from parley.observability import tracing
 from parley.activities.call_ids import _with_unique_ids
 from parley.activities.compaction import (
     DEFAULT_CONTEXT_TOKENS,
@@ -64,6 +63,7 @@ from parley.activities.models.failures import classify_model_error, model_error_
 from parley.activities.redaction import redact
 from parley.activities.reply_limits import ReplyLimits, ReplyMeter, check_reply, merged
 from parley.activities.streaming import ReplyStreamer, Send
+from parley.config.settings import DEFAULT_OVERLOAD_CODES, MODEL_ACTIVITY, retry_delay
 from parley.contracts import (
     ASSISTANT_MESSAGE_PREFIX,
     CALL_MODEL,
@@ -75,11 +75,11 @@ from parley.contracts import (
     subagent_tag,
     text_of,
 )
+from parley.contracts.errors import ErrorType, ModelRequestError, ToolInputError, TransientError
 from parley.contracts.failover import FailoverOffer
 from parley.contracts.instructions import WorkerInstructions
 from parley.contracts.limits import clipped
-from parley.contracts.errors import ErrorType, ModelRequestError, ToolInputError, TransientError
-from parley.config.settings import DEFAULT_OVERLOAD_CODES, MODEL_ACTIVITY, retry_delay
+from parley.observability import tracing
 from parley.storage import TranscriptStore
 from parley.tools import ToolRegistry, UnstableCanonicalForm
 

@@ -25,12 +25,12 @@ from typing import Any
 import pydantic_core
 from langchain_core.messages import AIMessageChunk, BaseMessage
 
+from parley.contracts.errors import ModelReplyTooLarge
 from parley.contracts.limits import (
     MODEL_REPLY_MAX_BYTES_DEFAULT,
     MODEL_TOOL_CALLS_PER_REPLY,
     utf8_size,
 )
-from parley.contracts.errors import ModelReplyTooLarge
 
 SETTING = "PARLEY_MAX_MODEL_REPLY_BYTES"
 

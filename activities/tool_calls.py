@@ -32,9 +32,9 @@ from langchain_core.tools import ToolException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from parley.observability import tracing
 from parley.activities.heartbeat import heartbeating
 from parley.activities.redaction import redact
+from parley.config.settings import DEFAULT_MAX_TOOL_RESULT_BYTES, TOOL_ACTIVITY, retry_delay
 from parley.contracts import (
     CANONICAL_ARGS,
     MODEL_RESULT_MAX_CHARS,
@@ -50,14 +50,14 @@ from parley.contracts import (
     args_hash,
     evaluate,
 )
-from parley.contracts.limits import clipped
 from parley.contracts.errors import (
     ErrorType,
     ToolInputError,
     ToolPermissionError,
     TransientError,
 )
-from parley.config.settings import DEFAULT_MAX_TOOL_RESULT_BYTES, TOOL_ACTIVITY, retry_delay
+from parley.contracts.limits import clipped
+from parley.observability import tracing
 from parley.storage.results import WholeResults, must_keep
 from parley.tools import CONTEXT_ARG, ParleyTool, ToolRegistry, UnstableCanonicalForm
 

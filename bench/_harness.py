@@ -54,8 +54,8 @@ from parley.activities.heartbeat import heartbeating  # noqa: E402
 from parley.activities.models.script_file import ScriptEntry, ScriptFileChatModel  # noqa: E402
 from parley.cli.binaries import temporal_cli  # noqa: E402
 from parley.client import Conversations  # noqa: E402
-from parley.contracts import Decision, ToolContext, TurnResult  # noqa: E402
 from parley.config.settings import Settings  # noqa: E402
+from parley.contracts import Decision, ToolContext, TurnResult  # noqa: E402
 from parley.tools import ToolRegistry, confirm  # noqa: E402
 from parley.worker.wiring import build_worker  # noqa: E402
 

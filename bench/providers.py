@@ -52,12 +52,12 @@ from parley.activities.models.anthropic_provider import build_anthropic_model  #
 from parley.activities.models.google_provider import build_google_model  # noqa: E402
 from parley.activities.models.openai_provider import build_openai_model  # noqa: E402
 from parley.client import Conversations  # noqa: E402
-from parley.tools.loading import ModelConfig  # noqa: E402
 from parley.tools import ToolRegistry  # noqa: E402
+from parley.tools.loading import ModelConfig  # noqa: E402
 from parley.worker.wiring import build_worker  # noqa: E402
 from tests.support.anthropic_fake import FakeAnthropic  # noqa: E402
-from tests.support.gemini_fake import FakeGemini  # noqa: E402
 from tests.support.gateway import serve_gateway  # noqa: E402
+from tests.support.gemini_fake import FakeGemini  # noqa: E402
 from tests.support.openai_fake import FakeOpenAI  # noqa: E402
 from tests.support.scripts import script  # noqa: E402
 

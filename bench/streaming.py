@@ -62,9 +62,9 @@ from bench._harness import (  # noqa: E402
 from bench.history_bytes import measure, settled_history  # noqa: E402
 from parley.activities.models.openai_provider import build_openai_model  # noqa: E402
 from parley.client import Conversations  # noqa: E402
-from parley.tools.loading import ModelConfig  # noqa: E402
 from parley.config.settings import Settings  # noqa: E402
 from parley.tools import ToolRegistry  # noqa: E402
+from parley.tools.loading import ModelConfig  # noqa: E402
 from parley.worker.wiring import build_worker  # noqa: E402
 from tests.support.gateway import ALICE_TOKEN, auth, serve_gateway, sse_events  # noqa: E402
 from tests.support.openai_fake import FakeOpenAI  # noqa: E402

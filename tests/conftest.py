@@ -16,8 +16,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from parley.cli.binaries import temporal_cli
 from parley.client import Conversations
-from parley.contracts import SEARCH_ATTRIBUTES
 from parley.config.settings import Settings
+from parley.contracts import SEARCH_ATTRIBUTES
 from parley.storage import LocalFileStorageDriver, data_converter
 from parley.tools import ToolRegistry
 from parley.worker.wiring import build_worker

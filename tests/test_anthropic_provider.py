@@ -25,11 +25,11 @@ from parley.activities.compaction import SUMMARY_INSTRUCTIONS
 from parley.activities.model_calls import _model_failure, _with_unique_ids
 from parley.activities.models.anthropic_provider import EPHEMERAL, with_cached_prefix
 from parley.activities.reply_limits import piece_size
+from parley.cli.rendering import usage_line
+from parley.config.settings import Settings
 from parley.contracts import CALL_MODEL, PAYLOAD_CONTEXT, Decision, Usage
 from parley.contracts.errors import ErrorType
 from parley.tools.loading import ModelConfig
-from parley.cli.rendering import usage_line
-from parley.config.settings import Settings
 from tests.support import registry
 from tests.support.anthropic_fake import FakeAnthropic, Message
 from tests.support.openai_script import RecordedRequest

@@ -33,8 +33,8 @@ from parley.contracts import (
     workflow_id_for,
 )
 from parley.storage import LocalFileStorageDriver, data_converter
-from parley.workflows.record.audit_archive import ARCHIVE_BATCH
 from parley.workflows.conversation import ConversationWorkflow
+from parley.workflows.record.audit_archive import ARCHIVE_BATCH
 from tests.support import registry, script
 from tests.support.cli import parley
 from tests.support.gateway import ALICE_TOKEN, auth, serve_gateway

@@ -28,9 +28,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from parley.activities.toolsets.git import build_git_toolset, create_demo_projects
 from parley.client import Conversations
+from parley.config.settings import Settings
 from parley.contracts import PolicyRule, ToolContext, args_hash
 from parley.services.plans import BackgroundServer, create_app
-from parley.config.settings import Settings
 from parley.tools import ToolRegistry
 from parley.worker.wiring import build_worker
 from tests.support import call, script

@@ -29,8 +29,8 @@ from temporalio.testing import WorkflowEnvironment
 from parley.cli.binaries import temporal_cli
 from parley.client import ConversationRefused, Conversations
 from parley.client.connection import core_runtime
-from parley.contracts import SEARCH_ATTRIBUTES
 from parley.config.settings import Settings
+from parley.contracts import SEARCH_ATTRIBUTES
 from parley.storage import LocalFileStorageDriver, data_converter
 from tests.support import registry
 from tests.support.cli import NOWHERE, assert_one_line_error, parley

@@ -18,9 +18,9 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from parley.client import ConversationRefused, Conversations
+from parley.config.settings import Settings
 from parley.contracts import PARLEY_USER, Decision
 from parley.contracts.errors import ErrorType
-from parley.config.settings import Settings
 from parley.storage import LocalFileStorageDriver
 from tests.support.gateway import ALICE_TOKEN, TOKENS, auth, gateway_processes
 from tests.support.processes import ROOT, cli_env

@@ -30,11 +30,11 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Replayer
 
 from parley.client import Conversations
+from parley.config.settings import Settings
 from parley.contracts import Decision
 from parley.contracts.names import workflow_id_for
-from parley.worker.deploys import current_build, describe
-from parley.config.settings import Settings
 from parley.storage import LocalFileStorageDriver
+from parley.worker.deploys import current_build, describe
 from parley.workflows.conversation import ConversationWorkflow
 from tests.support.processes import (
     LIVENESS_TOOLS,

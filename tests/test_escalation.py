@@ -14,9 +14,9 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from parley.client import ConversationRefused, Conversations
+from parley.config.settings import Settings
 from parley.contracts import Decision, PolicyRule
 from parley.contracts.errors import ErrorType
-from parley.config.settings import Settings
 from parley.worker.wiring import build_worker
 from tests.support import call, registry
 from tests.support.gateway import ALICE_TOKEN, auth, serve_gateway

@@ -21,9 +21,9 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from parley.client import ConversationRefused, Conversations
+from parley.config.settings import Settings
 from parley.contracts import Decision
 from parley.contracts.errors import ErrorType
-from parley.config.settings import Settings
 from parley.worker.wiring import build_worker
 from parley.workflows.conversation import ConversationWorkflow
 from tests.support import call, registry

@@ -35,6 +35,8 @@ from parley.activities.models.failover import (
     build_chat_models,
     carried_over,
 )
+from parley.cli.rendering import print_snapshot, render_turn
+from parley.config.settings import MODEL_ACTIVITY, Settings
 from parley.contracts import CALL_MODEL, PAYLOAD_CONTEXT, Decision, StateQuery, Usage
 from parley.contracts.failover import (
     COOLDOWN_VARIABLE,
@@ -44,8 +46,6 @@ from parley.contracts.failover import (
     model_specs,
 )
 from parley.observability.redaction import remember_config
-from parley.cli.rendering import print_snapshot, render_turn
-from parley.config.settings import MODEL_ACTIVITY, Settings
 from parley.workflows.conversation import ConversationWorkflow
 from tests.support import registry
 from tests.support.anthropic_fake import Failure, FakeAnthropic, Message

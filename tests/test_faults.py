@@ -24,8 +24,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from parley.cli.binaries import temporal_cli
 from parley.client import Conversations, connect
-from parley.contracts import SEARCH_ATTRIBUTES, Decision
 from parley.config.settings import Settings
+from parley.contracts import SEARCH_ATTRIBUTES, Decision
 from tests.support.gateway import sse_events
 from tests.support.ports import free_port
 from tests.support.processes import (

@@ -24,8 +24,8 @@ import httpx
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from parley.gateway.guard import BODY_MARGIN_BYTES, max_body_bytes
 from parley.config.settings import Settings
+from parley.gateway.guard import BODY_MARGIN_BYTES, max_body_bytes
 from parley.storage import LocalFileStorageDriver
 from tests.support.gateway import (
     ALICE_TOKEN,

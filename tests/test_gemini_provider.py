@@ -27,10 +27,10 @@ from parley.activities.call_ids import GEMINI_SIGNATURES
 from parley.activities.compaction import SUMMARY_INSTRUCTIONS
 from parley.activities.model_calls import _model_failure, _with_unique_ids
 from parley.activities.models.google_provider import API_VERSION
+from parley.config.settings import Settings
 from parley.contracts import CALL_MODEL, Decision, Usage
 from parley.contracts.errors import ErrorType
 from parley.tools.loading import ModelConfig
-from parley.config.settings import Settings
 from tests.support import registry
 from tests.support.gemini_fake import FakeGemini, Message, signature_of
 from tests.support.openai_script import RecordedRequest

@@ -15,11 +15,11 @@ from parley.activities.toolsets.git import (
     load_registry,
     toolset,
 )
+from parley.config.settings import Settings
 from parley.contracts import ToolContext
 from parley.contracts.errors import ToolInputError, ToolPermissionError
-from parley.tools.loading import GitConfig
-from parley.config.settings import Settings
 from parley.tools import CONTEXT_ARG, ParleyTool
+from parley.tools.loading import GitConfig
 
 CONTEXT = ToolContext(user_id="u1", session_id="s", workflow_id="conversation-s", tool_call_id="c1")
 

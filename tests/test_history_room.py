@@ -26,8 +26,8 @@ from temporalio.client import WorkflowExecutionStatus
 
 from parley.client import ConversationRefused
 from parley.contracts import ClientContext, workflow_id_for
-from parley.contracts.limits import MODEL_TOOL_CALLS_PER_REPLY
 from parley.contracts.errors import ErrorType
+from parley.contracts.limits import MODEL_TOOL_CALLS_PER_REPLY
 from parley.tools import auto
 from parley.workflows.lifecycle.handover import HANDOVER_HISTORY_BYTES, MB, TURN_HISTORY_BYTES
 from tests.support import registry

@@ -29,14 +29,14 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from parley.activities.compaction import SUMMARY_HEADING, SUMMARY_INSTRUCTIONS
 from parley.activities.models.anthropic_provider import build_anthropic_model
 from parley.activities.models.openai_provider import build_openai_model
+from parley.cli.rendering import print_snapshot
 from parley.client import ConversationRefused
 from parley.client.forks import rewind
-from parley.contracts.instructions import INSTRUCTIONS_MEMO, AgentInstructions, sha256_of
 from parley.contracts.errors import ErrorType
+from parley.contracts.instructions import INSTRUCTIONS_MEMO, AgentInstructions, sha256_of
+from parley.storage import LocalFileStorageDriver
 from parley.tools.instructions import AgentSetup, load_agent
 from parley.tools.loading import ModelConfig
-from parley.cli.rendering import print_snapshot
-from parley.storage import LocalFileStorageDriver
 from tests.support import registry
 from tests.support.anthropic_fake import FakeAnthropic
 from tests.support.cli import NOWHERE, assert_one_line_error, parley_all

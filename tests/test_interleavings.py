@@ -37,10 +37,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from parley.client import ConversationRefused, Conversations
-from parley.contracts import Decision
-from parley.contracts.names import workflow_id_for
-from parley.contracts.errors import ErrorType
 from parley.config.settings import Settings
+from parley.contracts import Decision
+from parley.contracts.errors import ErrorType
+from parley.contracts.names import workflow_id_for
 from parley.worker.wiring import build_worker
 from tests.support import RUNS, registry
 from tests.support.transcripts import new_session, tool_messages

@@ -12,9 +12,9 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from parley.client import ConversationRefused, Conversations
+from parley.config.settings import Settings
 from parley.contracts import Decision
 from parley.contracts.errors import ErrorType
-from parley.config.settings import Settings
 from parley.storage import LocalFileStorageDriver
 from parley.worker.wiring import build_worker
 from tests.support import GATE, SLOW_STARTED, call, registry, script

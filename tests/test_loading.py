@@ -17,10 +17,10 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from parley.activities.models import build_chat_model
 from parley.activities.models.script_file import ScriptFileChatModel
 from parley.activities.models.scripted import ScriptedChatModel
-from parley.contracts.errors import ModelRequestError
-from parley.tools.loading import ModelConfig, PlansConfig, ToolsetContext, factory
 from parley.config.settings import Settings
+from parley.contracts.errors import ModelRequestError
 from parley.tools import ParleyTool, ToolRegistry, load_registry
+from parley.tools.loading import ModelConfig, PlansConfig, ToolsetContext, factory
 from tests.support import drop_tables, read_records, write_record
 
 TOOLS_SPEC = "tests.test_loading:sample_toolset,tests.test_loading:sample_factory"

@@ -7,11 +7,15 @@ import io
 import json
 import logging
 
+from parley.config.settings import Settings
 from parley.contracts import Decision
 from parley.contracts.links import ApprovalLink
-from parley.observability.logs import JsonLogFormatter, quiet_expected_tool_errors, redact_log_records
+from parley.observability.logs import (
+    JsonLogFormatter,
+    quiet_expected_tool_errors,
+    redact_log_records,
+)
 from parley.observability.redaction import remember_values
-from parley.config.settings import Settings
 from tests.support import ByConversation, call, registry, script
 from tests.support.transcripts import new_session
 

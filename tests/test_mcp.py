@@ -26,8 +26,8 @@ from parley.activities.toolsets.mcp import mcp_failure
 from parley.activities.toolsets.mcp import toolset as mcp_toolset
 from parley.contracts import Decision, PolicyRule
 from parley.contracts.errors import ErrorType, TransientError
-from parley.tools.loading import McpConfig
 from parley.tools import ToolRegistry
+from parley.tools.loading import McpConfig
 from tests.support import call, script
 from tests.support.ports import free_port
 from tests.support.processes import ROOT, process

@@ -30,8 +30,8 @@ from parley.activities.tool_calls import tool_failure
 from parley.activities.toolsets.mcp import toolset as mcp_toolset
 from parley.contracts import Decision, PolicyRule
 from parley.contracts.errors import ErrorType, TransientError
-from parley.tools.loading import McpConfig
 from parley.tools import ToolRegistry
+from parley.tools.loading import McpConfig
 from tests.support import call
 from tests.support.cli import NOWHERE, assert_one_line_error, parley
 from tests.support.processes import ROOT

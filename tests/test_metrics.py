@@ -10,8 +10,8 @@ import httpx
 from temporalio.client import Client
 
 from parley.client import Conversations, connect
-from parley.contracts import Decision
 from parley.config.settings import Settings
+from parley.contracts import Decision
 from parley.worker.wiring import build_worker, metrics_runtime
 from tests.support import call, registry, script
 from tests.support.ports import free_port

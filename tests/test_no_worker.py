@@ -23,8 +23,8 @@ import pytest
 from temporalio.client import Client
 
 from parley.client import ConversationRefused, Conversations
-from parley.contracts.errors import ErrorType
 from parley.config.settings import Settings
+from parley.contracts.errors import ErrorType
 from parley.storage import LocalFileStorageDriver
 from parley.worker.wiring import build_worker
 from tests.support import call, registry, script

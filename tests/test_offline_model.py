@@ -12,8 +12,8 @@ from langchain_core.messages import HumanMessage
 from parley.activities.model_calls import _streamed_reply
 from parley.activities.models import build_chat_model
 from parley.activities.models.scripted import ScriptedChatModel, estimate_tokens
-from parley.contracts import StreamDelta, Usage
 from parley.cli.rendering import usage_line
+from parley.contracts import StreamDelta, Usage
 
 
 async def test_the_offline_model_streams_word_by_word_and_reports_usage() -> None:

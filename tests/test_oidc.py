@@ -37,12 +37,12 @@ from playwright.async_api import Page, expect
 from temporalio.testing import WorkflowEnvironment
 
 from parley.client import Conversations
+from parley.config.settings import Settings
 from parley.contracts import PolicyRule
 from parley.gateway.access import TokenTable
 from parley.gateway.oidc import OidcVerifier
 from parley.gateway.oidc_settings import OidcSettings
 from parley.gateway.server import serving
-from parley.config.settings import Settings
 from parley.tools import ToolRegistry
 from tests.support import RUNS, call, runs_of, script
 from tests.support.gateway import ALICE_TOKEN, TOKENS, EventReader, auth

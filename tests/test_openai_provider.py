@@ -21,9 +21,9 @@ from parley.activities.models.failures import (
     classify_model_error,
 )
 from parley.activities.models.openai_provider import build_openai_model
+from parley.config.settings import DEFAULT_OVERLOAD_CODES, Settings
 from parley.contracts.errors import ModelRequestError, TransientError
 from parley.tools.loading import ModelConfig
-from parley.config.settings import DEFAULT_OVERLOAD_CODES, Settings
 from tests.support.openai_fake import OVERLOAD_2064, FakeOpenAI, error_body
 from tests.support.provider_runs import point_at
 

@@ -12,12 +12,12 @@ from langchain_core.tools import BaseTool
 
 from parley.activities.toolsets import plans as plans_toolset
 from parley.activities.toolsets.plans import build_plans_toolset, toolset
+from parley.config.settings import DEFAULT_PLANS_URL, Settings
 from parley.contracts import ToolContext
 from parley.contracts.errors import ToolInputError, ToolPermissionError, TransientError
-from parley.tools.loading import PlansConfig
 from parley.services.plans import BackgroundServer, create_app
-from parley.config.settings import DEFAULT_PLANS_URL, Settings
 from parley.tools import ParleyTool, ToolRegistry
+from parley.tools.loading import PlansConfig
 
 API_KEY = "plans-tools-test-key"
 ALICE = ToolContext(

@@ -17,8 +17,8 @@ import pytest
 from parley.activities.tool_calls import ToolActivities
 from parley.client import ConversationRefused
 from parley.contracts import Decision, PolicyRule, RunToolInput
-from parley.tools.policies import load_policies
 from parley.tools import ToolRegistry, confirm
+from parley.tools.policies import load_policies
 from tests.support import call, script
 from tests.support.gateway import ALICE_TOKEN, BOB_TOKEN, auth, serve_gateway
 from tests.support.policy_tools import create_plan, push_branch

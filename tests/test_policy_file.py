@@ -17,9 +17,9 @@ import pytest
 from typer.testing import CliRunner
 
 from parley.cli import app
-from parley.tools.policies import load_policies
 from parley.config.settings import Settings
 from parley.tools import ToolRegistry, load_registry
+from parley.tools.policies import load_policies
 from tests.support import call, script
 from tests.support.cli import NOWHERE, assert_one_line_error, parley
 from tests.support.policy_tools import toolset

@@ -27,10 +27,10 @@ from temporalio.exceptions import ApplicationError
 from parley.activities.model_calls import _model_failure
 from parley.activities.models.failures import classify_model_error
 from parley.activities.models.openai_provider import build_openai_model
+from parley.config.settings import Settings
 from parley.contracts import CALL_MODEL
 from parley.contracts.errors import ContextLengthExceeded, ErrorType, ModelRequestError
 from parley.tools.loading import ModelConfig
-from parley.config.settings import Settings
 from tests.support import registry
 from tests.support.openai_fake import FakeOpenAI, ScriptedReply, error_body
 from tests.support.plans import activity_attempts, fetch

@@ -28,11 +28,11 @@ from rich.console import Console
 from temporalio.exceptions import ApplicationError
 
 from parley.activities.tool_calls import ToolActivities
+from parley.cli.rendering import print_pending
 from parley.client import ConversationRefused
 from parley.contracts import SPEND_CALL, Awaiting, Decision, PendingCall, PolicyRule, RunToolInput
-from parley.tools.policies import load_policies
-from parley.cli.rendering import print_pending
 from parley.tools import ToolRegistry, confirm
+from parley.tools.policies import load_policies
 from tests.support import call, script
 from tests.support.gateway import BOB_TOKEN, auth, serve_gateway
 from tests.support.policy_tools import push_branch

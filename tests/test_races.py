@@ -14,9 +14,9 @@ from temporalio.testing import ActivityEnvironment
 
 from parley.activities.tool_calls import ToolActivities
 from parley.client import ConversationRefused, Conversations
+from parley.config.settings import Settings
 from parley.contracts import Decision, RunToolInput
 from parley.contracts.errors import ErrorType
-from parley.config.settings import Settings
 from parley.tools import ToolRegistry, confirm, deny
 from parley.worker.wiring import build_worker
 from tests.support import GATE, SLOW_STARTED, call, drop_tables, registry, script, write_record

@@ -30,8 +30,8 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from parley.client import Conversations
-from parley.gateway.access import TokenTable
 from parley.config.settings import Settings
+from parley.gateway.access import TokenTable
 from parley.storage import LocalFileStorageDriver
 from tests.support.cli import parley_all
 from tests.support.processes import PARLEY, ROOT, process

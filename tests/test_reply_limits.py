@@ -31,6 +31,7 @@ from parley.activities.reply_limits import merged
 from parley.activities.streaming import ReplyStreamer
 from parley.client import Conversations
 from parley.contracts import STREAM_DELTA_SIGNAL, StreamDelta
+from parley.contracts.errors import ErrorType
 from parley.contracts.limits import (
     CALL_ID_MAX_CHARS,
     FAILURE_MESSAGE_MAX_CHARS,
@@ -39,7 +40,6 @@ from parley.contracts.limits import (
     STREAM_BYTES_PER_CALL,
     utf8_size,
 )
-from parley.contracts.errors import ErrorType
 from parley.workflows.record.events import STREAM_DISCARDED
 from tests.support import registry
 from tests.support.gateway import ALICE_TOKEN, auth, serve_gateway, sse_events

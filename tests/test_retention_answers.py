@@ -32,9 +32,9 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from parley.client import Conversations
+from parley.config.settings import Settings
 from parley.contracts import StateQuery, workflow_id_for
 from parley.contracts.errors import ErrorType
-from parley.config.settings import Settings
 from parley.storage import data_converter, driver_of
 from parley.storage.base import Referrer
 from parley.worker.wiring import build_worker

@@ -13,10 +13,10 @@ from temporalio.api.history.v1 import History
 
 from parley.activities.model_calls import _model_failure
 from parley.activities.tool_calls import tool_failure
+from parley.config.settings import MODEL_ACTIVITY, TOOL_ACTIVITY
 from parley.contracts import RUN_TOOL, ToolContext
 from parley.contracts.errors import ErrorType, ToolPermissionError, TransientError
 from parley.observability.redaction import remember_secrets
-from parley.config.settings import MODEL_ACTIVITY, TOOL_ACTIVITY
 from parley.tools import auto
 from tests.support import call, registry, script
 from tests.support.transcripts import new_session

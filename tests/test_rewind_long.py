@@ -18,8 +18,8 @@ from temporalio.client import Client
 from parley.client import ConversationRefused, Conversations
 from parley.contracts import ContextRef, StateQuery
 from parley.contracts.conversation import RewindInput, TranscriptCut
-from parley.contracts.state import TranscriptWindow
 from parley.contracts.errors import ErrorType
+from parley.contracts.state import TranscriptWindow
 from parley.storage import LocalFileStorageDriver
 from parley.workflows.conversation import ConversationWorkflow
 from parley.workflows.lifecycle.rewind import run_refusal

@@ -32,14 +32,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.testing import WorkflowEnvironment
 
-from parley.gateway.access import TokenTable
-from parley.contracts.links import ApprovalLink
-from parley.tools.loading import GitConfig, ModelConfig, PlansConfig, ToolsetContext
-from parley.observability.redaction import remember_values
 from parley.config.settings import Settings
+from parley.contracts.links import ApprovalLink
+from parley.gateway.access import TokenTable
+from parley.observability.redaction import remember_values
+from parley.observability.tracing import RedactingExporter
 from parley.storage import LocalFileStorageDriver
 from parley.storage.s3 import S3Config
-from parley.observability.tracing import RedactingExporter
+from parley.tools.loading import GitConfig, ModelConfig, PlansConfig, ToolsetContext
 from tests.support.cli import parley
 from tests.support.gateway import auth, sse_events
 from tests.support.openai_fake import FakeOpenAI

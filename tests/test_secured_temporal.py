@@ -19,8 +19,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from parley.client import Conversations
 from parley.config.settings import Settings
-from parley.storage import LocalFileStorageDriver
 from parley.config.temporal import load
+from parley.storage import LocalFileStorageDriver
 from tests.support.cli import assert_one_line_error, parley, parley_all
 from tests.support.ports import free_port
 from tests.support.processes import PARLEY, process

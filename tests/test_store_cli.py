@@ -17,8 +17,8 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from parley.client import Conversations
-from parley.contracts import workflow_id_for
 from parley.config.settings import Settings
+from parley.contracts import workflow_id_for
 from parley.storage import data_converter, driver_of
 from parley.tools import ToolRegistry
 from parley.worker.wiring import build_worker

@@ -30,11 +30,11 @@ from temporalio.converter import (
 from temporalio.testing import WorkflowEnvironment
 
 from parley.cli.binaries import temporal_cli
+from parley.cli.dev import claim_dev_store
 from parley.client import Conversations
 from parley.client.connection import connect
-from parley.contracts import SEARCH_ATTRIBUTES, workflow_id_for
-from parley.cli.dev import claim_dev_store
 from parley.config.settings import Settings
+from parley.contracts import SEARCH_ATTRIBUTES, workflow_id_for
 from parley.storage import LocalFileStorageDriver, PartitionedStore, data_converter, driver_of
 from parley.storage.base import UNSPLIT, Referrer
 from parley.storage.clusters import ClusterPart, identify

@@ -28,8 +28,8 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from parley.client import Conversations
-from parley.contracts import workflow_id_for
 from parley.config.settings import Settings
+from parley.contracts import workflow_id_for
 from parley.storage import LocalFileStorageDriver, PayloadStore, data_converter, driver_of
 from parley.storage.base import Collected, Referrer
 from parley.storage.retention import collect_garbage, store_stats

@@ -18,9 +18,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from parley.cli.live_reply import YOUNGEST_CANCEL_SECONDS, LiveReply, send_following
 from parley.client import Conversations
 from parley.contracts import TurnResult
-from parley.cli.live_reply import YOUNGEST_CANCEL_SECONDS, LiveReply, send_following
 from tests.support import registry
 from tests.support.cli import assert_one_line_error
 from tests.support.openai_env import THIRTY_WORDS, openai_model, serving_openai, stored_reply

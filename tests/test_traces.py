@@ -27,10 +27,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import create_tracer_provider
 
-from parley.observability import tracing
 from parley.cli.app import command_name
 from parley.client import Conversations, connect
 from parley.config.settings import Settings
+from parley.observability import tracing
 from parley.storage import LocalFileStorageDriver
 from parley.worker.wiring import build_worker
 from tests.support import registry, runs_of

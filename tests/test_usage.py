@@ -25,9 +25,9 @@ from temporalio.client import Client
 
 from parley.activities.models.openai_provider import build_openai_model
 from parley.client import Conversations
+from parley.config.settings import Settings
 from parley.contracts import Decision, Usage
 from parley.tools.loading import ModelConfig
-from parley.config.settings import Settings
 from parley.worker.wiring import build_worker, connect, metrics_runtime
 from parley.workflows.turn.usage import USAGE_EVENT
 from tests.support import registry, script

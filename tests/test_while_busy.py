@@ -20,8 +20,8 @@ from temporalio.client import Client
 from parley.client import ConversationRefused, Conversations
 from parley.contracts import ConversationSnapshot, ConversationState, SendMessageInput
 from parley.contracts.busy import QUEUED_MESSAGES_MAX, QueuedMessage
-from parley.contracts.payloads import PAYLOAD_CONTEXT
 from parley.contracts.errors import ConversationEnded, ErrorType, MessageTooLarge, TurnInProgress
+from parley.contracts.payloads import PAYLOAD_CONTEXT
 from parley.storage import LocalFileStorageDriver
 from parley.workflows.rules import gate
 from parley.workflows.turn.busy import INTERRUPTED_EVENT

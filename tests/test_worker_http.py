@@ -8,9 +8,9 @@ from pathlib import Path
 
 import httpx
 
+from parley.config.settings import Settings
 from parley.contracts import ToolContext
 from parley.services.plans import BackgroundServer, create_app
-from parley.config.settings import Settings
 from parley.tools import load_registry
 
 KEY = "worker-http-test-key"

@@ -69,18 +69,18 @@ with workflow.unsafe.imports_passed_through():
         InvalidDecision,
         InvalidMessage,
     )
-    from parley.workflows.record import metrics
-    from parley.workflows.rules import gate
-    from parley.workflows.rules.awaiting import awaiting_all
-    from parley.workflows.record.dedup import Deduplication
-    from parley.workflows.record.events import EventLog
     from parley.workflows.lifecycle.followers import Followers
-    from parley.workflows.turn.instructions import check_added, take_added
-    from parley.workflows.record.ledger import Ledger
-    from parley.workflows.record.publishing import publish_owner, publish_status
     from parley.workflows.lifecycle.rewind import Rewinder, first_state
     from parley.workflows.lifecycle.run_loop import RunLoop
     from parley.workflows.lifecycle.signalled import SignalledDecisions
+    from parley.workflows.record import metrics
+    from parley.workflows.record.dedup import Deduplication
+    from parley.workflows.record.events import EventLog
+    from parley.workflows.record.ledger import Ledger
+    from parley.workflows.record.publishing import publish_owner, publish_status
+    from parley.workflows.rules import gate
+    from parley.workflows.rules.awaiting import awaiting_all
+    from parley.workflows.turn.instructions import check_added, take_added
     from parley.workflows.turn.streaming import ReplyStream
     from parley.workflows.turn.turns import TurnEngine
 

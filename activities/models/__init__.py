@@ -18,8 +18,8 @@ import importlib
 
 from langchain_core.language_models import BaseChatModel
 
-from parley.tools.loading import MODEL_CONFIGS, FactoryInputs, ModelConfig, call_factory
 from parley.config.settings import Settings
+from parley.tools.loading import MODEL_CONFIGS, FactoryInputs, ModelConfig, call_factory
 
 
 def build_chat_model(spec: str, settings: Settings | None = None) -> BaseChatModel:

@@ -14,7 +14,12 @@ from __future__ import annotations
 
 import re
 
-from parley.contracts.errors import ContextLengthExceeded, ErrorType, ModelReplyTooLarge, ParleyError
+from parley.contracts.errors import (
+    ContextLengthExceeded,
+    ErrorType,
+    ModelReplyTooLarge,
+    ParleyError,
+)
 
 _MARKERS = (
     "context_length_exceeded",

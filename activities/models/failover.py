@@ -30,14 +30,19 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage
 
+from parley.config.settings import Settings
+from parley.contracts.errors import (
+    ContextLengthExceeded,
+    ModelReplyTooLarge,
+    ParleyError,
+    TransientError,
+)
 from parley.contracts.failover import (
     DEFAULT_COOLDOWN_SECONDS,
     FAILOVER_STATUSES,
     FailoverOffer,
     model_specs,
 )
-from parley.contracts.errors import ContextLengthExceeded, ModelReplyTooLarge, ParleyError, TransientError
-from parley.config.settings import Settings
 
 
 @dataclass(frozen=True)

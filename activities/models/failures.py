@@ -57,6 +57,7 @@ from parley.activities.models.context_overflow import (
 from parley.activities.models.google_errors import google_failure
 from parley.activities.models.provider_errors import ERROR_TYPE_STATUSES, variables_prefix
 from parley.activities.redaction import redact
+from parley.config.settings import DEFAULT_OVERLOAD_CODES
 from parley.contracts.errors import (
     ContextLengthExceeded,
     ModelRequestError,
@@ -64,7 +65,6 @@ from parley.contracts.errors import (
     TransientError,
     is_transient_status,
 )
-from parley.config.settings import DEFAULT_OVERLOAD_CODES
 
 __all__ = ["classify_model_error", "model_error_type"]
 

@@ -35,8 +35,8 @@ from pydantic import BaseModel, Field, StringConstraints, ValidationError, field
 
 from parley.contracts import ToolContext
 from parley.contracts.errors import ToolInputError, ToolPermissionError
-from parley.tools.loading import GitConfig, factory
 from parley.tools import ParleyTool, identifier
+from parley.tools.loading import GitConfig, factory
 
 BRANCH_KINDS = ("feat", "fix", "chore", "docs", "refactor", "test")
 SLUG_PATTERN = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")

@@ -53,8 +53,8 @@ from mcp.shared.exceptions import McpError
 from mcp.types import CONNECTION_CLOSED
 
 from parley.contracts.errors import ToolPermissionError, TransientError, is_transient_status
-from parley.tools.loading import McpConfig, factory, read_config_file
 from parley.tools import ParleyTool, confirm
+from parley.tools.loading import McpConfig, factory, read_config_file
 
 #: How long the worker waits, at start, for the servers to list their tools.
 LOAD_SECONDS = 60.0

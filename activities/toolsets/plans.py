@@ -27,8 +27,8 @@ from parley.activities.http import JsonApiClient
 from parley.activities.toolsets.titles import normalize_plan_title
 from parley.contracts import ToolContext
 from parley.contracts.errors import ToolInputError
-from parley.tools.loading import PlansConfig, factory
 from parley.tools import ParleyTool, auto, one_script
+from parley.tools.loading import PlansConfig, factory
 
 SERVICE_NAME = "the plans service"
 TITLE_MAX = 80

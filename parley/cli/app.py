@@ -18,11 +18,11 @@ import typer.main
 from rich.console import Console
 from rich.text import Text
 
-from parley.observability import tracing
-from parley.client import ConversationRefused, Conversations, check_identity, connect
-from parley.contracts import Awaiting, StateQuery, TurnResult
 from parley.cli.rendering import print_pending, render_turn
+from parley.client import ConversationRefused, Conversations, check_identity, connect
 from parley.config.settings import Settings
+from parley.contracts import Awaiting, StateQuery, TurnResult
+from parley.observability import tracing
 
 
 class _Cli(typer.Typer):

@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from parley.client.audit import AuditLog, BrokenExport, export_lines, read_log, verify, verify_live
 from parley.cli.app import conversations, err, fail, out, run_async
+from parley.client.audit import AuditLog, BrokenExport, export_lines, read_log, verify, verify_live
 
 
 def audit(

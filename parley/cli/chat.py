@@ -30,16 +30,16 @@ from rich.console import Console
 from rich.text import Text
 
 from parley.cli.following import message_fate
-from parley.client import ConversationRefused, Conversations, check_identity, connect
-from parley.contracts import Decision, DecisionAction, PendingCall, StateQuery, TurnResult
-from parley.contracts.errors import ErrorType
 from parley.cli.live_reply import LiveReply, OwnRun, new_run_id, send_following
 from parley.cli.rendering import (
     print_call,
     print_snapshot,
     render_turn,
 )
+from parley.client import ConversationRefused, Conversations, check_identity, connect
 from parley.config.settings import Settings
+from parley.contracts import Decision, DecisionAction, PendingCall, StateQuery, TurnResult
+from parley.contracts.errors import ErrorType
 
 T = TypeVar("T")
 

@@ -26,6 +26,11 @@ from parley.cli.app import (
     settings,
 )
 from parley.cli.following import send_message
+from parley.cli.live_reply import LiveReply
+from parley.cli.rendering import (
+    print_conversation_list,
+    print_snapshot,
+)
 from parley.client import (
     ConversationRefused,
     Conversations,
@@ -35,11 +40,6 @@ from parley.client import (
 )
 from parley.contracts import StateQuery, check_user_id
 from parley.contracts.busy import WHILE_BUSY_MODES
-from parley.cli.live_reply import LiveReply
-from parley.cli.rendering import (
-    print_conversation_list,
-    print_snapshot,
-)
 
 #: ``--while-busy``'s choices (``parley.contracts.busy.WhileBusy``).
 WhileBusyChoice = enum.Enum(  # type: ignore[misc]

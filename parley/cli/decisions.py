@@ -23,6 +23,7 @@ from parley.cli.app import (
     print_turn,
     run_async,
 )
+from parley.cli.rendering import quorum_text
 from parley.client import ConversationRefused
 from parley.contracts import (
     AuditEntry,
@@ -37,7 +38,6 @@ from parley.contracts import (
 )
 from parley.contracts.audit import decided_entry
 from parley.contracts.errors import ErrorType
-from parley.cli.rendering import quorum_text
 
 Message = Annotated[
     str | None, typer.Option("--message", "-m", help="Why you reject them (the model is told).")

@@ -28,18 +28,18 @@ from rich.text import Text
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from parley.observability import tracing
 from parley.activities.http import aclose_shared_client, new_http_client
 from parley.activities.toolsets.git import create_demo_projects
 from parley.cli.binaries import temporal_cli
-from parley.client import Conversations
-from parley.contracts import check_user_id
 from parley.cli.dev_state import remove_state, write_state
+from parley.client import Conversations
+from parley.config.settings import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE, Settings
+from parley.contracts import check_user_id
 from parley.gateway.access import TokenTable, write_tokens_file
 from parley.gateway.server import serving
+from parley.observability import tracing
 from parley.observability.logs import quiet_expected_tool_errors, redact_log_records
 from parley.services.plans import BackgroundServer, create_app
-from parley.config.settings import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE, Settings
 from parley.storage import data_converter, default_store_dir, describe_store, driver_of
 from parley.storage.clusters import identify, slug
 from parley.storage.parts import claim_part
@@ -252,7 +252,9 @@ async def _run_temporal_and_worker(
         warn=lambda text: console.print(Text.assemble(("warning: ", "bold yellow"), text)),
         http_client=http_client,
     )
-    tracing.configure(settings, "dev")  # OTEL_EXPORTER_OTLP_ENDPOINT: traces (parley.observability.tracing)
+    tracing.configure(
+        settings, "dev"
+    )  # OTEL_EXPORTER_OTLP_ENDPOINT: traces (parley.observability.tracing)
     try:
         env = await WorkflowEnvironment.start_local(
             namespace=settings.namespace,

@@ -18,10 +18,10 @@ import typer
 from rich.text import Text
 
 from parley.cli.app import conversations, err, run_async
+from parley.cli.live_reply import LiveReply, OwnRun, new_run_id, send_following
 from parley.client import ConversationRefused, Conversations
 from parley.contracts import TurnResult
 from parley.contracts.errors import ErrorType
-from parley.cli.live_reply import LiveReply, OwnRun, new_run_id, send_following
 
 #: The exit status of a command stopped with Ctrl-C (128 + SIGINT).
 INTERRUPTED = 130

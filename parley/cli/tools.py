@@ -12,8 +12,8 @@ from rich.text import Text
 
 from parley.cli.app import AsJson, fail, out, settings
 from parley.cli.dev_state import running_dev
-from parley.tools.instructions import AgentSetup
 from parley.cli.rendering import print_catalogue
+from parley.tools.instructions import AgentSetup
 
 
 def tools(as_json: AsJson = False) -> None:

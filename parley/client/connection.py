@@ -28,14 +28,14 @@ from temporalio.runtime import (
 )
 from temporalio.service import TLSConfig
 
-from parley.observability import tracing
 from parley.client.errors import ConversationRefused
-from parley.contracts.errors import ErrorType
-from parley.observability.redaction import redact, remember_values
 from parley.config.settings import Settings
+from parley.config.temporal import Pem, TemporalAccess
+from parley.contracts.errors import ErrorType
+from parley.observability import tracing
+from parley.observability.redaction import redact, remember_values
 from parley.storage import data_converter
 from parley.storage.parts import attach_client
-from parley.config.temporal import Pem, TemporalAccess
 
 #: The logger the SDK core's log lines are forwarded to.
 CORE_LOGGER = "temporalio.core"

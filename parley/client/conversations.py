@@ -45,6 +45,7 @@ from parley.client.liveness import LivenessWatch, NoWorker
 from parley.client.starts import conversation_start, settle, start_options
 from parley.client.stored import state_deleted, stored_messages
 from parley.client.visibility import ConversationListing
+from parley.config.settings import Settings
 from parley.contracts import (
     PARLEY_PENDING_TOOLS,
     PARLEY_USER,
@@ -63,7 +64,6 @@ from parley.contracts import (
 from parley.contracts.busy import WhileBusy
 from parley.contracts.conversation import RewindInput
 from parley.contracts.errors import NOT_OWNER_MESSAGE, ErrorType
-from parley.config.settings import Settings
 from parley.workflows.conversation import ConversationWorkflow
 
 #: How an update (or an update-with-start) fails on the client's side; ``_refusal``

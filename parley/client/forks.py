@@ -49,8 +49,8 @@ from parley.contracts import (
     message_chars,
 )
 from parley.contracts.conversation import RewindInput, TranscriptCut
-from parley.contracts.state import ForkOrigin
 from parley.contracts.errors import NOT_OWNER_MESSAGE, ErrorType
+from parley.contracts.state import ForkOrigin
 from parley.storage import TranscriptStore, driver_of
 from parley.workflows.conversation import ConversationWorkflow
 from parley.workflows.lifecycle.rewind import cut_refusal

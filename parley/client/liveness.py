@@ -58,8 +58,8 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
 from parley.client.errors import ConversationRefused
-from parley.contracts.errors import ErrorType
 from parley.config.settings import Settings
+from parley.contracts.errors import ErrorType
 
 T = TypeVar("T")
 

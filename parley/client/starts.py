@@ -22,8 +22,8 @@ from temporalio.common import (
     WorkflowIDReusePolicy,
 )
 
-from parley.contracts import PARLEY_REVIEWERS, PARLEY_STATUS, PARLEY_USER, ConversationStart
 from parley.config.settings import Settings
+from parley.contracts import PARLEY_REVIEWERS, PARLEY_STATUS, PARLEY_USER, ConversationStart
 
 
 def conversation_start(

@@ -19,6 +19,7 @@ from typing import cast
 
 from temporalio.common import RetryPolicy
 
+from parley.config.temporal import DEFAULT_NAMESPACE, DEFAULT_TEMPORAL_ADDRESS, TemporalAccess, load
 from parley.contracts.busy import WHILE_BUSY_MODES, WhileBusy
 from parley.contracts.limits import (
     CONTINUE_AS_NEW_AFTER_EVENTS_DEFAULT,
@@ -28,7 +29,6 @@ from parley.contracts.limits import (
     PENDING_EXPIRY_SECONDS_DEFAULT,
     PENDING_EXPIRY_SECONDS_MAX,
 )
-from parley.config.temporal import DEFAULT_NAMESPACE, DEFAULT_TEMPORAL_ADDRESS, TemporalAccess, load
 
 DEFAULT_TASK_QUEUE = "parley"
 DEFAULT_DEPLOYMENT_NAME = "parley"

@@ -30,7 +30,6 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from parley.observability import tracing
 from parley.client import Conversations
 from parley.gateway import agui, audit, forks, health, links, rest, results, sign_in
 from parley.gateway.access import TokenTable
@@ -42,6 +41,7 @@ from parley.gateway.link_pages import LinkPageHeaders
 from parley.gateway.oidc import OidcVerifier
 from parley.gateway.schemas import document
 from parley.gateway.streams import Drain
+from parley.observability import tracing
 
 
 def create_app(
@@ -103,5 +103,7 @@ def create_app(
     app.include_router(audit.router)
     app.include_router(results.router)
     document(app)
-    tracing.instrument_app(app)  # with traces on: each request a span (parley.observability.tracing)
+    tracing.instrument_app(
+        app
+    )  # with traces on: each request a span (parley.observability.tracing)
     return app

@@ -15,6 +15,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from parley.client import ConversationRefused, Conversations
+from parley.config.settings import Settings
 from parley.contracts import workflow_id_for
 from parley.contracts.errors import ErrorType
 from parley.gateway.access import TokenTable
@@ -22,7 +23,6 @@ from parley.gateway.errors import ApiError, refused
 from parley.gateway.feeds import Feeds
 from parley.gateway.guard import GROUPS_STATE_KEY, USER_STATE_KEY
 from parley.gateway.oidc import OidcVerifier
-from parley.config.settings import Settings
 
 bearer = HTTPBearer(auto_error=False)
 

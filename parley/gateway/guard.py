@@ -23,10 +23,10 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from parley.config.settings import Settings
 from parley.contracts.errors import ErrorType
 from parley.gateway.access import TokenTable
 from parley.gateway.oidc import IssuerUnreachable, OidcVerifier, Refused, looks_like_jwt
-from parley.config.settings import Settings
 
 #: Room above the message limit for the rest of a body and for JSON's escapes.
 BODY_MARGIN_BYTES = 4 * 1024 * 1024

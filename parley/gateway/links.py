@@ -25,8 +25,8 @@ from fastapi.responses import HTMLResponse
 from parley.client import ConversationRefused
 from parley.contracts import SPEND_CALL, Decision, PendingCall, TurnResult, refusal_of
 from parley.contracts.errors import ErrorType
-from parley.gateway.deps import Gateway, gateway
 from parley.contracts.links import ApprovalLink, LinkRefused, verify
+from parley.gateway.deps import Gateway, gateway
 
 router = APIRouter(include_in_schema=False)
 

@@ -39,6 +39,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from parley.client import ConversationRefused, Conversations
+from parley.config.settings import Settings
 from parley.contracts.errors import ErrorType
 from parley.gateway.access import TokenTable
 from parley.gateway.app import create_app
@@ -47,7 +48,6 @@ from parley.gateway.health import Unconnected
 from parley.gateway.oidc import OidcVerifier
 from parley.gateway.streams import Drain
 from parley.observability.redaction import remember_config, remember_values
-from parley.config.settings import Settings
 
 log = logging.getLogger("parley.gateway")
 

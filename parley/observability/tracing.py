@@ -49,8 +49,8 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from parley.observability.redaction import REDACTED, redact, remember_config
 from parley.config.settings import Settings
+from parley.observability.redaction import REDACTED, redact, remember_config
 
 TRACER_NAME = "parley"
 

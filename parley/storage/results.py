@@ -18,8 +18,8 @@ from temporalio.converter import (
 )
 
 from parley.contracts import MODEL_RESULT_MAX_CHARS, PayloadConverter, StoredResult, ToolResult
-from parley.contracts.limits import PAYLOAD_PREVIEW_BYTES
 from parley.contracts.errors import ErrorType
+from parley.contracts.limits import PAYLOAD_PREVIEW_BYTES
 from parley.storage.transcripts import read_stored
 
 

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 from langchain_core.tools import BaseTool, StructuredTool
 
+from parley.config.settings import Settings
 from parley.contracts import (
     SUBAGENT_ARGS_SCHEMA,
     PolicyRule,
@@ -50,7 +51,6 @@ from parley.contracts.errors import ToolInputError
 from parley.tools.instructions import AgentSetup, load_agent
 from parley.tools.loading import TOOLSET_CONFIGS, FactoryInputs, call_factory
 from parley.tools.policies import load_policies
-from parley.config.settings import Settings
 
 if TYPE_CHECKING:
     import httpx

@@ -43,18 +43,18 @@ from parley.activities.store_gc import StoreGcActivities
 from parley.activities.tool_calls import ToolActivities
 from parley.client import connect
 from parley.client.connection import core_logging
+from parley.config.settings import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
 from parley.contracts.failover import cooldown_seconds, model_specs
-from parley.worker.deploys import make_current_if_none
 from parley.observability.logs import configure_logging
 from parley.observability.redaction import remember_config, remember_secrets
-from parley.config.settings import Settings
 from parley.storage import PayloadStore, TranscriptStore, driver_of, store_of
 from parley.storage.audit_archive import AuditArchive
 from parley.storage.parts import attach_client, claim_part
 from parley.storage.results import WholeResults
 from parley.storage.schedule import ensure_gc_schedule
 from parley.tools import ToolRegistry, load_registry
+from parley.worker.deploys import make_current_if_none
 from parley.workflows.conversation import ConversationWorkflow
 from parley.workflows.store_gc import StoreGcWorkflow
 

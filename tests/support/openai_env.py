@@ -11,8 +11,8 @@ import pytest
 from langchain_core.messages import AIMessage
 
 from parley.activities.models.openai_provider import build_openai_model
-from parley.tools.loading import ModelConfig
 from parley.config.settings import Settings
+from parley.tools.loading import ModelConfig
 from tests.support.openai_fake import FakeOpenAI
 from tests.support.provider_runs import THIRTY_WORDS
 

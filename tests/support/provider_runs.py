@@ -21,9 +21,9 @@ import pytest
 from langchain_core.tools import InjectedToolArg, tool
 
 from parley.activities.models import build_chat_model
+from parley.config.settings import Settings
 from parley.contracts import ToolContext, Usage
 from parley.observability.redaction import remember_config
-from parley.config.settings import Settings
 from parley.tools import auto
 from tests.support import registry
 from tests.support.anthropic_fake import FakeAnthropic

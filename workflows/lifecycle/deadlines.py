@@ -14,9 +14,9 @@ from datetime import datetime, timedelta
 from temporalio import workflow
 
 from parley.contracts import ConversationStart, ConversationState, PendingCall
-from parley.workflows.rules import gate
 from parley.workflows.record.ledger import Ledger
 from parley.workflows.record.publishing import publish_status
+from parley.workflows.rules import gate
 from parley.workflows.turn.turns import TurnEngine
 
 

@@ -39,16 +39,16 @@ with workflow.unsafe.imports_passed_through():
         StateQuery,
     )
     from parley.contracts.conversation import RewindInput, TranscriptCut
-    from parley.contracts.state import TranscriptWindow
     from parley.contracts.errors import (
         ConversationEnded,
         DecisionsOwed,
         InvalidMessage,
         TurnInProgress,
     )
-    from parley.workflows.rules import gate
+    from parley.contracts.state import TranscriptWindow
     from parley.workflows.lifecycle.handover import Handover
     from parley.workflows.record.ledger import Ledger
+    from parley.workflows.rules import gate
 
 #: The ``CUSTOM`` events a front end sees: the transcript it shows was cut or copied.
 REWOUND_EVENT = "parley.rewound"

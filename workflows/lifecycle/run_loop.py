@@ -29,13 +29,13 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from temporalio import workflow
 
 from parley.contracts import ConversationStart, ConversationState, SubagentTask
-from parley.workflows.record.audit_archive import AuditArchiver
 from parley.workflows.lifecycle.deadlines import Deadlines
 from parley.workflows.lifecycle.followers import Followers
 from parley.workflows.lifecycle.handover import Handover, build_of_this_run
+from parley.workflows.lifecycle.signalled import SignalledDecisions
+from parley.workflows.record.audit_archive import AuditArchiver
 from parley.workflows.record.ledger import Ledger
 from parley.workflows.record.publishing import publish_status
-from parley.workflows.lifecycle.signalled import SignalledDecisions
 from parley.workflows.turn.turns import TurnEngine
 
 #: A cancel request ends the run even where it was lost on the way to an ``await``: on

@@ -17,10 +17,10 @@ from temporalio import workflow
 
 from parley.contracts import ConversationStart, ConversationState, DecideInput
 from parley.contracts.errors import InvalidDecision, Refusal
-from parley.workflows.rules import gate
 from parley.workflows.record.dedup import Deduplication
 from parley.workflows.record.events import EventLog
 from parley.workflows.record.ledger import Ledger
+from parley.workflows.rules import gate
 from parley.workflows.turn.turns import TurnEngine
 
 #: How many ``decide_signal`` decisions may wait for the turn in flight.

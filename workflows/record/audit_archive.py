@@ -17,6 +17,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from parley.config.settings import ARCHIVE_AUDIT_ACTIVITY
     from parley.contracts import (
         ARCHIVE_AUDIT,
         KEPT_AUDIT_ENTRIES,
@@ -24,7 +25,6 @@ with workflow.unsafe.imports_passed_through():
         AuditArchiveRef,
         ConversationState,
     )
-    from parley.config.settings import ARCHIVE_AUDIT_ACTIVITY
 
 #: Entries archived at once (one activity each time).
 ARCHIVE_BATCH = 250

@@ -41,8 +41,8 @@ with workflow.unsafe.imports_passed_through():
     from parley.workflows.record import metrics
     from parley.workflows.record.dedup import Deduplication
     from parley.workflows.record.events import EventLog
-    from parley.workflows.turn.front_end import FrontEnd
     from parley.workflows.record.ledger import Ledger
+    from parley.workflows.turn.front_end import FrontEnd
     from parley.workflows.turn.streaming import INTERRUPTED, ReplyStream
 
 #: ``workflow.patched`` id: from here on a model call runs in its own task, so an

@@ -18,6 +18,7 @@ from langchain_core.messages import AIMessage
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from parley.config.settings import CANONICAL_ARGS_ACTIVITY
 from parley.contracts import (
     CANONICAL_ARGS,
     SPEND_CALL,
@@ -37,13 +38,12 @@ from parley.contracts import (
     call_shape,
 )
 from parley.contracts.errors import InvalidDecision
-from parley.config.settings import CANONICAL_ARGS_ACTIVITY
 from parley.workflows.record import metrics
-from parley.workflows.turn.execution import ToolRunner, TurnFailed
 from parley.workflows.record.ledger import Ledger
+from parley.workflows.rules.triage import Proposal, Refuse, Run, Verdict, Wait, triage
+from parley.workflows.turn.execution import ToolRunner, TurnFailed
 from parley.workflows.turn.spending import SpendGate
 from parley.workflows.turn.subagents import Subagents
-from parley.workflows.rules.triage import Proposal, Refuse, Run, Verdict, Wait, triage
 
 #: How many remembered decisions a conversation keeps (the oldest go first).
 REMEMBERED_KEPT = 64

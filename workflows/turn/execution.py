@@ -19,6 +19,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from parley.config.settings import TOOL_ACTIVITY
 from parley.contracts import (
     RUN_TOOL,
     ConversationStart,
@@ -33,9 +34,8 @@ from parley.contracts import (
     call_summary,
 )
 from parley.contracts.errors import MODEL_VISIBLE_TOOL_ERRORS, ErrorType
-from parley.config.settings import TOOL_ACTIVITY
-from parley.workflows.record import metrics
 from parley.workflows.lifecycle.handover import MB, TURN_HISTORY_BYTES, TURN_HISTORY_EVENTS
+from parley.workflows.record import metrics
 from parley.workflows.record.ledger import Ledger, error_result
 from parley.workflows.turn.subagents import Subagents
 

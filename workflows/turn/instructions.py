@@ -33,6 +33,7 @@ from typing import Any
 from temporalio import workflow
 
 from parley.contracts import ConversationStart, ConversationState, SendMessageInput
+from parley.contracts.errors import InvalidMessage
 from parley.contracts.instructions import (
     INSTRUCTIONS_MEMO,
     AgentInstructions,
@@ -40,7 +41,6 @@ from parley.contracts.instructions import (
     sha256_of,
     system_text,
 )
-from parley.contracts.errors import InvalidMessage
 from parley.workflows.record.ledger import Ledger
 from parley.workflows.record.publishing import publish_status
 

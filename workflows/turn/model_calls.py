@@ -20,6 +20,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from parley.config.settings import MODEL_ACTIVITY
     from parley.contracts import (
         CALL_MODEL,
         COMPACT_CONTEXT,
@@ -29,13 +30,12 @@ with workflow.unsafe.imports_passed_through():
         ContextRef,
         Usage,
     )
-    from parley.contracts.instructions import system_text
     from parley.contracts.errors import ErrorType
-    from parley.config.settings import MODEL_ACTIVITY
+    from parley.contracts.instructions import system_text
     from parley.workflows.record.events import EventLog
+    from parley.workflows.record.ledger import Ledger
     from parley.workflows.turn.execution import TurnFailed, check_history_room
     from parley.workflows.turn.failover import ModelFailover
-    from parley.workflows.record.ledger import Ledger
     from parley.workflows.turn.usage import UsageMeter
 
 #: Compactions one model call may run: a first, and a harder one after a refusal.

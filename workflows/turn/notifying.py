@@ -16,6 +16,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
+from parley.config.settings import NOTIFY_ACTIVITY
 from parley.contracts import (
     NOTIFY,
     ConversationStart,
@@ -24,9 +25,8 @@ from parley.contracts import (
     PendingCall,
     ToolCatalogue,
 )
-from parley.config.settings import NOTIFY_ACTIVITY
-from parley.workflows.rules.awaiting import approvers
 from parley.workflows.record.ledger import Ledger
+from parley.workflows.rules.awaiting import approvers
 
 
 class Notifier:

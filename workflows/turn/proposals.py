@@ -19,10 +19,10 @@ with workflow.unsafe.imports_passed_through():
     from parley.contracts import PREVIEW_ARGS_CHARS, ToolCall, args_hash
     from parley.contracts.errors import ErrorType
     from parley.workflows.record.events import EventLog
-    from parley.workflows.turn.execution import ToolRunner, TurnFailed
-    from parley.workflows.turn.front_end import FrontEnd
     from parley.workflows.record.ledger import Ledger, error_result
     from parley.workflows.rules.triage import Proposal, Refuse, Run, invalid_call_refusal, triage
+    from parley.workflows.turn.execution import ToolRunner, TurnFailed
+    from parley.workflows.turn.front_end import FrontEnd
 
 
 class Proposals:

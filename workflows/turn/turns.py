@@ -37,22 +37,22 @@ from parley.contracts import (
 )
 from parley.contracts.errors import ErrorType
 from parley.workflows.record import metrics
+from parley.workflows.record.events import EventLog
+from parley.workflows.record.ledger import Ledger
+from parley.workflows.record.publishing import set_status
+from parley.workflows.rules.gate import run_id_for
+from parley.workflows.rules.triage import Proposal, Verdict
 from parley.workflows.turn.busy import Busy
 from parley.workflows.turn.decisions import Decisions
-from parley.workflows.record.events import EventLog
 from parley.workflows.turn.execution import ToolRunner, TurnFailed
 from parley.workflows.turn.failover import ModelFailover
 from parley.workflows.turn.front_end import ClientRequest, FrontEnd
-from parley.workflows.rules.gate import run_id_for
 from parley.workflows.turn.instructions import Instructions
-from parley.workflows.record.ledger import Ledger
 from parley.workflows.turn.model_calls import ModelCaller
 from parley.workflows.turn.notifying import Notifier
 from parley.workflows.turn.proposals import Proposals
-from parley.workflows.record.publishing import set_status
 from parley.workflows.turn.streaming import ReplyStream
 from parley.workflows.turn.subagents import Subagents
-from parley.workflows.rules.triage import Proposal, Verdict
 from parley.workflows.turn.usage import UsageMeter
 
 #: The patch under which a decision on some of the pending calls leaves the webhook's
