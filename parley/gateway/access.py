@@ -72,7 +72,7 @@ class TokenTable:
         return next((t for t, user in self._tokens.items() if user == user_id), None)
 
     def secrets(self) -> list[str]:
-        """The tokens themselves, for the process's redaction (``parley.observability.redaction``)."""
+        """The tokens themselves, for the process's redaction (``observability.redaction``)."""
         return list(self._tokens)
 
     def __repr__(self) -> str:  # the user ids, never a token
