@@ -35,6 +35,10 @@ log = logging.getLogger("parley.gateway")
 
 #: Pause before waiting again after a refused or failed wait (a run handing over).
 RETRY_SECONDS = 0.5
+#: Pauses while the conversation does not exist yet (a stream opened beside the request
+#: that starts it): from the first to the longest. Its first events come within one of
+#: them of its start.
+NOT_FOUND_PAUSE_SECONDS = (0.02, 0.5)
 #: Pauses after a wait that came back with nothing new: from the first to the longest.
 RELEASED_PAUSE_SECONDS = (0.1, 5.0)
 
@@ -132,6 +136,7 @@ class Feed:
 
     async def _follow(self) -> None:
         pause = RELEASED_PAUSE_SECONDS[0]
+        not_found_pause = NOT_FOUND_PAUSE_SECONDS[0]
         while not self.closed:
             user_id = self._wait_user()
             if user_id is None:
@@ -151,9 +156,13 @@ class Feed:
                     self.closed = True
                     self._changed.set()
                     return
+                if refusal.error_type == ErrorType.NOT_FOUND:  # not started yet
+                    await asyncio.sleep(not_found_pause)
+                    not_found_pause = min(not_found_pause * 2, NOT_FOUND_PAUSE_SECONDS[1])
+                    continue
                 if refusal.error_type == ErrorType.NOT_OWNER:
                     self._next_wait_user()
-                elif refusal.error_type not in (ErrorType.HANDING_OVER, ErrorType.NOT_FOUND):
+                elif refusal.error_type != ErrorType.HANDING_OVER:
                     log.warning("following %s: %s", self.session_id, refusal)
                 await asyncio.sleep(RETRY_SECONDS)
                 continue
@@ -161,6 +170,7 @@ class Feed:
                 log.exception("following %s failed; retrying", self.session_id)
                 await asyncio.sleep(RETRY_SECONDS * 4)
                 continue
+            not_found_pause = NOT_FOUND_PAUSE_SECONDS[0]
             if latest > after:
                 pause = RELEASED_PAUSE_SECONDS[0]
                 self.note(latest)
