@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import (
     AIMessage,
@@ -38,7 +38,6 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from parley.activities.heartbeat import heartbeating
-from parley.activities.models.failover import ListedModels
 from parley.contracts import (
     COMPACT_CONTEXT,
     ClientContext,
@@ -50,6 +49,9 @@ from parley.contracts import (
 )
 from parley.contracts.errors import ErrorType
 from parley.storage import TranscriptStore
+
+if TYPE_CHECKING:  # only named: compaction uses the models the worker built
+    from parley.activities.models.failover import ListedModels
 
 #: How the summary is introduced to the model, in place of the messages it replaces.
 SUMMARY_HEADING = "Summary of the earlier conversation (its messages are not shown):"

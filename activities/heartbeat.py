@@ -3,8 +3,8 @@
 A model call or a tool can run for minutes; a worker killed meanwhile would otherwise be
 noticed only at the start-to-close timeout. ``heartbeating()`` heartbeats every
 ``HEARTBEAT_INTERVAL`` while its block runs, so with the activities' heartbeat timeout
-(``parley.config.settings.HEARTBEAT_TIMEOUT``) a dead worker's call is retried on another within
-seconds. A retried tool call carries the same idempotency key.
+(``parley.contracts.activity_config.HEARTBEAT_TIMEOUT``) a dead worker's call is retried
+on another within seconds. A retried tool call carries the same idempotency key.
 
 The first heartbeat is sent after one interval, not at the start: most calls end within
 milliseconds, and a heartbeat each would be a server write per activity for nothing
@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 
 from temporalio import activity
 
-from parley.config.settings import HEARTBEAT_INTERVAL
+from parley.contracts.activity_config import HEARTBEAT_INTERVAL
 
 
 @contextlib.asynccontextmanager

@@ -63,7 +63,6 @@ from parley.activities.models.failures import classify_model_error, model_error_
 from parley.activities.redaction import redact
 from parley.activities.reply_limits import ReplyLimits, ReplyMeter, check_reply, merged
 from parley.activities.streaming import ReplyStreamer, Send
-from parley.config.settings import DEFAULT_OVERLOAD_CODES, MODEL_ACTIVITY, retry_delay
 from parley.contracts import (
     ASSISTANT_MESSAGE_PREFIX,
     CALL_MODEL,
@@ -75,7 +74,14 @@ from parley.contracts import (
     subagent_tag,
     text_of,
 )
-from parley.contracts.errors import ErrorType, ModelRequestError, ToolInputError, TransientError
+from parley.contracts.activity_config import MODEL_ACTIVITY, retry_delay
+from parley.contracts.errors import (
+    OVERLOAD_CODES_DEFAULT,
+    ErrorType,
+    ModelRequestError,
+    ToolInputError,
+    TransientError,
+)
 from parley.contracts.failover import FailoverOffer
 from parley.contracts.instructions import WorkerInstructions
 from parley.contracts.limits import clipped
@@ -91,7 +97,7 @@ class ModelActivities:
         registry: ToolRegistry,
         transcripts: TranscriptStore,
         *,
-        overload_codes: frozenset[str] = DEFAULT_OVERLOAD_CODES,
+        overload_codes: frozenset[str] = OVERLOAD_CODES_DEFAULT,
         notifications: bool = False,
         context_budget: ContextBudget | None = None,
         reply_limits: ReplyLimits | None = None,
@@ -382,7 +388,7 @@ def _bound(model: BaseChatModel, tools: list[Any]) -> Any:
 
 def _model_failure(
     exc: Exception,
-    overload_codes: frozenset[str] = DEFAULT_OVERLOAD_CODES,
+    overload_codes: frozenset[str] = OVERLOAD_CODES_DEFAULT,
     usage: dict[str, Any] | None = None,
     offer: FailoverOffer | None = None,
     model: str | None = None,

@@ -44,9 +44,7 @@ from parley.activities.redaction import redact
 from parley.contracts import NOTIFY, NotifyInput, workflow_id_for
 from parley.contracts.errors import ErrorType, is_transient_status
 from parley.contracts.links import ApprovalLink
-
-#: A reviewer group's name (``parley.workflows.rules.membership.GROUP_PREFIX``): no link for it.
-GROUP = "group:"
+from parley.contracts.reviewers import GROUP_PREFIX
 
 
 class NotifyActivities:
@@ -104,7 +102,7 @@ class NotifyActivities:
         people = [request.user_id, *request.reviewers]
         if request.escalated_to:
             people = [request.escalated_to]
-        people = [person for person in people if not person.startswith(GROUP)]
+        people = [person for person in people if not person.startswith(GROUP_PREFIX)]
         links = []
         for call in request.pending:
             for person in people:

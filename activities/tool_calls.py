@@ -34,7 +34,6 @@ from temporalio.exceptions import ApplicationError
 
 from parley.activities.heartbeat import heartbeating
 from parley.activities.redaction import redact
-from parley.config.settings import DEFAULT_MAX_TOOL_RESULT_BYTES, TOOL_ACTIVITY, retry_delay
 from parley.contracts import (
     CANONICAL_ARGS,
     MODEL_RESULT_MAX_CHARS,
@@ -50,13 +49,14 @@ from parley.contracts import (
     args_hash,
     evaluate,
 )
+from parley.contracts.activity_config import TOOL_ACTIVITY, retry_delay
 from parley.contracts.errors import (
     ErrorType,
     ToolInputError,
     ToolPermissionError,
     TransientError,
 )
-from parley.contracts.limits import clipped
+from parley.contracts.limits import TOOL_RESULT_MAX_BYTES_DEFAULT, clipped
 from parley.observability import tracing
 from parley.storage.results import WholeResults, must_keep
 from parley.tools import CONTEXT_ARG, ParleyTool, ToolRegistry, UnstableCanonicalForm
@@ -67,7 +67,7 @@ class ToolActivities:
         self,
         registry: ToolRegistry,
         *,
-        max_result_bytes: int = DEFAULT_MAX_TOOL_RESULT_BYTES,
+        max_result_bytes: int = TOOL_RESULT_MAX_BYTES_DEFAULT,
         results: WholeResults | None = None,
     ) -> None:
         self._registry = registry

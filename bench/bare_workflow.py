@@ -20,7 +20,7 @@ from typing import Any
 from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
-    from parley.config.settings import TOOL_ACTIVITY
+    from parley.contracts import TOOL_ACTIVITY
 
 PROPOSAL_TEXT = "I will write it."
 REPLY_TEXT = "Written."
@@ -64,7 +64,7 @@ class BareConversation:
         self._turns = 0
         self._ended = False
         # ``bench/recovery.py`` gives the tool Parley's heartbeat timeout and retry
-        # policy (``parley.config.settings.TOOL_ACTIVITY``); the other benchmarks pass neither.
+        # policy (``parley.contracts.TOOL_ACTIVITY``); the other benchmarks pass neither.
         self._tool_options: dict[str, Any] = {}
         if start.get("tool_heartbeat_seconds"):
             self._tool_options = {

@@ -3,20 +3,20 @@ turn completes on a restarted worker. Parley against a bare Temporal workflow.
 
 Per round and side: a worker subprocess (``bench/_worker.py``) whose tool writes a
 marker file and then runs for minutes (heartbeating every
-``parley.config.settings.HEARTBEAT_INTERVAL``, 3 s: Parley's ``run_tool`` does it around every
+``parley.contracts.HEARTBEAT_INTERVAL``, 3 s: Parley's ``run_tool`` does it around every
 tool; the bare tool uses the same ``heartbeating()``). A fresh conversation sends its
 message (-> pending call) and the user approves; once the tool has started, the script
 waits ``--kill-after`` seconds (1), kills the worker with SIGKILL and at once starts a
 new worker on the same task queue, whose tool is instant. Measured, from the kill:
 
 - **tool retried**: when the tool starts again on the new worker (Temporal noticed the
-  missing heartbeats: ``parley.config.settings.HEARTBEAT_TIMEOUT``, 15 s, then the retry
+  missing heartbeats: ``parley.contracts.HEARTBEAT_TIMEOUT``, 15 s, then the retry
   policy's first interval, 1 s);
 - **turn completed**: when the client's ``decide`` / ``approve`` returns.
 
 The bare workflow (``bench/bare_workflow.py``, started with ``tool_heartbeat_seconds``)
 gives its tool the same heartbeat timeout and retry policy as Parley's
-(``parley.config.settings.TOOL_ACTIVITY``). Sides alternate round by round (Parley, bare, ...).
+(``parley.contracts.TOOL_ACTIVITY``). Sides alternate round by round (Parley, bare, ...).
 
 Run from the repository root (~25 s per round and side):
     .venv/bin/python bench/recovery.py [--rounds 3] [--kill-after 1] [--json PATH]
@@ -44,7 +44,7 @@ if str(ROOT) not in sys.path:
 
 from bench import _harness as h  # noqa: E402
 from parley.client import Conversations  # noqa: E402
-from parley.config.settings import HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT  # noqa: E402
+from parley.contracts import HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT  # noqa: E402
 
 HEARTBEAT_SECONDS = HEARTBEAT_TIMEOUT.total_seconds()
 

@@ -1,10 +1,11 @@
 """Loading what the worker is configured with: toolsets (PARLEY_TOOLS), policies, and
 chat models (PARLEY_MODEL), each factory handed its own narrow config, never the
-worker's Settings (issue 32). Bad configuration is a clear ValueError, never a
-traceback from deep inside."""
+worker's Settings, by what it declares and never by its signature. Bad configuration is
+a clear ValueError, never a traceback from deep inside."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 from collections.abc import Callable
@@ -20,7 +21,13 @@ from parley.activities.models.scripted import ScriptedChatModel
 from parley.config.settings import Settings
 from parley.contracts.errors import ModelRequestError
 from parley.tools import ParleyTool, ToolRegistry, load_registry
-from parley.tools.loading import ModelConfig, PlansConfig, ToolsetContext, factory
+from parley.tools.loading import (
+    ModelAccess,
+    ModelConfig,
+    PlansConfig,
+    ToolsetContext,
+    factory,
+)
 from tests.support import drop_tables, read_records, write_record
 
 TOOLS_SPEC = "tests.test_loading:sample_toolset,tests.test_loading:sample_factory"
@@ -240,8 +247,18 @@ def acme_toolset(context: ToolsetContext) -> list:
     return [write_record]
 
 
-def settings_toolset(settings: Settings) -> list:  # the protocol before issue 32
+def settings_toolset(settings: Settings) -> list:  # asks for the Settings by name
     return []
+
+
+def lenient_toolset(settings: Settings | None = None) -> list:
+    """Could take the Settings, but declares nothing: it is called with nothing."""
+    HANDED["lenient"] = settings
+    return [write_record]
+
+
+def broken_toolset() -> list:
+    return [len(5)]  # type: ignore[arg-type]  # its own bug, not a protocol error
 
 
 @factory(ModelConfig)
@@ -280,7 +297,7 @@ def test_a_toolset_of_ones_own_gets_its_prefix_and_the_http_client_never_the_set
 
 
 def test_a_model_factory_gets_the_models_config_and_nothing_else() -> None:
-    build_chat_model("tests.test_loading:configured_model", ALL_SECRETS)
+    build_chat_model("tests.test_loading:configured_model", ModelAccess.from_settings(ALL_SECRETS))
     config = handed("model")
     assert config == ModelConfig("", api_key="sk-openai-0123", base_url=None, timeout_seconds=120)
     assert "sk-openai" not in repr(config)
@@ -291,14 +308,16 @@ def test_a_model_factory_gets_the_models_config_and_nothing_else() -> None:
     [
         (
             lambda: load_registry("tests.test_loading:settings_toolset", settings=ALL_SECRETS),
-            r"settings_toolset\(settings\) would be handed every secret of the worker",
+            r"settings_toolset needs arguments; .* never f\(settings\)",
         ),
         (
             lambda: load_registry("tests.test_loading:model_as_toolset", settings=ALL_SECRETS),
             "model_as_toolset takes a ModelConfig; this factory may take nothing or one of",
         ),
         (
-            lambda: build_chat_model("tests.test_loading:acme_toolset", ALL_SECRETS),
+            lambda: build_chat_model(
+                "tests.test_loading:acme_toolset", ModelAccess.from_settings(ALL_SECRETS)
+            ),
             "acme_toolset takes a ToolsetContext; this factory may take nothing or one of",
         ),
         (lambda: factory(ToolsetContext, env_prefix="PARLEY_ACME_"), "Parley's own PARLEY_"),
@@ -318,3 +337,56 @@ def test_a_factory_that_asks_for_more_than_its_own_is_a_clear_error(
 def test_an_endless_toolset_is_refused_not_loaded_for_ever() -> None:
     with pytest.raises(ValueError, match="more than 1000 tools"):
         load_registry("itertools:count")
+
+
+def test_an_undeclared_factory_is_called_with_nothing_whatever_its_signature() -> None:
+    registry = load_registry("tests.test_loading:lenient_toolset", settings=ALL_SECRETS)
+    assert registry.names() == ["write_record"]
+    assert handed("lenient") is None  # the default, never the worker's Settings
+
+
+def test_a_factorys_own_type_error_is_its_own_not_a_protocol_error() -> None:
+    with pytest.raises(TypeError, match="has no len"):
+        load_registry("tests.test_loading:broken_toolset", settings=ALL_SECRETS)
+
+
+def test_a_declared_factory_needs_the_entry_points_settings() -> None:
+    with pytest.raises(ValueError, match="takes a ModelConfig, made from the worker's Settings"):
+        build_chat_model("tests.test_loading:configured_model")
+    with pytest.raises(ValueError, match="needs the models' keys"):
+        build_chat_model("openai:gpt-test")
+
+
+def test_each_model_gets_its_own_providers_key_and_no_repr_shows_one() -> None:
+    settings = Settings(
+        openai_api_key="sk-openai-0123",
+        anthropic_api_key="sk-ant-0123",
+        anthropic_base_url="http://127.0.0.1:9",
+        google_api_key="g-key-0123",
+        model_timeout_seconds=7,
+    )
+    access = ModelAccess.from_settings(settings)
+    assert access.config("c", "anthropic") == ModelConfig(
+        "c", api_key="sk-ant-0123", base_url="http://127.0.0.1:9", timeout_seconds=7
+    )
+    assert access.config("g", "google").api_key == "g-key-0123"
+    assert access.config("gpt").api_key == "sk-openai-0123"  # OpenAI-compatible by default
+    assert not any(key in repr(access) for key in ("sk-openai", "sk-ant", "g-key"))
+
+
+def test_no_activity_module_imports_the_configuration() -> None:
+    """Activities get narrow configs from the worker (and their defaults and options
+    from the contracts); ``Settings`` is read at the entry points (worker, gateway, CLI)
+    only."""
+    root = Path(__file__).resolve().parent.parent / "activities"
+    importers = sorted(
+        path.relative_to(root).as_posix()
+        for path in root.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("parley.config"))
+        or (
+            isinstance(node, ast.Import)
+            and any(alias.name.startswith("parley.config") for alias in node.names)
+        )
+    )
+    assert importers == []

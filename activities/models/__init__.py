@@ -10,6 +10,9 @@
 - ``<module>:<factory>``: any langchain-core ``BaseChatModel`` a factory returns; the
   factory takes nothing, or a ``ModelConfig`` (``@factory(ModelConfig)``,
   ``parley.tools.loading``), never the worker's Settings.
+
+What a model is built from is ``ModelAccess`` (``parley.tools.loading``): the models'
+part of the Settings the worker read at start, never the Settings themselves.
 """
 
 from __future__ import annotations
@@ -18,15 +21,14 @@ import importlib
 
 from langchain_core.language_models import BaseChatModel
 
-from parley.config.settings import Settings
-from parley.tools.loading import MODEL_CONFIGS, FactoryInputs, ModelConfig, call_factory
+from parley.tools.loading import MODEL_CONFIGS, FactoryInputs, ModelAccess, call_factory
 
 
-def build_chat_model(spec: str, settings: Settings | None = None) -> BaseChatModel:
+def build_chat_model(spec: str, access: ModelAccess | None = None) -> BaseChatModel:
     """The chat model ``PARLEY_MODEL`` names; ``openai:``, ``anthropic:``, ``google:`` and
-    a factory that asks for it get a ``ModelConfig`` made from the Settings the worker
-    read at start (no model reads the environment, and none is handed the other
-    secrets)."""
+    a factory that asks for it get a ``ModelConfig`` of their provider's part of
+    ``access`` (no model reads the environment, and none is handed another provider's
+    key or the worker's other secrets)."""
     spec = spec.strip()
     if spec == "scripted":
         from parley.activities.models.scripted import OFFLINE_WORD_SECONDS, ScriptedChatModel
@@ -45,21 +47,15 @@ def build_chat_model(spec: str, settings: Settings | None = None) -> BaseChatMod
     if kind == "openai":
         from parley.activities.models.openai_provider import build_openai_model
 
-        if settings is None:  # a programming error: the entry points always pass theirs
-            raise ValueError(f"PARLEY_MODEL={spec!r} needs the worker's Settings")
-        return build_openai_model(ModelConfig.from_settings(settings, rest))
+        return build_openai_model(_needed(access, spec).config(rest))
     if kind == "anthropic":
         from parley.activities.models.anthropic_provider import build_anthropic_model
 
-        if settings is None:
-            raise ValueError(f"PARLEY_MODEL={spec!r} needs the worker's Settings")
-        return build_anthropic_model(ModelConfig.from_settings(settings, rest, "anthropic"))
+        return build_anthropic_model(_needed(access, spec).config(rest, "anthropic"))
     if kind == "google":
         from parley.activities.models.google_provider import build_google_model
 
-        if settings is None:
-            raise ValueError(f"PARLEY_MODEL={spec!r} needs the worker's Settings")
-        return build_google_model(ModelConfig.from_settings(settings, rest, "google"))
+        return build_google_model(_needed(access, spec).config(rest, "google"))
     try:
         factory = getattr(importlib.import_module(kind), rest)
     except (ImportError, AttributeError) as err:
@@ -69,7 +65,7 @@ def build_chat_model(spec: str, settings: Settings | None = None) -> BaseChatMod
         raise ValueError(f"PARLEY_MODEL={spec!r}: {refused}")
     model = call_factory(
         factory,
-        FactoryInputs(settings),
+        FactoryInputs(models=access),
         what=f"PARLEY_MODEL={spec!r}",
         allowed=MODEL_CONFIGS,
         refused=refused,
@@ -80,6 +76,12 @@ def build_chat_model(spec: str, settings: Settings | None = None) -> BaseChatMod
             f"{FACTORY_SHAPE}"
         )
     return model
+
+
+def _needed(access: ModelAccess | None, spec: str) -> ModelAccess:
+    if access is None:  # a programming error: the entry points always pass theirs
+        raise ValueError(f"PARLEY_MODEL={spec!r} needs the models' keys (ModelAccess)")
+    return access
 
 
 FACTORY_SHAPE = (

@@ -30,7 +30,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage
 
-from parley.config.settings import Settings
+from parley.activities.models import build_chat_model
 from parley.contracts.errors import (
     ContextLengthExceeded,
     ModelReplyTooLarge,
@@ -43,6 +43,7 @@ from parley.contracts.failover import (
     FailoverOffer,
     model_specs,
 )
+from parley.tools.loading import ModelAccess
 
 
 @dataclass(frozen=True)
@@ -84,11 +85,11 @@ class ListedModels:
         )
 
 
-def build_chat_models(value: str, settings: Settings, cooldown_seconds: float) -> ListedModels:
+def build_chat_models(
+    value: str, access: ModelAccess | None, cooldown_seconds: float
+) -> ListedModels:
     """Every model ``PARLEY_MODEL`` lists, built now: a spec that cannot be built is one
     ``ValueError`` naming it (and its place in a list), before the worker starts."""
-    from parley.activities.models import build_chat_model
-
     specs = model_specs(value)
     if not specs:
         raise ValueError("PARLEY_MODEL is empty: name a model, or several separated by commas")
@@ -97,7 +98,7 @@ def build_chat_models(value: str, settings: Settings, cooldown_seconds: float) -
     models = []
     for number, spec in enumerate(specs, start=1):
         try:
-            models.append(build_chat_model(spec, settings))
+            models.append(build_chat_model(spec, access))
         except Exception as problem:
             if len(specs) == 1:
                 raise  # as before lists: the worker names PARLEY_MODEL in one line

@@ -57,8 +57,8 @@ from parley.activities.models.context_overflow import (
 from parley.activities.models.google_errors import google_failure
 from parley.activities.models.provider_errors import ERROR_TYPE_STATUSES, variables_prefix
 from parley.activities.redaction import redact
-from parley.config.settings import DEFAULT_OVERLOAD_CODES
 from parley.contracts.errors import (
+    OVERLOAD_CODES_DEFAULT,
     ContextLengthExceeded,
     ModelRequestError,
     ParleyError,
@@ -72,7 +72,7 @@ _MAX_TEXT = 500
 
 
 def classify_model_error(
-    exc: BaseException, *, overload_codes: frozenset[str] = DEFAULT_OVERLOAD_CODES
+    exc: BaseException, *, overload_codes: frozenset[str] = OVERLOAD_CODES_DEFAULT
 ) -> ParleyError | None:
     """The Parley error for a failed model call, or ``None`` if ``exc`` is not recognised.
 

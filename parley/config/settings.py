@@ -1,12 +1,17 @@
-"""Configuration: every environment variable Parley reads, and every activity's timeout
-and retry policy.
+"""Configuration: every environment variable Parley reads. Outside the workflow
+sandbox: read at the entry points (the worker, the gateway, the CLI) and handed on
+narrow.
 
-Imported on both sides of the Temporal boundary. The workflow reads only the
-``*_ACTIVITY`` option objects (plain data); ``Settings.from_env`` is for the worker and
-the CLI, never for workflow code. ``Settings.from_env`` is the one place the environment
-is read (``parley dev`` builds one instead of rewriting ``os.environ``). A secret is a
-``field(repr=False)`` (no repr shows it; ``redaction.remember_config`` redacts those).
-No toolset or model factory gets a ``Settings``: each its own config (``loading``).
+``Settings.from_env`` is the one place the environment is read (``parley dev`` builds
+one instead of rewriting ``os.environ``). A secret is a ``field(repr=False)`` (no repr
+shows it; ``redaction.remember_config`` redacts those). No toolset or model factory gets
+a ``Settings``: each its own config (``parley.tools.loading``). Workflow code never
+imports this module: what it needs arrives in its input (``ConversationStart``), and
+every activity's timeouts and retry policy are contracts
+(``parley.contracts.activity_config``), as are the defaults activities fall back on.
+None of those timeouts is read from the environment; one that becomes tunable is read
+here and reaches the workflow in its input. ``PARLEY_MODEL_TIMEOUT_SECONDS`` is a
+provider request's timeout, handed to the models (``parley.tools.loading.ModelAccess``).
 """
 
 from __future__ import annotations
@@ -14,13 +19,11 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import cast
-
-from temporalio.common import RetryPolicy
 
 from parley.config.temporal import DEFAULT_NAMESPACE, DEFAULT_TEMPORAL_ADDRESS, TemporalAccess, load
 from parley.contracts.busy import WHILE_BUSY_MODES, WhileBusy
+from parley.contracts.errors import OVERLOAD_CODES_DEFAULT
 from parley.contracts.limits import (
     CONTINUE_AS_NEW_AFTER_EVENTS_DEFAULT,
     MESSAGE_MAX_BYTES_DEFAULT,
@@ -28,101 +31,18 @@ from parley.contracts.limits import (
     MODEL_REPLY_MAX_BYTES_DEFAULT,
     PENDING_EXPIRY_SECONDS_DEFAULT,
     PENDING_EXPIRY_SECONDS_MAX,
+    TOOL_RESULT_MAX_BYTES_DEFAULT,
 )
 
 DEFAULT_TASK_QUEUE = "parley"
 DEFAULT_DEPLOYMENT_NAME = "parley"
 DEFAULT_MODEL = "scripted"
 DEFAULT_TOOLS = "parley.activities.toolsets.git:toolset"
-DEFAULT_MAX_TOOL_RESULT_BYTES = 16 * 1024 * 1024
 DEFAULT_PLANS_URL = "http://127.0.0.1:8765"
 DEFAULT_GATEWAY_HOST = "127.0.0.1"
 DEFAULT_GATEWAY_PORT = 8770
 DEFAULT_TEMPORAL_UI_URL = "http://localhost:8233"
 DEFAULT_MODEL_TIMEOUT_SECONDS = 120.0
-#: Codes in a provider's error body that mean "overloaded, retry" (any HTTP status).
-DEFAULT_OVERLOAD_CODES = frozenset(
-    {"2064", "overloaded", "overloaded_error", "server_overloaded", "engine_overloaded"}
-)
-
-
-@dataclass(frozen=True)
-class ActivityOptions:
-    start_to_close: timedelta
-    retry: RetryPolicy
-    #: The activity heartbeats every ``HEARTBEAT_INTERVAL``; a worker that dies is
-    #: noticed after this long, and the call is retried on another worker.
-    heartbeat: timedelta | None = None
-
-
-HEARTBEAT_INTERVAL = timedelta(seconds=3)
-HEARTBEAT_TIMEOUT = timedelta(seconds=15)
-
-MODEL_ACTIVITY = ActivityOptions(
-    start_to_close=timedelta(minutes=3),
-    heartbeat=HEARTBEAT_TIMEOUT,
-    # Provider SDK retries are off (max_retries=0): this policy is the only retry loop.
-    # Rate limits and overloads clear in tens of seconds, hence the long maximum interval;
-    # a Retry-After from the provider overrides the interval through next_retry_delay.
-    retry=RetryPolicy(
-        initial_interval=timedelta(seconds=1),
-        backoff_coefficient=2.0,
-        maximum_interval=timedelta(seconds=60),
-        maximum_attempts=8,
-    ),
-)
-
-TOOL_ACTIVITY = ActivityOptions(
-    start_to_close=timedelta(minutes=5),
-    heartbeat=HEARTBEAT_TIMEOUT,
-    # Bounded so that a backend that stays down fails the turn instead of hanging it;
-    # business errors are non-retryable and go back to the model at once. No
-    # non_retryable_error_types list: every failure is raised with non_retryable set
-    # (activities/*: tool_failure, _model_failure), and the list would cost ~100 bytes
-    # of history on every scheduled activity.
-    retry=RetryPolicy(
-        initial_interval=timedelta(seconds=1),
-        backoff_coefficient=2.0,
-        maximum_interval=timedelta(seconds=30),
-        maximum_attempts=5,
-    ),
-)
-
-CANONICAL_ARGS_ACTIVITY = ActivityOptions(
-    # Pure validation on the worker, milliseconds: a short timeout, a few retries for a
-    # worker that dies; arguments that do not fit are non-retryable and refuse the edit.
-    start_to_close=timedelta(seconds=30),
-    retry=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=5),
-)
-
-NOTIFY_ACTIVITY = ActivityOptions(
-    start_to_close=timedelta(seconds=30),
-    # A reviewer's webhook may be down for a while: keep trying for about an hour, then
-    # record the failure in the audit log (the conversation does not depend on it).
-    retry=RetryPolicy(
-        initial_interval=timedelta(seconds=2),
-        backoff_coefficient=2.0,
-        maximum_interval=timedelta(minutes=10),
-        maximum_attempts=10,
-    ),
-)
-
-ARCHIVE_AUDIT_ACTIVITY = ActivityOptions(
-    # One write to the payload store. Bounded, so that a store that is down does not
-    # hold the run loop (deadlines, continue-as-new): the entries stay in the window
-    # and the next batch tries again.
-    start_to_close=timedelta(seconds=60),
-    retry=RetryPolicy(maximum_interval=timedelta(seconds=30), maximum_attempts=6),
-)
-
-
-def retry_delay(retry_after: float | None, options: ActivityOptions) -> timedelta | None:
-    """The server's ``Retry-After`` as Temporal's next retry delay, capped at the policy's
-    maximum interval: a header asking for a day must not hold a turn for a day."""
-    if not retry_after or retry_after <= 0:
-        return None
-    cap = options.retry.maximum_interval or timedelta(seconds=60)
-    return min(timedelta(seconds=retry_after), cap)
 
 
 @dataclass(frozen=True)
@@ -168,7 +88,7 @@ class Settings:
     #: unless the message says (``parley.contracts.busy``): reject, enqueue or interrupt.
     while_busy: WhileBusy = "reject"
     #: A tool result whose encoded envelope is larger is cut (the tool is not run again).
-    max_tool_result_bytes: int = DEFAULT_MAX_TOOL_RESULT_BYTES
+    max_tool_result_bytes: int = TOOL_RESULT_MAX_BYTES_DEFAULT
     #: What one model call may return (its reply as stored, in bytes); a reply past it
     #: (streamed or not) fails the turn as a model error (``activities.reply_limits``).
     max_model_reply_bytes: int = MODEL_REPLY_MAX_BYTES_DEFAULT
@@ -211,7 +131,7 @@ class Settings:
     google_api_key: str = field(default="", repr=False)
     google_base_url: str | None = None
     model_timeout_seconds: float = DEFAULT_MODEL_TIMEOUT_SECONDS
-    model_overload_codes: frozenset[str] = DEFAULT_OVERLOAD_CODES
+    model_overload_codes: frozenset[str] = OVERLOAD_CODES_DEFAULT
     # --- the gateway (``parley gateway``) ---
     gateway_host: str = DEFAULT_GATEWAY_HOST
     gateway_port: int = DEFAULT_GATEWAY_PORT
@@ -280,7 +200,7 @@ class Settings:
                 env, "PARLEY_MAX_MESSAGE_BYTES", MESSAGE_MAX_BYTES_DEFAULT
             ),
             max_tool_result_bytes=_positive_int(
-                env, "PARLEY_MAX_TOOL_RESULT_BYTES", DEFAULT_MAX_TOOL_RESULT_BYTES
+                env, "PARLEY_MAX_TOOL_RESULT_BYTES", TOOL_RESULT_MAX_BYTES_DEFAULT
             ),
             max_model_reply_bytes=_positive_int(
                 env, "PARLEY_MAX_MODEL_REPLY_BYTES", MODEL_REPLY_MAX_BYTES_DEFAULT
@@ -321,7 +241,7 @@ class Settings:
                 example="120",
                 most=3600,
             ),
-            model_overload_codes=_codes(env, "PARLEY_MODEL_OVERLOAD_CODES", DEFAULT_OVERLOAD_CODES),
+            model_overload_codes=_codes(env, "PARLEY_MODEL_OVERLOAD_CODES", OVERLOAD_CODES_DEFAULT),
             gateway_host=env.get("PARLEY_GATEWAY_HOST", "").strip() or DEFAULT_GATEWAY_HOST,
             gateway_port=_port(env, "PARLEY_GATEWAY_PORT", DEFAULT_GATEWAY_PORT),
             gateway_public_url=env.get("PARLEY_GATEWAY_URL", "").strip() or None,

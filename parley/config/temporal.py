@@ -9,8 +9,8 @@ SDK's ``temporalio.envconfig``; Parley's defaults (``localhost:7233``, ``default
 TLS) where neither says. A variable set to nothing counts as unset.
 ``TEMPORAL_TLS_DISABLE_HOST_VERIFICATION`` is refused: the Python SDK cannot do it.
 
-Imported with ``parley.config.settings`` on both sides of the Temporal boundary, for its
-types (plain data); ``load``, which reads the ``temporal.toml`` file, runs
+Imported with ``parley.config.settings`` outside the workflow sandbox (the worker, the
+gateway, the CLI, the client); ``load``, which reads the ``temporal.toml`` file, runs
 only in ``Settings.from_env``, at the entry points, on the environment handed to it (it
 reads no variable itself). The worker, the gateway and the CLI connect with what it
 found (``parley.client.connection``, which reads the PEM files). A mistake here (an
@@ -27,11 +27,9 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from temporalio.envconfig import ClientConfigTLS, DataSource
-
+from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS, DataSource
 
 DEFAULT_TEMPORAL_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
@@ -82,8 +80,6 @@ class TemporalAccess:
 def load(env: Mapping[str, str]) -> dict[str, Any]:
     """``Settings``' ``temporal_address``, ``namespace`` and ``temporal`` from ``env``
     and the ``temporal.toml`` profile it names; Parley's defaults where neither says."""
-    from temporalio.envconfig import ClientConfigProfile  # loads TOML: not for workflows
-
     given = {k: v.strip() for k, v in env.items() if k.startswith("TEMPORAL_") and v.strip()}
     name = given.get("TEMPORAL_PROFILE", "default")
     file = given.get("TEMPORAL_CONFIG_FILE") or _default_file(env)

@@ -3,7 +3,8 @@
 the task queue at start, so that it exists once per task queue however many workers run.
 
 Outside the workflow sandbox (the worker). It names the workflow by its registered name
-(``workflows/store_gc.py``); the toolkit imports no workflow code.
+and starts it with its typed input (``parley.contracts``: ``STORE_GC_WORKFLOW``,
+``StoreGcInput``); the toolkit imports no workflow code.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from temporalio.client import (
     ScheduleUpdateInput,
 )
 
-STORE_GC_WORKFLOW = "ParleyStoreGc"
+from parley.contracts import STORE_GC_WORKFLOW, StoreGcInput
 
 
 def gc_schedule_id(task_queue: str) -> str:
@@ -35,7 +36,7 @@ async def ensure_gc_schedule(client: Client, task_queue: str, every: timedelta) 
     schedule_id = gc_schedule_id(task_queue)
     schedule = Schedule(
         action=ScheduleActionStartWorkflow(
-            STORE_GC_WORKFLOW, {}, id=f"{schedule_id}-run", task_queue=task_queue
+            STORE_GC_WORKFLOW, StoreGcInput(), id=f"{schedule_id}-run", task_queue=task_queue
         ),
         spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
         # One sweep at a time: a slow one makes the next wait, not pile up.

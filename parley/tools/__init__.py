@@ -326,15 +326,13 @@ def _subagent_tool(spec: SubagentSpec) -> BaseTool:
 
 
 def load_toolset(
-    reference: str,
-    settings: Settings | None = None,
-    http_client: httpx.AsyncClient | None = None,
-    environ: Mapping[str, str] | None = None,
+    reference: str, inputs: FactoryInputs | None = None
 ) -> list[ParleyTool | BaseTool]:
     """Import ``module:attr``; the attribute is a toolset, or a factory returning one
-    that takes nothing or the one config it declares (``parley.tools.loading.factory``), made
-    here from ``settings``, ``http_client`` and, for a ``ToolsetContext``, the variables
-    of ``environ`` (the entry point's) under its prefix. No factory gets the Settings."""
+    that takes nothing or the one config it declares (``parley.tools.loading.factory``),
+    taken from ``inputs`` (narrow configs the entry point made from its Settings, its
+    HTTP client and, for a ``ToolsetContext``, its environment's variables under the
+    factory's prefix). No factory gets the Settings, and none is inspected."""
     module_name, sep, attr = reference.strip().partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"toolset {reference!r} is not of the form module:attr")
@@ -349,7 +347,7 @@ def load_toolset(
     if callable(value) and not isinstance(value, BaseTool):
         value = call_factory(
             value,
-            FactoryInputs(settings, http_client, environ or {}),
+            inputs or FactoryInputs(),
             what=f"toolset {reference!r}",
             allowed=TOOLSET_CONFIGS,
             refused=f"{attr} needs arguments; {TOOLSET_SHAPE}",
@@ -378,7 +376,8 @@ MAX_TOOLS = 1_000
 
 TOOLSET_SHAPE = (
     "a toolset is a list of tools (ParleyTool or langchain-core BaseTool) "
-    "or a factory returning one: f(), or f(config) marked @factory(Config) (parley.tools.loading)"
+    "or a factory returning one: f(), or f(config) marked @factory(Config) "
+    "(parley.tools.loading), never f(settings)"
 )
 
 
@@ -389,10 +388,13 @@ def load_registry(
     http_client: httpx.AsyncClient | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> ToolRegistry:
-    """The registry for ``PARLEY_TOOLS`` (comma-separated ``module:attr`` references)."""
+    """The registry for ``PARLEY_TOOLS`` (comma-separated ``module:attr`` references),
+    with ``PARLEY_POLICIES`` from ``settings``; each factory gets its own narrow config
+    made from them (:meth:`FactoryInputs.from_settings`), never ``settings``."""
+    inputs = FactoryInputs.from_settings(settings, http_client, environ)
     tools: list[ParleyTool | BaseTool] = []
     for reference in filter(None, (part.strip() for part in spec.split(","))):
-        tools.extend(load_toolset(reference, settings, http_client, environ))
+        tools.extend(load_toolset(reference, inputs))
     tools.extend(extra)
     registry = ToolRegistry(tools)
     table = None

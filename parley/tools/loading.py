@@ -2,16 +2,21 @@
 ``PARLEY_MODEL``), the one config each factory is handed, and configuration files
 (``PARLEY_POLICIES``, ``PARLEY_MCP_SERVERS``, ``script:<file>``). Worker side.
 
-A factory (a toolset's or a model's) is a callable that takes nothing, or takes the one
-config it declares with ``@factory(Config)``, made by the loader from the Settings the
-entry point read:
+One factory protocol, for toolsets and models alike: a factory is a callable that
+takes nothing, or takes the one config it declares with ``@factory(Config)``. The loader
+decides what to hand it from that declaration alone (it never reads a signature: an
+undeclared factory is called with nothing, and one that wants arguments is refused by
+the call itself). The configs are made from the Settings the entry point read
+(:meth:`FactoryInputs.from_settings`):
 
 - ``PlansConfig``: ``PARLEY_PLANS_URL``, ``PARLEY_PLANS_API_KEY`` and the worker's HTTP
   client (the plans toolset);
 - ``GitConfig``: ``PARLEY_GIT_PROJECTS``, ``PARLEY_GIT_WORKTREES`` (the git toolset);
 - ``McpConfig``: ``PARLEY_MCP_SERVERS`` (the MCP toolset);
-- ``ModelConfig`` (model factories only): the model's name, ``OPENAI_BASE_URL``,
-  ``OPENAI_API_KEY``, ``PARLEY_MODEL_TIMEOUT_SECONDS``;
+- ``ModelConfig`` (model factories only): the model's name, its provider's
+  ``<PROVIDER>_BASE_URL`` and ``<PROVIDER>_API_KEY`` (``OPENAI_`` for a factory),
+  ``PARLEY_MODEL_TIMEOUT_SECONDS``; made from :class:`ModelAccess`, the models' part of
+  the Settings, which is all ``build_chat_model`` is handed;
 - ``ToolsetContext``, for a toolset of your own: the worker's HTTP client and the
   environment's variables under the factory's own prefix
   (``@factory(ToolsetContext, env_prefix="ACME_")``), which may not be one of Parley's
@@ -26,7 +31,6 @@ not a sandbox: code in the worker's process can read the process's environment.
 
 from __future__ import annotations
 
-import inspect
 import json
 import re
 import tomllib
@@ -59,18 +63,6 @@ def read_config_file(path: str | Path, setting: str, kind: Literal["JSON", "TOML
         raise ValueError(f"{setting}: cannot read {file}: {err.strerror}") from None
     except malformed as err:
         raise ValueError(f"{setting}: {file} is not {kind}: {err}") from None
-
-
-def takes_no_arguments(function: Callable[..., Any]) -> bool:
-    """Whether ``function()`` is a valid call, so a factory can be told apart from a
-    function that wants arguments before anything is called."""
-    try:
-        inspect.signature(function).bind()
-    except TypeError:
-        return False
-    except ValueError:  # no signature to inspect (some builtins): let the call decide
-        return True
-    return True
 
 
 # --- the configs factories are handed ------------------------------------------------
@@ -132,15 +124,38 @@ class ModelConfig:
     def from_settings(
         cls, settings: Settings, name: str = "", provider: str = "openai"
     ) -> ModelConfig:
-        api_key, base_url = {  # <PROVIDER>_API_KEY / <PROVIDER>_BASE_URL
-            "anthropic": (settings.anthropic_api_key, settings.anthropic_base_url),
-            "google": (settings.google_api_key, settings.google_base_url),
-        }.get(provider, (settings.openai_api_key, settings.openai_base_url))
+        return ModelAccess.from_settings(settings).config(name, provider)
+
+
+@dataclass(frozen=True)
+class ModelAccess:
+    """The models' part of the worker's Settings: each provider's key and server
+    (``<PROVIDER>_API_KEY`` / ``<PROVIDER>_BASE_URL``) and how long one request may take.
+    What ``build_chat_model`` is handed; each model gets only its own provider's part
+    (:meth:`config`)."""
+
+    openai: tuple[str, str | None] = field(default=("", None), repr=False)
+    anthropic: tuple[str, str | None] = field(default=("", None), repr=False)
+    google: tuple[str, str | None] = field(default=("", None), repr=False)
+    timeout_seconds: float = 120.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ModelAccess:
         return cls(
-            name,
-            api_key=api_key,
-            base_url=base_url,
+            openai=(settings.openai_api_key, settings.openai_base_url),
+            anthropic=(settings.anthropic_api_key, settings.anthropic_base_url),
+            google=(settings.google_api_key, settings.google_base_url),
             timeout_seconds=settings.model_timeout_seconds,
+        )
+
+    def config(self, name: str = "", provider: str = "openai") -> ModelConfig:
+        """The config of model ``name`` of ``provider`` (OpenAI-compatible unless
+        ``anthropic`` or ``google``)."""
+        api_key, base_url = {"anthropic": self.anthropic, "google": self.google}.get(
+            provider, self.openai
+        )
+        return ModelConfig(
+            name, api_key=api_key, base_url=base_url, timeout_seconds=self.timeout_seconds
         )
 
 
@@ -211,12 +226,35 @@ def _check_prefix(prefix: str) -> None:
 
 @dataclass(frozen=True)
 class FactoryInputs:
-    """What the loader makes a factory's config from. The loader's own: never handed on."""
+    """What the loader makes a factory's config from, each part already narrow (None:
+    the entry point gave no Settings). The loader's own: never handed on whole."""
 
-    settings: Settings | None = None
-    http_client: httpx.AsyncClient | None = None
-    environ: Mapping[str, str] = field(default_factory=dict)
-    model_name: str = ""
+    plans: PlansConfig | None = None
+    git: GitConfig | None = None
+    mcp: McpConfig | None = None
+    models: ModelAccess | None = None
+    http_client: httpx.AsyncClient | None = field(default=None, repr=False, compare=False)
+    environ: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings | None,
+        http_client: httpx.AsyncClient | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> FactoryInputs:
+        """The inputs an entry point hands the loader: the configs made from its
+        ``settings``, its HTTP client and its environment (for ``ToolsetContext``)."""
+        if settings is None:
+            return cls(http_client=http_client, environ=environ or {})
+        return cls(
+            plans=PlansConfig.from_settings(settings, http_client),
+            git=GitConfig.from_settings(settings),
+            mcp=McpConfig.from_settings(settings),
+            models=ModelAccess.from_settings(settings),
+            http_client=http_client,
+            environ=environ or {},
+        )
 
 
 def call_factory(
@@ -228,8 +266,9 @@ def call_factory(
     refused: str,
 ) -> Any:
     """``function(config)`` for a factory marked ``@factory(Config)`` (``Config`` one of
-    ``allowed``), else ``function()``. ``what`` names the setting in an error;
-    ``refused`` is the error for a callable that is neither kind of factory."""
+    ``allowed``), else ``function()``: the declaration alone decides, no signature is
+    read. ``what`` names the setting in an error; ``refused`` is the error for a
+    callable that wants arguments it was not declared to take."""
     name = getattr(function, "__name__", type(function).__name__)
     declared = getattr(function, "__parley_factory__", None)
     if isinstance(declared, Declared):
@@ -240,15 +279,12 @@ def call_factory(
                 f"nothing or one of {kinds}"
             )
         return function(_config(declared, inputs, what, name))
-    if takes_no_arguments(function):
+    try:
         return function()
-    if _first_parameter(function) == "settings":
-        raise ValueError(
-            f"{what}: {name}(settings) would be handed every secret of the worker; a "
-            "factory takes nothing, or the one config it declares, e.g. "
-            "@factory(ToolsetContext, env_prefix='ACME_') from parley.tools.loading"
-        )
-    raise ValueError(f"{what}: {refused}")
+    except TypeError as err:
+        if not _raised_by_the_call(err):
+            raise  # the factory's own code failed: its error, as it is
+        raise ValueError(f"{what}: {refused}") from None
 
 
 def _config(declared: Declared, inputs: FactoryInputs, what: str, name: str) -> Any:
@@ -256,22 +292,22 @@ def _config(declared: Declared, inputs: FactoryInputs, what: str, name: str) -> 
         prefix = declared.env_prefix
         env = {k: v for k, v in inputs.environ.items() if prefix and k.startswith(prefix)}
         return ToolsetContext(env=MappingProxyType(env), http_client=inputs.http_client)
-    settings = inputs.settings
-    if settings is None:  # the entry points always pass the Settings they read
+    made: dict[type, object | None] = {
+        PlansConfig: inputs.plans,
+        GitConfig: inputs.git,
+        McpConfig: inputs.mcp,
+        ModelConfig: inputs.models.config() if inputs.models is not None else None,
+    }
+    config = made[declared.config]
+    if config is None:  # the entry points always pass the Settings they read
         raise ValueError(
             f"{what}: {name} takes a {declared.config.__name__}, made from the worker's "
-            "Settings; pass settings= (the worker, CLI and gateway read them at start)"
+            "Settings, and none were passed (the worker, CLI and gateway read them at start)"
         )
-    if declared.config is PlansConfig:
-        return PlansConfig.from_settings(settings, inputs.http_client)
-    if declared.config is ModelConfig:
-        return ModelConfig.from_settings(settings, inputs.model_name)
-    return declared.config.from_settings(settings)  # type: ignore[attr-defined]
+    return config
 
 
-def _first_parameter(function: Callable[..., Any]) -> str | None:
-    try:
-        parameters = list(inspect.signature(function).parameters)
-    except (TypeError, ValueError):
-        return None
-    return parameters[0] if parameters else None
+def _raised_by_the_call(err: TypeError) -> bool:
+    """Whether ``err`` came from calling the factory with no arguments (it wants some),
+    not from inside its body: then its traceback ends in the caller's own frame."""
+    return err.__traceback__ is not None and err.__traceback__.tb_next is None

@@ -54,6 +54,7 @@ from parley.storage.parts import attach_client, claim_part
 from parley.storage.results import WholeResults
 from parley.storage.schedule import ensure_gc_schedule
 from parley.tools import ToolRegistry, load_registry
+from parley.tools.loading import ModelAccess
 from parley.worker.deploys import make_current_if_none
 from parley.workflows.conversation import ConversationWorkflow
 from parley.workflows.store_gc import StoreGcWorkflow
@@ -102,7 +103,8 @@ def listed_models(settings: Settings) -> ListedModels:
     """Every model ``PARLEY_MODEL`` lists, built now (a bad one is one line), with the
     failover cool-down, ``PARLEY_MODEL_FAILOVER_COOLDOWN_SECONDS``: read here from the
     environment beside ``Settings`` (``parley.contracts.failover``)."""
-    return build_chat_models(settings.model, settings, cooldown_seconds(os.environ))
+    access = ModelAccess.from_settings(settings)  # the models' keys, not the Settings
+    return build_chat_models(settings.model, access, cooldown_seconds(os.environ))
 
 
 def context_budget(settings: Settings) -> ContextBudget | None:
@@ -178,7 +180,8 @@ def build_worker(
     store = driver_of(client.data_converter)
     if isinstance(store, PayloadStore):
         gc = StoreGcActivities(store, settings.store_retention_seconds)
-        activities.append(gc.collect_store_garbage)
+        # Under its namespaced name, and its earlier one for sweeps still in flight.
+        activities += [gc.collect_store_garbage, gc.collect_store_garbage_unnamespaced]
     return Worker(
         client,
         task_queue=settings.task_queue,
