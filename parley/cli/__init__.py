@@ -11,7 +11,9 @@ The commands live by area: ``servers`` (dev, gateway, plans-service, worker, dep
 (approve, reject, respond, edit), ``results`` (result: one call's whole result) and
 ``audit`` (export, verify); what they share is
 ``parley.cli.app``. They are registered here, in the order ``parley --help`` lists them. Printing is
-``parley.cli.rendering``; the interactive loop is ``parley.cli.chat``.
+``parley.cli.rendering``; the interactive loop is ``parley.cli.chat``. ``forks`` (fork,
+rewind) and ``store`` (gc, stats) are registered here too, so ``parley.cli.app`` imports
+no command module.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from parley.cli.app import app, fail, out, warn
 from parley.cli.audit import audit
 from parley.cli.conversations import chat, end, events, list_, send, show
 from parley.cli.decisions import approve, edit, reject, respond
+from parley.cli.forks import fork_, rewind_
 from parley.cli.results import result
 from parley.cli.servers import deploy, dev, gateway, plans_service, worker
+from parley.cli.store import store_app
 from parley.cli.tools import tools
 
 app.command()(dev)
@@ -42,5 +46,8 @@ app.command()(events)
 app.command()(end)
 app.command()(audit)
 app.command()(chat)
+app.command("fork", rich_help_panel="Fork and rewind")(fork_)
+app.command("rewind", rich_help_panel="Fork and rewind")(rewind_)
+app.add_typer(store_app, name="store")
 
 __all__ = ["app", "fail", "out", "warn"]

@@ -183,26 +183,3 @@ async def awaiting_of(session: str, user: str) -> list[Awaiting] | None:
         return await asyncio.wait_for(read(), timeout=5)
     except Exception:  # only a hint depends on it
         return None
-
-
-def _add_store_commands() -> None:
-    """``parley store gc|stats`` (``parley.cli.store``): imported here, once the helpers
-    it uses from this module exist, so the two modules form no import-time circle."""
-    from parley.cli.store import store_app
-
-    app.add_typer(store_app, name="store")
-
-
-_add_store_commands()
-
-
-def _add_fork_commands() -> None:
-    """``parley fork`` and ``parley rewind`` (``parley.cli.forks``), imported here as the
-    store's commands are."""
-    from parley.cli.forks import fork_, rewind_
-
-    app.command("fork", rich_help_panel="Fork and rewind")(fork_)
-    app.command("rewind", rich_help_panel="Fork and rewind")(rewind_)
-
-
-_add_fork_commands()

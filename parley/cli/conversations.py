@@ -25,6 +25,7 @@ from parley.cli.app import (
     run_async,
     settings,
 )
+from parley.cli.chat import run_chat
 from parley.cli.following import send_message
 from parley.cli.live_reply import LiveReply
 from parley.cli.rendering import (
@@ -319,8 +320,6 @@ def chat(
     /show shows the conversation; /enqueue and /interrupt send a line refused because a
     turn was running (or the text after them) as the next turn or into the turn in
     flight; /quit, Ctrl-D or Ctrl-C leaves."""
-    from parley.cli.chat import run_chat
-
     mode = while_busy.value if while_busy else None
     try:
         code = run_chat(session, user, settings(), console=out, while_busy=mode)

@@ -33,6 +33,7 @@ from parley.activities.toolsets.git import create_demo_projects
 from parley.cli.binaries import temporal_cli
 from parley.cli.dev_state import remove_state, write_state
 from parley.client import Conversations
+from parley.client.connection import core_runtime
 from parley.config.settings import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE, Settings
 from parley.contracts import check_user_id
 from parley.gateway.access import TokenTable, write_tokens_file
@@ -43,6 +44,7 @@ from parley.services.plans import BackgroundServer, create_app
 from parley.storage import data_converter, default_store_dir, describe_store, driver_of
 from parley.storage.clusters import identify, slug
 from parley.storage.parts import claim_part
+from parley.worker.wiring import build_worker, ensure_search_attributes, load_tools_and_model
 
 DEV_TOOLS = "parley.activities.toolsets.git:toolset,parley.activities.toolsets.plans:toolset"
 LOCK_FILE = "dev.lock"
@@ -242,9 +244,6 @@ async def _run_temporal_and_worker(
     *,
     verbose: bool = False,
 ) -> None:
-    from parley.client.connection import core_runtime
-    from parley.worker.wiring import build_worker, ensure_search_attributes, load_tools_and_model
-
     http_client = new_http_client()  # the worker's one client, closed when it stops
     # A bad PARLEY_TOOLS / PARLEY_MODEL is reported before Temporal starts.
     registry, model = load_tools_and_model(

@@ -1,6 +1,6 @@
 """``parley fork`` and ``parley rewind``: go on from a conversation's first N messages,
 in a new conversation or in a new run of the same one. Client side (``parley.client``'s
-``fork`` and ``rewind``); registered by ``parley.cli.app``.
+``fork`` and ``rewind``); registered by ``parley.cli``.
 """
 
 from __future__ import annotations

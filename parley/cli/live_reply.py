@@ -29,9 +29,8 @@ from typing import Any, TextIO
 from parley.client import ConversationRefused, Conversations
 from parley.contracts import TurnResult
 from parley.contracts.errors import ErrorType
+from parley.contracts.names import INTERRUPTED_EVENT, STREAM_DISCARDED_EVENT
 
-#: The CUSTOM event that withdraws a streamed message (parley.workflows.record.events).
-STREAM_DISCARDED = "parley.stream_discarded"
 #: How long the follower waits before looking again for a conversation this message
 #: is starting (it does not exist until the send's update-with-start lands).
 NOT_STARTED_RETRY_SECONDS = 0.05
@@ -49,9 +48,6 @@ TURN_END_PAUSE_SECONDS = 0.5
 #: A wait no event will answer is cancelled once it has been in flight this long, not
 #: sooner: Temporal has loaded the conversation by then, and logs no error for it.
 YOUNGEST_CANCEL_SECONDS = 1.0
-#: The CUSTOM event that says queued messages joined the turn in flight
-#: (parley.workflows.turn.busy.INTERRUPTED_EVENT).
-INTERRUPTED = "parley.interrupted"
 #: The run ids a command gives its messages: ``cli-`` and 64 random bits.
 RUN_ID_PREFIX = "cli-"
 
@@ -81,7 +77,7 @@ class OwnRun:
         if not self.inside:
             if kind == "RUN_STARTED":
                 self.inside = self._run_id is None or event.get("runId") == self._run_id
-            elif kind == "CUSTOM" and event.get("name") == INTERRUPTED:
+            elif kind == "CUSTOM" and event.get("name") == INTERRUPTED_EVENT:
                 ids = (event.get("value") or {}).get("messageIds") or []
                 self.inside = self._message_id is not None and self._message_id in ids
             return self.inside
@@ -114,7 +110,7 @@ class LiveReply:
             self._ended.add(message_id)
             if self._open == message_id:
                 self._end_line()
-        elif kind == "CUSTOM" and event.get("name") == STREAM_DISCARDED:
+        elif kind == "CUSTOM" and event.get("name") == STREAM_DISCARDED_EVENT:
             value = event.get("value") or {}
             discarded = value.get("messageId")
             if discarded in self._texts:

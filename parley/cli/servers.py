@@ -23,6 +23,10 @@ from rich.text import Text
 
 from parley.cli.app import fail, out, run_async, settings, warn
 from parley.client import Conversations, connect
+from parley.observability.logs import configure_logging
+from parley.observability.redaction import remember_secrets
+from parley.worker.deploys import DeployReport
+from parley.worker.deploys import deploy as deploy_build
 
 
 def dev(
@@ -88,8 +92,6 @@ def gateway(
     from parley.gateway.oidc import OidcVerifier
     from parley.gateway.oidc_settings import OidcSettings
     from parley.gateway.server import run_gateway
-    from parley.observability.logs import configure_logging
-    from parley.observability.redaction import remember_secrets
 
     config = settings()
     remember_secrets(os.environ)  # no secret of this process reaches a log line
@@ -193,7 +195,6 @@ def worker(
     stops it: no new task is taken, and running activities may finish for
     PARLEY_WORKER_GRACE_SECONDS (default 30)."""
     from parley.activities.http import new_http_client
-    from parley.observability.logs import configure_logging
     from parley.worker.wiring import load_tools_and_model, run_worker
 
     if check:
@@ -298,9 +299,6 @@ def deploy(
     conversation on an older build to it: one waiting on people moves at once, one in
     the middle of a turn right after the turn. Keep the old workers running until
     `temporal worker deployment describe-version` says their version is drained."""
-    from parley.worker.deploys import DeployReport
-    from parley.worker.deploys import deploy as deploy_build
-
     config = settings()
 
     async def work() -> DeployReport:  # a DeployRefused is a ValueError: one clear line

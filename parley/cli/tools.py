@@ -13,6 +13,7 @@ from rich.text import Text
 from parley.cli.app import AsJson, fail, out, settings
 from parley.cli.dev_state import running_dev
 from parley.cli.rendering import print_catalogue
+from parley.tools import load_registry
 from parley.tools.instructions import AgentSetup
 
 
@@ -21,8 +22,6 @@ def tools(as_json: AsJson = False) -> None:
     subagents with the tools each may use, and its rules (PARLEY_POLICIES) in the
     order they are tried. No server needed. Beside a running `parley dev` (the one at
     TEMPORAL_ADDRESS), its worker's settings fill in those the environment does not set."""
-    from parley.tools import load_registry
-
     config = settings()
     dev = running_dev(config)
     if dev is not None:

@@ -38,13 +38,13 @@ from parley.client.errors import (
     checked_user,
     checked_workflow_id,
     ended_refusal,
-    refusal,
+    refusal_of,
     unreadable,
 )
 from parley.client.liveness import LivenessWatch, NoWorker
 from parley.client.starts import conversation_start, settle, start_options
 from parley.client.stored import state_deleted, stored_messages
-from parley.client.visibility import ConversationListing
+from parley.client.visibility import ConversationListing, ConversationSummary
 from parley.config.settings import Settings
 from parley.contracts import (
     PARLEY_PENDING_TOOLS,
@@ -76,13 +76,16 @@ Groups = Sequence[str]
 EndingRequest = TypeVar("EndingRequest", EndInput, RewindInput)
 
 
-class Conversations(ConversationListing, LivenessWatch):
+class Conversations:
     """The one client API to conversations: each method pairs a workflow call with the
-    refusal it turns into one clear line, and with the liveness watch."""
+    refusal it turns into one clear line, and with the liveness watch it holds
+    (``LivenessWatch``); listing is its ``ConversationListing``'s."""
 
     def __init__(self, client: Client, settings: Settings) -> None:
         self._client = client
         self._settings = settings
+        self._liveness = LivenessWatch(client, settings, self.handle)
+        self._listing = ConversationListing(client)
 
     @property
     def settings(self) -> Settings:
@@ -96,6 +99,16 @@ class Conversations(ConversationListing, LivenessWatch):
         return self._client.get_workflow_handle_for(
             ConversationWorkflow.run, checked_workflow_id(session_id)
         )
+
+    async def list(
+        self, user_id: str, limit: int = 1_000, *, reviewing: bool = False, groups: Groups = ()
+    ) -> list[ConversationSummary]:
+        """The user's conversations (``ConversationListing.list``; no worker needed)."""
+        return await self._listing.list(user_id, limit, reviewing=reviewing, groups=groups)
+
+    async def workers_polling(self) -> bool:
+        """Whether a worker has polled the task queue lately (``LivenessWatch``)."""
+        return await self._liveness.workers_polling()
 
     async def send(
         self,
@@ -140,7 +153,7 @@ class Conversations(ConversationListing, LivenessWatch):
             "a worker runs: the same id is never applied twice."
         )
         try:
-            return await self._watch_worker(
+            return await self._liveness.watch(
                 session_id,
                 self._client.execute_update_with_start_workflow(
                     ConversationWorkflow.send_message,
@@ -197,7 +210,7 @@ class Conversations(ConversationListing, LivenessWatch):
         )
         try:
             if await self._any_worker_lately():
-                return await self._watch_worker(
+                return await self._liveness.watch(
                     session_id,
                     self.handle(session_id).execute_update(
                         ConversationWorkflow.decide, request, id=update_id
@@ -215,7 +228,7 @@ class Conversations(ConversationListing, LivenessWatch):
         """Whether a worker has polled the task queue lately; if Temporal does not say,
         assume one has (the call itself will then say what is wrong)."""
         try:
-            return await self.workers_polling()
+            return await self._liveness.workers_polling()
         except RPCError:
             return True
 
@@ -233,7 +246,7 @@ class Conversations(ConversationListing, LivenessWatch):
         except RPCError as err:
             raise await self._refusal(err, session_id) from err
         return ConversationRefused(
-            f"{self.no_worker_line()} Your decision is kept: Temporal holds it and the "
+            f"{self._liveness.no_worker_line()} Your decision is kept: Temporal holds it and the "
             "conversation applies it once when a worker returns (a decided call never runs "
             "twice); run the same command again then to get its result.",
             ErrorType.NO_WORKER,
@@ -258,7 +271,7 @@ class Conversations(ConversationListing, LivenessWatch):
         except RPCError as err:
             raise await self._refusal(err, session_id) from err
         try:
-            snapshot = await self._watch_worker(
+            snapshot = await self._liveness.watch(
                 session_id, handle.query(ConversationWorkflow.state, query), query=True
             )
         except NoWorker:
@@ -305,7 +318,7 @@ class Conversations(ConversationListing, LivenessWatch):
             user_id=checked_user(user_id), after=after, limit=limit, groups=sorted(set(groups))
         )
         try:
-            return await self._watch_worker(
+            return await self._liveness.watch(
                 session_id,
                 self.handle(session_id).query(ConversationWorkflow.events, request),
                 "The events are read once a worker runs.",
@@ -351,7 +364,7 @@ class Conversations(ConversationListing, LivenessWatch):
         refused as ended."""
         update_id = f"{update.__name__}-{uuid.uuid4().hex[:16]}"
         try:
-            return await self._watch_worker(
+            return await self._liveness.watch(
                 session_id,
                 self.handle(session_id).execute_update(update, request, id=update_id),
                 no_worker_hint,
@@ -393,8 +406,8 @@ class Conversations(ConversationListing, LivenessWatch):
         pending_ids: list[str] = []
         if description.status in OPEN_STATUSES:
             tools = description.typed_search_attributes.get(PARLEY_PENDING_TOOLS) or []
-            pending_ids = await self.pending_from_history(description.id, list(tools))
-        return unreadable(session_id, description, self.no_worker_line(), pending_ids)
+            pending_ids = await self._listing.pending_from_history(description.id, list(tools))
+        return unreadable(session_id, description, self._liveness.no_worker_line(), pending_ids)
 
     async def closed(self, session_id: str) -> bool:
         """Whether the conversation's workflow has closed (ended, terminated, timed out):
@@ -409,24 +422,7 @@ class Conversations(ConversationListing, LivenessWatch):
     async def _refusal(
         self, err: Exception, session_id: str, *, ended: str | None = None
     ) -> ConversationRefused:
-        """``refusal`` of ``err``; Temporal says NOT_FOUND both for a workflow that never
-        existed and for a call to a closed one, so describe it to tell which."""
-        if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
-            try:
-                description = await self.handle(session_id).describe()
-            except RPCError:
-                return ConversationRefused(
-                    f"no conversation {session_id} exists", ErrorType.NOT_FOUND
-                )
-            if description.status in OPEN_STATUSES:  # it started right after the call
-                return ConversationRefused(
-                    f"conversation {session_id} was not there yet; try again",
-                    ErrorType.NOT_FOUND,
-                )
-            if ended:
-                return ConversationRefused(ended, ErrorType.CONVERSATION_ENDED)
-            return ended_refusal(session_id)
-        return refusal(err, session_id)
+        return await refusal_of(err, session_id, self.handle(session_id), ended=ended)
 
 
 def _decision_id(user_id: str, decisions: Sequence[Decision]) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from temporalio.client import (
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
+    WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
@@ -31,6 +32,7 @@ from parley.contracts import (
     workflow_id_for,
 )
 from parley.contracts.errors import NOT_OWNER_MESSAGE, ErrorType
+from parley.contracts.reviewers import names_of
 
 
 class ConversationRefused(Exception):
@@ -108,7 +110,7 @@ def refusal(err: Exception, session_id: str) -> ConversationRefused:
     ``NotOwner`` is ever raised with."""
     if isinstance(err, RPCError):
         if err.status == RPCStatusCode.NOT_FOUND:
-            # Also a call to a closed workflow: ``Conversations._refusal`` tells which.
+            # Also a call to a closed workflow: ``refusal_of`` tells which.
             return ConversationRefused(f"no conversation {session_id} exists", ErrorType.NOT_FOUND)
         if err.status == RPCStatusCode.UNAVAILABLE:
             # The cluster went away mid-call (the connection had been made): the caller
@@ -139,6 +141,27 @@ def refusal(err: Exception, session_id: str) -> ConversationRefused:
 OPEN_STATUSES = (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW)
 
 
+async def refusal_of(
+    err: Exception, session_id: str, handle: WorkflowHandle, *, ended: str | None = None
+) -> ConversationRefused:
+    """``refusal`` of ``err`` for the conversation of ``handle``; Temporal says NOT_FOUND
+    both for a workflow that never existed and for a call to a closed one, so describe it
+    to tell which (``ended``: the line for a closed one, if not ``ended_refusal``'s)."""
+    if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
+        try:
+            description = await handle.describe()
+        except RPCError:
+            return ConversationRefused(f"no conversation {session_id} exists", ErrorType.NOT_FOUND)
+        if description.status in OPEN_STATUSES:  # it started right after the call
+            return ConversationRefused(
+                f"conversation {session_id} was not there yet; try again", ErrorType.NOT_FOUND
+            )
+        if ended:
+            return ConversationRefused(ended, ErrorType.CONVERSATION_ENDED)
+        return ended_refusal(session_id)
+    return refusal(err, session_id)
+
+
 def ended_refusal(session_id: str) -> ConversationRefused:
     return ConversationRefused(
         f"conversation {session_id} has ended; a decision or message is refused (start a new "
@@ -155,8 +178,7 @@ def check_member(
     the workflow's own refusal, which names no one."""
     attributes = description.typed_search_attributes
     reviewers = set(attributes.get(PARLEY_REVIEWERS) or [])
-    names = {user_id, *(f"group:{group}" for group in groups)}
-    if user_id != attributes.get(PARLEY_USER) and not names & reviewers:
+    if user_id != attributes.get(PARLEY_USER) and not names_of(user_id, groups) & reviewers:
         raise ConversationRefused(NOT_OWNER_MESSAGE, ErrorType.NOT_OWNER)
 
 

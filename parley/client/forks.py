@@ -4,7 +4,7 @@ imported by workflows).
 
 Both read the conversation's messages from its transcript chain (``parley.storage``, as
 ``Conversations.transcript`` does), so they work however long it is; refuse a cut that
-would leave the model a tool call without its answer (``workflows.rewind.cut_refusal``,
+would leave the model a tool call without its answer (``parley.contracts.cuts``,
 naming the nearest cuts that do not) before writing anything; then store the first N
 messages as one segment of the chain, under the conversation that will read it. The
 workflow's input carries the segment's reference and the last few of the N messages
@@ -35,6 +35,7 @@ from parley.client.errors import (
     ConversationRefused,
     checked_user,
     checked_workflow_id,
+    refusal_of,
 )
 from parley.client.starts import conversation_start, start_options
 from parley.client.stored import stored_messages
@@ -49,11 +50,11 @@ from parley.contracts import (
     message_chars,
 )
 from parley.contracts.conversation import RewindInput, TranscriptCut
+from parley.contracts.cuts import cut_refusal
 from parley.contracts.errors import NOT_OWNER_MESSAGE, ErrorType
 from parley.contracts.state import ForkOrigin
 from parley.storage import TranscriptStore, driver_of
 from parley.workflows.conversation import ConversationWorkflow
-from parley.workflows.lifecycle.rewind import cut_refusal
 
 
 class Forked(BaseModel):
@@ -113,7 +114,7 @@ async def fork(
     except WorkflowAlreadyStartedError as err:
         raise _taken(as_session) from err
     except RPCError as err:
-        raise await conversations._refusal(err, as_session) from err
+        raise await refusal_of(err, as_session, conversations.handle(as_session)) from err
     return Forked(
         session_id=as_session, forked_from=session_id, at=at, from_run_id=description.run_id or ""
     )
@@ -168,7 +169,7 @@ async def _owned(
     try:
         description = await conversations.handle(session_id).describe()
     except RPCError as err:
-        raise await conversations._refusal(err, session_id) from err
+        raise await refusal_of(err, session_id, conversations.handle(session_id)) from err
     if description.typed_search_attributes.get(PARLEY_USER) != user_id:
         raise ConversationRefused(NOT_OWNER_MESSAGE, ErrorType.NOT_OWNER)
     return description
@@ -180,7 +181,7 @@ async def _exists(conversations: Conversations, session_id: str) -> bool:
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             return False
-        raise await conversations._refusal(err, session_id) from err
+        raise await refusal_of(err, session_id, conversations.handle(session_id)) from err
     return True
 
 

@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -113,14 +113,16 @@ class Verdict:
 
 
 class LivenessWatch:
-    """The liveness half of ``Conversations`` (which provides ``handle``)."""
+    """The watch ``Conversations`` puts on each call that waits for a worker, over
+    ``settings``' task queue; ``handle`` names a conversation's workflow."""
 
-    _client: Client
-    _settings: Settings
-    _shared_look: tuple[float, asyncio.Task[QueueLook]] | None = None
-
-    def handle(self, session_id: str) -> WorkflowHandle:  # pragma: no cover - overridden
-        raise NotImplementedError
+    def __init__(
+        self, client: Client, settings: Settings, handle: Callable[[str], WorkflowHandle]
+    ) -> None:
+        self._client = client
+        self._settings = settings
+        self._handle = handle
+        self._shared_look: tuple[float, asyncio.Task[QueueLook]] | None = None
 
     async def workers_polling(self) -> bool:
         """Whether a worker has polled this task queue lately (Temporal's
@@ -138,7 +140,7 @@ class LivenessWatch:
     def _no_worker(self, what_happens: str) -> ConversationRefused:
         return ConversationRefused(f"{self.no_worker_line()} {what_happens}", ErrorType.NO_WORKER)
 
-    async def _watch_worker(
+    async def watch(
         self,
         session_id: str,
         call: Awaitable[T],
@@ -295,7 +297,7 @@ class LivenessWatch:
             history = await self._client.workflow_service.get_workflow_execution_history_reverse(
                 GetWorkflowExecutionHistoryReverseRequest(
                     namespace=self._client.namespace,
-                    execution=WorkflowExecution(workflow_id=self.handle(session_id).id),
+                    execution=WorkflowExecution(workflow_id=self._handle(session_id).id),
                     maximum_page_size=STICKY_EVENTS,
                 )
             )
@@ -320,7 +322,7 @@ class LivenessWatch:
         """When the conversation's workflow task that no worker has started yet was
         queued (Temporal's DescribeWorkflowExecution), or None if none waits."""
         try:
-            raw = (await self.handle(session_id).describe()).raw_description
+            raw = (await self._handle(session_id).describe()).raw_description
         except RPCError:
             return None
         if not raw.HasField("pending_workflow_task"):

@@ -1,8 +1,9 @@
 """Listing conversations from Temporal's visibility: no worker needed.
 
-Client side. ``Conversations.list`` reads the workflow runs a user owns (or reviews)
-with their search attributes (``ParleyUser``, ``ParleyStatus``, ``ParleyPendingTools``),
-and the time of each open one's latest history event.
+Client side. ``ConversationListing`` (which ``Conversations`` holds, and answers
+``Conversations.list`` with) reads the workflow runs a user owns (or reviews) with their
+search attributes (``ParleyUser``, ``ParleyStatus``, ``ParleyPendingTools``), and the
+time of each open one's latest history event.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from parley.contracts import (
     TurnResult,
 )
 from parley.contracts.errors import ErrorType
+from parley.contracts.reviewers import names_of
 from parley.workflows.conversation import ConversationWorkflow
-from parley.workflows.rules.membership import GROUP_PREFIX
 
 
 class ConversationSummary(BaseModel):
@@ -51,9 +52,10 @@ class ConversationSummary(BaseModel):
 
 
 class ConversationListing:
-    """The listing half of ``Conversations``."""
+    """What Temporal's visibility and histories tell of conversations, without a worker."""
 
-    _client: Client
+    def __init__(self, client: Client) -> None:
+        self._client = client
 
     async def list(
         self,
@@ -71,7 +73,7 @@ class ConversationListing:
         token). Subagents' conversations are left out: their calls wait, and are
         decided, on their parents' lists."""
         user_id = checked_user(user_id)
-        names = sorted({user_id, *(f"{GROUP_PREFIX}{group}" for group in groups)})
+        names = sorted(names_of(user_id, groups))
         query = (
             f"WorkflowType = {_literal(ConversationWorkflow.__name__)} AND ParentWorkflowId IS NULL"
         )

@@ -32,10 +32,9 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from parley.contracts import check_user_id
+from parley.contracts.reviewers import GROUP_PREFIX
 
 ENV_PREFIX = "PARLEY_OIDC_"
-#: A group reviewer: ``group:<name>`` in a conversation's reviewers.
-GROUP_PREFIX = "group:"
 
 
 class OidcSettingsError(ValueError):
