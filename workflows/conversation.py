@@ -25,16 +25,20 @@ Subagents (``subagents``) are this same workflow, started as a child with
 versioned worker a run is pinned to its build and moves at continue-as-new
 (``handover``, which also keeps every per-run limit).
 
-This module holds the handlers and what they check. The rest is in one module per
-job: ``gate`` (the checks that validators and handlers make), ``dedup`` (results by
-update id), ``run_loop`` (between turns, one table of steps), ``turns`` (the turn
-engine), ``triage`` (one proposal's verdict), ``decisions``, ``signalled``,
-``subagents``, ``notifying``, ``followers``, ``deadlines``, ``handover``, ``busy``
-(messages that come while a turn runs: reject, enqueue or interrupt), ``ledger``
-(the one place a call is answered; the bounded state and its pages), ``publishing``
-(what the Temporal UI shows) and ``events`` (the AG-UI event log). Side effects live
-in activities, called by name; these modules import only ``parley`` contracts, passed
-through the sandbox.
+This module holds the conversation's context and its handlers. ``__init__`` builds every
+job once (``context``: the read-only ``View`` and the ``Records``, one writer per part of
+the state) and hands each only what it uses; every handler begins with the same
+prologue (``intake``: counted toward the run's limits, parsed strictly, its sender
+checked, a retried update answered once). The rest is in one module per job: ``gate``
+(the checks that validators and handlers make), ``dedup`` (results by update id, and
+updates parked until a later turn answers them), ``run_loop`` (between turns, one table
+of steps), ``turns`` (the turn engine), ``triage`` (one proposal's verdict),
+``decisions``, ``signalled``, ``subagents``, ``notifying``, ``followers``, ``deadlines``,
+``handover``, ``busy`` (messages that come while a turn runs: reject, enqueue or
+interrupt), ``ledger`` (the one place a call is answered and a message enters; the
+bounded state and its pages), ``transcript``, ``publishing`` (what the Temporal UI
+shows) and ``events`` (the AG-UI event log). Side effects live in activities, called by
+name; these modules import only ``parley`` contracts, passed through the sandbox.
 """
 
 from __future__ import annotations
@@ -45,8 +49,6 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from langchain_core.messages import HumanMessage
-
     from parley.contracts import (
         STREAM_DELTA_SIGNAL,
         ConversationSnapshot,
@@ -63,48 +65,90 @@ with workflow.unsafe.imports_passed_through():
         TurnResult,
     )
     from parley.contracts.busy import WhileBusy
+    from parley.contracts.conversation import RewindInput
     from parley.contracts.errors import (
         ConversationEnded,
         ConversationHandingOver,
         InvalidDecision,
         InvalidMessage,
     )
+    from parley.contracts.names import (
+        CONVERSATION_WORKFLOW,
+        DECIDE_SIGNAL,
+        SUBAGENT_REPORT_SIGNAL,
+    )
+    from parley.workflows import intake
+    from parley.workflows.context import Records, View
+    from parley.workflows.lifecycle.deadlines import Deadlines
     from parley.workflows.lifecycle.followers import Followers
+    from parley.workflows.lifecycle.handover import Handover
     from parley.workflows.lifecycle.rewind import Rewinder, first_state
-    from parley.workflows.lifecycle.run_loop import RunLoop
+    from parley.workflows.lifecycle.run_loop import Between, RunLoop
     from parley.workflows.lifecycle.signalled import SignalledDecisions
-    from parley.workflows.record import metrics
-    from parley.workflows.record.dedup import Deduplication
-    from parley.workflows.record.events import EventLog
-    from parley.workflows.record.ledger import Ledger
+    from parley.workflows.record.audit_archive import AuditArchiver
     from parley.workflows.record.publishing import publish_owner, publish_status
     from parley.workflows.rules import gate
     from parley.workflows.rules.awaiting import awaiting_all
-    from parley.workflows.turn.instructions import check_added, take_added
+    from parley.workflows.turn.busy import Busy
+    from parley.workflows.turn.decisions import DecisionJobs, Decisions
+    from parley.workflows.turn.execution import ToolRunner
+    from parley.workflows.turn.failover import ModelFailover
+    from parley.workflows.turn.front_end import FrontEnd
+    from parley.workflows.turn.instructions import Instructions, check_added, take_added
+    from parley.workflows.turn.model_calls import ModelCaller
+    from parley.workflows.turn.notifying import Notifier
+    from parley.workflows.turn.proposals import Proposals
+    from parley.workflows.turn.spending import SpendGate
     from parley.workflows.turn.streaming import ReplyStream
-    from parley.workflows.turn.turns import TurnEngine
+    from parley.workflows.turn.subagents import Subagents
+    from parley.workflows.turn.turns import TurnEngine, TurnJobs
+    from parley.workflows.turn.usage import UsageMeter
 
 
-@workflow.defn  # pinned by the versioned worker (``parley.worker.wiring.deployment_config``)
+# Pinned by the versioned worker (``parley.worker.wiring.deployment_config``).
+@workflow.defn(name=CONVERSATION_WORKFLOW)
 class ConversationWorkflow:
     @workflow.init
     def __init__(self, start: ConversationStart) -> None:
+        """The conversation's context: every job built once, here."""
         self._start = start
-        self._state = start.carried_state or first_state(start)
-        self._events = EventLog(self._state, thread_id=start.session_id)
-        self._ledger = Ledger(self._state, self._events)
-        self._stream = ReplyStream(self._events)
-        self._turns = TurnEngine(self._state, start, self._ledger, self._events, self._stream)
-        self._results = Deduplication(self._state)
-        self._followers = Followers(self._state, self._events)
-        self._signalled = SignalledDecisions(
-            self._state, start, self._ledger, self._events, self._turns, self._results
+        self._state = state = start.carried_state or first_state(start)
+        view = View(state, start)
+        self._records = records = Records.of(state)
+        ledger, events = records.ledger, records.events
+        stream, front_end = ReplyStream(events), FrontEnd(state, ledger)
+        usage, failover = UsageMeter(state, events), ModelFailover(state, ledger, events)
+        subagents, spend = Subagents(view, records), SpendGate(view, records)
+        tools = ToolRunner(view, records, subagents)
+        self._jobs = jobs = TurnJobs(
+            front_end=front_end,
+            busy=Busy(view, records, stream, front_end),
+            usage=usage,
+            failover=failover,
+            model=ModelCaller(ledger, events, usage, failover),
+            stream=stream,
+            instructions=Instructions(state, start, ledger),  # the system message
+            notifier=Notifier(view, ledger),
+            subagents=subagents,
+            spend=spend,
+            decisions=Decisions(view, records, DecisionJobs(tools, spend, subagents)),
+            proposals=Proposals(view, records, tools, front_end),
         )
-        self._loop = RunLoop(
-            self._state, start, self._ledger, self._turns, self._signalled, self._followers
+        self._turns = turns = TurnEngine(view, records, jobs)
+        self._handover = handover = Handover(state, start, ledger)
+        self._followers = Followers(state, events)
+        self._signalled = SignalledDecisions(view, records, turns, jobs)
+        between = Between(
+            turns=turns,
+            handover=handover,
+            deadlines=Deadlines(view, records, turns, jobs),
+            signalled=self._signalled,
+            followers=self._followers,
+            archiver=AuditArchiver(state.audit, ledger.archived),
         )
-        self._handover = self._loop.handover
-        self._rewinder = Rewinder(self._state, self._ledger, self._handover)
+        self._loop = RunLoop(view, records, jobs, between)
+        self._rewinder = Rewinder(view, records, front_end, handover)
+        self._intake = intake.Intake(state, handover, records.dedup)
 
     # --- run: the conversation's lifetime -------------------------------------------
 
@@ -120,55 +164,45 @@ class ConversationWorkflow:
             await self._loop.run()
         except asyncio.CancelledError:
             # Cancelled (a parent that ended, or an operator): nothing pending runs.
-            if not self._state.ended:
-                self._state.ended = True
-                self._ledger.audit("ended", "parley", detail={"reason": "cancelled"})
+            self._loop.end("parley", {"reason": "cancelled"})
             self._loop.close()
             raise
         self._followers.release_all()
-        self._turns.notifier.cancel_all()  # the conversation ended: nobody need be told
+        self._jobs.notifier.cancel_all()  # the conversation ended: nobody need be told
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._loop.close()
+        ledger = self._records.ledger
         if start.subagent is not None:
             # What the parent reads (``last_turn``), not pages it never shows.
-            return self._ledger.snapshot(
+            return ledger.snapshot(
                 StateQuery(user_id=self._state.user_id, transcript_limit=0, audit_limit=0)
             )
-        return self._ledger.snapshot(StateQuery(user_id=self._state.user_id))
+        return ledger.snapshot(StateQuery(user_id=self._state.user_id))
 
-    # --- updates ----------------------------------------------------------------------
+    # --- updates (each begins with ``intake``'s prologue) ------------------------------
 
     @workflow.update
-    async def send_message(self, raw: Any) -> TurnResult:
-        self._handover.updates += 1
-        message = gate.parse(SendMessageInput, raw, InvalidMessage)
-        gate.check_owner(self._state, message.user_id)
-        if replayed := self._results.earlier():
-            return replayed
+    @intake.update(intake.SEND)
+    async def send_message(self, message: SendMessageInput) -> TurnResult:
         if self._check_message(message):  # again: two updates may pass validation together
-            return await self._turns.busy.wait_for_turn(message, self._while_busy(message))
-        self._state.counters.turns += 1
-        metrics.turn_started()
+            return await self._jobs.busy.wait_for_turn(message, self._while_busy(message))
+        self._records.tally.turn()
         turn = self._turns.run(client=message, opening=lambda: self._open_turn(message))
-        return self._results.remember(await turn)
+        return self._records.dedup.remember(await turn)
 
     def _open_turn(self, message: SendMessageInput) -> None:
         """The message enters the conversation, once its run has started: the front
         end's results for its tools' calls (or their answer as never run), its text."""
-        self._turns.front_end.take(message)
-        take_added(self._state, self._ledger, message)  # the starting message's addition
+        self._jobs.front_end.take(message)
+        take_added(self._state, self._records.ledger, message)  # the starting message's
         if message.text.strip():
-            self._state.transcript.messages.append(
-                HumanMessage(content=message.text, id=message.message_id)
-            )
             detail = {"message_id": message.message_id}
-            self._ledger.audit("message", message.user_id, detail=detail)
+            self._records.ledger.enter(message.text, message.message_id, message.user_id, detail)
 
     @send_message.validator
-    def _validate_send_message(self, raw: Any) -> None:
-        message = gate.parse(SendMessageInput, raw, InvalidMessage)
-        gate.check_owner(self._state, message.user_id)
-        if not self._results.earlier() and self._check_message(message):
+    @intake.validator(intake.SEND)
+    def _validate_send_message(self, message: SendMessageInput) -> None:
+        if not self._records.dedup.earlier() and self._check_message(message):
             if self._handover.pressing():  # queued, it would keep the run from resting
                 raise ConversationHandingOver(
                     "this conversation moves to a new run once the turn in flight is "
@@ -192,22 +226,18 @@ class ConversationWorkflow:
         return message.while_busy or self._start.while_busy or "reject"
 
     @workflow.update
-    async def decide(self, raw: Any) -> TurnResult:
-        self._handover.updates += 1
-        decision = gate.parse(DecideInput, raw, InvalidDecision)
-        gate.check_decider(self._state, decision)
-        if replayed := self._results.earlier():
-            return replayed
-        if self._results.signalled():  # sent by signal first, when no worker was there
-            return await self._results.result_of_signal()
+    @intake.update(intake.DECIDE)
+    async def decide(self, decision: DecideInput) -> TurnResult:
+        dedup = self._records.dedup
+        if dedup.signalled():  # sent by signal first, when no worker was there
+            return await dedup.park()
         self._check_decisions(decision)  # again: two may race
-        return self._results.remember(await self._turns.run(decisions=decision))
+        return dedup.remember(await self._turns.run(decisions=decision))
 
     @decide.validator
-    def _validate_decide(self, raw: Any) -> None:
-        decision = gate.parse(DecideInput, raw, InvalidDecision)
-        gate.check_decider(self._state, decision)
-        if not self._results.earlier() and not self._results.signalled():
+    @intake.validator(intake.DECIDE)
+    def _validate_decide(self, decision: DecideInput) -> None:
+        if not self._records.dedup.earlier() and not self._records.dedup.signalled():
             self._check_decisions(decision)
 
     def _check_decisions(self, decision: DecideInput) -> None:
@@ -216,50 +246,44 @@ class ConversationWorkflow:
         gate.check_client_run(self._state, decision, limit, InvalidDecision)
 
     @workflow.update
-    async def end(self, raw: Any) -> ConversationSnapshot:
+    @intake.update(intake.END)
+    async def end(self, request: EndInput) -> ConversationSnapshot:
         """End the conversation once the turn in flight (if any) is done; pending calls
         are answered ``expired`` and never run. Owner-checked, like every other update.
         Returns the ended conversation's latest page."""
-        self._handover.updates += 1
-        request = gate.parse(EndInput, raw, InvalidMessage)
-        gate.check_owner(self._state, request.user_id)
-        if not self._state.ended:
-            self._state.ended = True  # from here on, validators refuse sends and decisions
-            self._ledger.audit("ended", request.user_id)
+        self._loop.end(request.user_id)  # from here on, validators refuse sends and decisions
         await workflow.wait_condition(lambda: not self._state.turn_running)
         self._loop.close()
-        return self._ledger.snapshot(StateQuery(user_id=request.user_id))
+        return self._records.ledger.snapshot(StateQuery(user_id=request.user_id))
 
     @end.validator
-    def _validate_end(self, raw: Any) -> None:
-        request = gate.parse(EndInput, raw, InvalidMessage)
-        gate.check_owner(self._state, request.user_id)
+    @intake.validator(intake.END)
+    def _validate_end(self, request: EndInput) -> None:
         if self._state.ended:
             raise ConversationEnded("this conversation has ended")
 
     @workflow.update
-    def rewind(self, raw: Any) -> ConversationSnapshot:
+    @intake.update(intake.REWIND)
+    def rewind(self, request: RewindInput) -> ConversationSnapshot:
         """Keep the first N messages; the run then continues as new (``rewind``)."""
-        self._handover.updates += 1
-        return self._rewinder.rewind(raw)
+        return self._rewinder.rewind(request)
 
     @rewind.validator
-    def _validate_rewind(self, raw: Any) -> None:
-        self._rewinder.check(raw)
+    @intake.validator(intake.REWIND)
+    def _validate_rewind(self, request: RewindInput) -> None:
+        self._rewinder.check(request)
 
     @workflow.update
-    async def wait_for_events(self, raw: Any) -> int:
+    @intake.update(intake.WAIT_FOR_EVENTS)
+    async def wait_for_events(self, request: EventsWait) -> int:
         """Wait until the event log has an event after ``after`` (``followers``); return
         the latest offset. Costs two small history events per wake-up; the events are
         read with the query."""
-        self._handover.updates += 1
-        request = gate.parse(EventsWait, raw, InvalidMessage)
         return await self._followers.wait(request.after)
 
     @wait_for_events.validator
-    def _validate_wait_for_events(self, raw: Any) -> None:
-        request = gate.parse(EventsWait, raw, InvalidMessage)
-        gate.check_member(self._state, request.user_id, request.groups)
+    @intake.validator(intake.WAIT_FOR_EVENTS)
+    def _validate_wait_for_events(self, request: EventsWait) -> None:
         if self._state.ended:
             raise ConversationEnded("this conversation has ended")
         if self._followers.handing_over or self._handover.followers_refused:
@@ -267,47 +291,46 @@ class ConversationWorkflow:
                 "this conversation is moving to a new run; wait again in a moment"
             )
 
-    # --- signals ----------------------------------------------------------------------
+    # --- signals (each counted by ``intake``) -------------------------------------------
 
     @workflow.signal
+    @intake.signal()
     def upgrade(self) -> None:
         """Wake up: the run loop then sees whether a newer worker build is current and,
         if so, moves to it between turns. Temporal tells a waiting workflow nothing
         until its next workflow task, which this signal makes."""
-        self._handover.signals += 1
 
-    @workflow.signal
+    @workflow.signal(name=DECIDE_SIGNAL)
+    @intake.signal()
     def decide_signal(self, decision: Any) -> None:
         """The ``decide`` update's decision, fire-and-forget (``signalled``). Applied
         between turns; refused ones are recorded, never dropped."""
-        self._handover.signals += 1
         self._signalled.receive(decision)
 
     @workflow.signal(name=STREAM_DELTA_SIGNAL)
+    @intake.signal(stream=True)
     def stream_delta(self, delta: StreamDelta) -> None:
         """A batch of the reply in flight, from ``call_model`` (``streaming``). Counted
         with the run's other signals: Temporal's limit counts every one."""
-        self._handover.stream_signals += 1
-        self._stream.add(delta)
+        self._jobs.stream.add(delta)
 
-    @workflow.signal
+    @workflow.signal(name=SUBAGENT_REPORT_SIGNAL)
+    @intake.signal()
     def subagent_report(self, report: SubagentReport) -> None:
         """A subagent at work came to rest waiting for decisions: applied by the turn
-        that waits for it, or between turns. One from a subagent no longer at work is
-        dropped (its end has been applied)."""
-        self._handover.signals += 1
-        if any(d.tool_call_id == report.tool_call_id for d in self._state.delegations.active):
-            self._state.delegations.reports.append(report)
+        that waits for it, or between turns (``subagents``)."""
+        self._jobs.subagents.receive(report)
 
     # --- queries ----------------------------------------------------------------------
 
     @workflow.query
     def state(self, query: StateQuery) -> ConversationSnapshot:
         escalated = gate.check_reader(self._state, query.user_id, query.groups)
+        ledger = self._records.ledger
         if escalated is not None:  # the person a call was escalated to: that call only
-            snapshot = self._ledger.escalated_snapshot(escalated)
+            snapshot = ledger.escalated_snapshot(escalated)
         else:
-            snapshot = self._ledger.snapshot(query)
+            snapshot = ledger.snapshot(query)
         # Who each call waits for, and what this reader (with their groups) may do, by
         # the gate's own checks.
         snapshot.awaiting = awaiting_all(self._state, snapshot.pending, query.user_id, query.groups)
@@ -316,4 +339,4 @@ class ConversationWorkflow:
     @workflow.query
     def events(self, query: EventsQuery) -> EventPage:
         gate.check_member(self._state, query.user_id, query.groups)
-        return self._events.page(query.after, query.limit)
+        return self._records.events.page(query.after, query.limit)

@@ -8,8 +8,9 @@ LangChain messages travel inside models typed :data:`Messages` so that
 ``AIMessage.tool_calls`` survive the round trip.
 
 One module per part of the vocabulary (``names``, ``payloads``, ``tools``, ``model``,
-``limits``, ``conversation``, ``audit``, ``state``, ``usage``); import from this package, which
-re-exports them all.
+``limits``, ``conversation``, ``audit``, ``state``, ``usage``, ``activity_config``: every
+activity's timeouts and retry policy, ``store_gc``: the store sweep's input and report);
+import from this package, which re-exports them all.
 
 History bytes are paid on every turn, so payloads are compact: :class:`PayloadConverter`
 leaves out a contract's empty fields (:class:`Contract`), and :data:`Messages` a
@@ -18,6 +19,18 @@ message's empty fields. Both read back to the same values.
 
 from __future__ import annotations
 
+from parley.contracts.activity_config import (
+    ARCHIVE_AUDIT_ACTIVITY,
+    CANONICAL_ARGS_ACTIVITY,
+    HEARTBEAT_INTERVAL,
+    HEARTBEAT_TIMEOUT,
+    MODEL_ACTIVITY,
+    NOTIFY_ACTIVITY,
+    STORE_GC_ACTIVITY,
+    TOOL_ACTIVITY,
+    ActivityConfig,
+    retry_delay,
+)
 from parley.contracts.audit import AuditArchiveRef, AuditEntry, already_decided, refusal_of
 from parley.contracts.conversation import (
     Approval,
@@ -76,6 +89,7 @@ from parley.contracts.names import (
     ASSISTANT_MESSAGE_PREFIX,
     CALL_MODEL,
     CANONICAL_ARGS,
+    COLLECT_STORE_GARBAGE,
     COMPACT_CONTEXT,
     NOTIFY,
     PARLEY_PENDING_TOOLS,
@@ -86,6 +100,7 @@ from parley.contracts.names import (
     RUN_TOOL,
     SEARCH_ATTRIBUTES,
     SESSION_ID_PATTERN,
+    STORE_GC_WORKFLOW,
     STREAM_DELTA_SIGNAL,
     SUBAGENT_CALL_PREFIX,
     SUBAGENT_SEPARATOR,
@@ -130,6 +145,7 @@ from parley.contracts.state import (
     EventWindow,
     TranscriptWindow,
 )
+from parley.contracts.store_gc import CollectGarbageInput, StoreGcInput, StoreGcReport
 from parley.contracts.tools import (
     SUBAGENT_ARGS_SCHEMA,
     CanonicalArgsInput,
@@ -149,17 +165,24 @@ from parley.contracts.usage import Usage
 
 __all__ = [
     "ARCHIVE_AUDIT",
+    "ARCHIVE_AUDIT_ACTIVITY",
     "ASSISTANT_MESSAGE_PREFIX",
     "CALL_MODEL",
     "CANONICAL_ARGS",
+    "CANONICAL_ARGS_ACTIVITY",
+    "COLLECT_STORE_GARBAGE",
     "COMPACT_CONTEXT",
+    "HEARTBEAT_INTERVAL",
+    "HEARTBEAT_TIMEOUT",
     "KEPT_AUDIT_ENTRIES",
     "KEPT_EVENTS",
     "KEPT_TRANSCRIPT_CHARS",
     "KEPT_TRANSCRIPT_MESSAGES",
     "MESSAGE_MAX_BYTES_DEFAULT",
+    "MODEL_ACTIVITY",
     "MODEL_RESULT_MAX_CHARS",
     "NOTIFY",
+    "NOTIFY_ACTIVITY",
     "PAGE_CHARS",
     "PARLEY_PENDING_TOOLS",
     "PARLEY_REVIEWERS",
@@ -174,13 +197,17 @@ __all__ = [
     "SEARCH_ATTRIBUTES",
     "SESSION_ID_PATTERN",
     "SPEND_CALL",
+    "STORE_GC_ACTIVITY",
+    "STORE_GC_WORKFLOW",
     "STREAM_DELTA_SIGNAL",
     "SUBAGENT_ARGS_SCHEMA",
     "SUBAGENT_CALL_PREFIX",
     "SUBAGENT_SEPARATOR",
     "SUBAGENT_SESSION_PATTERN",
+    "TOOL_ACTIVITY",
     "USER_ID_PATTERN",
     "WORKFLOW_ID_PREFIX",
+    "ActivityConfig",
     "Approval",
     "ArchiveAuditInput",
     "AuditArchiveRef",
@@ -195,6 +222,7 @@ __all__ = [
     "ClientRun",
     "ClientTool",
     "ClientToolResult",
+    "CollectGarbageInput",
     "CompactAIMessage",
     "CompactContextInput",
     "Compaction",
@@ -231,6 +259,8 @@ __all__ = [
     "SendMessageInput",
     "SpendBudget",
     "StateQuery",
+    "StoreGcInput",
+    "StoreGcReport",
     "StoredResult",
     "StreamDelta",
     "SubagentRef",
@@ -258,6 +288,7 @@ __all__ = [
     "message_chars",
     "model_view",
     "refusal_of",
+    "retry_delay",
     "subagent_session_id",
     "subagent_tag",
     "text_of",

@@ -182,6 +182,11 @@ class InvalidDecision(Refusal):
 INPUT_STATUSES = frozenset({400, 404, 409, 422})
 #: Retried with backoff, like every 5xx.
 TRANSIENT_STATUSES = frozenset({408, 425, 429})
+#: Codes in a provider's error body that mean "overloaded, retry" (any HTTP status): the
+#: default of ``PARLEY_MODEL_OVERLOAD_CODES``.
+OVERLOAD_CODES_DEFAULT = frozenset(
+    {"2064", "overloaded", "overloaded_error", "server_overloaded", "engine_overloaded"}
+)
 
 
 def is_transient_status(status: int) -> bool:

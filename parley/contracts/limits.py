@@ -112,6 +112,9 @@ STREAM_BYTES_PER_CALL = 256 * 1024
 #: proposed call becomes an activity (or a pending call), so an unbounded count would
 #: grow the run's history without bound.
 MODEL_REPLY_MAX_BYTES_DEFAULT = 1024 * 1024
+#: A tool result whose encoded envelope is larger is cut, not run again
+#: (``PARLEY_MAX_TOOL_RESULT_BYTES``).
+TOOL_RESULT_MAX_BYTES_DEFAULT = 16 * 1024 * 1024
 MODEL_TOOL_CALLS_PER_REPLY = 64
 #: A provider's tool-call id longer than this is replaced by one of Parley's (ids live
 #: in the pending calls, the audit log and the tool's idempotency key).

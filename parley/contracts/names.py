@@ -21,8 +21,31 @@ CANONICAL_ARGS = "parley.canonical_args"
 COMPACT_CONTEXT = "parley.compact_context"
 #: Stores audit entries older than the kept window (the audit archive).
 ARCHIVE_AUDIT = "parley.archive_audit"
+#: Collects the payload store's garbage (``StoreGcWorkflow``, on the worker's Schedule).
+COLLECT_STORE_GARBAGE = "parley.collect_store_garbage"
+#: Its name before activity names were namespaced: histories recorded then replay with
+#: it (``workflow.patched``), and the worker still registers it for a sweep in flight.
+COLLECT_STORE_GARBAGE_UNNAMESPACED = "collect_store_garbage"
+# Parley's own AG-UI ``CUSTOM`` events: the workflow's event log writes them, the CLI,
+# the page and other followers read them.
+#: A decision refused after it was received (a ``decide_signal`` that no longer fits):
+#: ``value`` has the error type and message.
+DECISION_REFUSED_EVENT = "parley.decision_refused"
+#: A streamed message that will not be completed (its model call was retried or failed).
+STREAM_DISCARDED_EVENT = "parley.stream_discarded"
+#: The model now sees a summary in place of the conversation's oldest messages.
+COMPACTED_EVENT = "parley.compacted"
+#: Queued messages joined the turn in flight (``value.messageIds``).
+INTERRUPTED_EVENT = "parley.interrupted"
+#: The store's garbage collection workflow: what the Schedule starts by name.
+STORE_GC_WORKFLOW = "ParleyStoreGc"
 #: The signal by which ``call_model`` streams its reply's text to its own workflow.
 STREAM_DELTA_SIGNAL = "stream_delta"
+#: A conversation's workflow type, and the signals a conversation and its subagent (a
+#: child conversation) send each other: a subagent is started and signalled by name.
+CONVERSATION_WORKFLOW = "ConversationWorkflow"
+DECIDE_SIGNAL = "decide_signal"
+SUBAGENT_REPORT_SIGNAL = "subagent_report"
 
 #: Matched against the whole string (``\A``/``\Z``): ``$`` would accept "abc\n".
 SESSION_ID_PATTERN = re.compile(r"\A[A-Za-z0-9._-]{1,128}\Z")

@@ -13,29 +13,22 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 
-from parley.contracts import ConversationStart, ConversationState, PendingCall
-from parley.workflows.record.ledger import Ledger
+from parley.contracts import PendingCall
+from parley.workflows.context import Records, View
 from parley.workflows.record.publishing import publish_status
 from parley.workflows.rules import gate
-from parley.workflows.turn.turns import TurnEngine
+from parley.workflows.turn.turns import TurnEngine, TurnJobs
 
 
 class Deadlines:
-    def __init__(
-        self,
-        state: ConversationState,
-        start: ConversationStart,
-        ledger: Ledger,
-        turns: TurnEngine,
-    ) -> None:
-        self._state = state
-        self._start = start
-        self._ledger = ledger
-        self._turns = turns
+    def __init__(self, view: View, records: Records, turns: TurnEngine, jobs: TurnJobs) -> None:
+        self._state, self._start, self._turns = view.state, view.start, turns
+        self._ledger, self._pending = records.ledger, records.pending
+        self._notifier, self._subagents = jobs.notifier, jobs.subagents
 
     def own_pending(self) -> list[PendingCall]:
         """The pending calls whose deadlines this conversation keeps."""
-        return self._ledger.pending.own()
+        return self._pending.own()
 
     def expired(self) -> list[PendingCall]:
         return gate.expired_calls(self.own_pending(), workflow.now())
@@ -61,8 +54,9 @@ class Deadlines:
         ]
         for call in escalating:
             assert call.on_timeout is not None
-            call.on_timeout.escalated = True
-            call.expires_at = workflow.now() + timedelta(seconds=call.on_timeout.seconds)
+            self._pending.escalate(
+                call, workflow.now() + timedelta(seconds=call.on_timeout.seconds)
+            )
             self._ledger.audit(
                 "escalated",
                 "parley",
@@ -71,12 +65,12 @@ class Deadlines:
                 {"to": call.on_timeout.escalate_to, "until": call.expires_at.isoformat()},
             )
         if escalating:
-            self._turns.notifier.escalate(escalating)
+            self._notifier.escalate(escalating)
             publish_status(self._state)  # the new deadline, in the current details
             if self._start.subagent is not None:
-                await self._turns.subagents.report_to_parent()  # the parent shows it
+                await self._subagents.report_to_parent()  # the parent shows it
         due = [call for call in due if call not in escalating]
         if not due:
             return
-        self._ledger.pending.remove(due)
+        self._pending.remove(due)
         await self._turns.run(expired=due)

@@ -18,6 +18,12 @@ threshold cannot loop either. A deploy (a newer worker build made current) moves
 run too, once per build, and so does a rewind (``rewind``: the run before keeps the
 history that was cut away). Nothing moves while a turn, a queued decision, a notification
 or a subagent is in flight: those belong to this run.
+
+The handlers' prologue (``intake``) counts every update and signal here, once, as it
+arrives (:meth:`Handover.count_update`, :meth:`Handover.count_signal`): ``signals`` is every
+signal, ``stream_delta`` included, as Temporal counts them. A run recorded before
+:data:`BOUNDED_HANDOVER` handed over on the signals other than ``stream_delta`` only,
+and still does (:meth:`Handover.pressing`), so no recorded history decides otherwise.
 """
 
 from __future__ import annotations
@@ -55,10 +61,10 @@ class Handover:
         self._ledger = ledger
         #: ``state.runs`` when this run began: the history threshold needs a turn first.
         self._runs_at_start = state.runs
-        #: Updates and signals this run accepted (Temporal limits both per run).
+        #: Updates and signals (every one) this run accepted: Temporal limits both per run.
         self.updates = 0
         self.signals = 0
-        #: ``stream_delta`` batches this run took (counted apart: see :meth:`begin`).
+        #: Of ``signals``, the ``stream_delta`` batches (see :meth:`pressing`).
         self.stream_signals = 0
         #: Set by :meth:`begin`: this run hands over on history and stream signals too.
         self.bounded = False
@@ -69,6 +75,14 @@ class Handover:
         """At the run's start, once: whether it runs under :data:`BOUNDED_HANDOVER` (a
         run recorded before it never handed over on these, and replays so)."""
         self.bounded = workflow.patched(BOUNDED_HANDOVER)
+
+    def count_update(self) -> None:
+        self.updates += 1
+
+    def count_signal(self, *, stream: bool = False) -> None:
+        """One more signal; ``stream``: a ``stream_delta`` batch."""
+        self.signals += 1
+        self.stream_signals += stream
 
     @property
     def followers_refused(self) -> bool:
@@ -91,15 +105,16 @@ class Handover:
     def pressing(self) -> bool:
         """Whether this run must hand over at its next rest, whatever it holds: a
         per-run limit is near (updates, signals, history). Until then, messages that
-        would wait for a turn are refused, so the run comes to rest."""
-        if self.updates >= UPDATES_PER_RUN or self.signals >= SIGNALS_PER_RUN:
+        would wait for a turn are refused, so the run comes to rest. A run recorded
+        before :data:`BOUNDED_HANDOVER` counts its signals but ``stream_delta``, as it did."""
+        signals = self.signals if self.bounded else self.signals - self.stream_signals
+        if self.updates >= UPDATES_PER_RUN or signals >= SIGNALS_PER_RUN:
             return True
         if not self.bounded:
             return False
         info = workflow.info()
         return (
-            self.signals + self.stream_signals >= SIGNALS_PER_RUN
-            or info.get_current_history_size() >= HANDOVER_HISTORY_BYTES
+            info.get_current_history_size() >= HANDOVER_HISTORY_BYTES
             or info.get_current_history_length() >= HANDOVER_HISTORY_EVENTS
         )
 

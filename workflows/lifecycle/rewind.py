@@ -2,8 +2,9 @@
 (deterministic; the stored segment of the N messages is written by the owner's client,
 ``parley.client.forks``, which holds the payload store as every client does).
 
-- :func:`cut_refusal` says whether keeping the first N messages leaves the model a tool
-  call without its answer, and names the nearest cuts that do not. Pure: the client runs
+- :func:`cut_refusal` (``parley.contracts.cuts``) says whether keeping the first N
+  messages leaves the model a tool call without its answer, and names the nearest cuts
+  that do not. Pure: the client runs
   it over the whole transcript chain before it writes anything; the ``rewind`` validator
   judges again what its run can see (:func:`run_refusal`): the window it keeps, exactly,
   for a cut inside it; for an older cut, the kept messages the request brings (the
@@ -30,7 +31,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+    from langchain_core.messages import ToolMessage
 
     from parley.contracts import (
         ConversationSnapshot,
@@ -39,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         StateQuery,
     )
     from parley.contracts.conversation import RewindInput, TranscriptCut
+    from parley.contracts.cuts import cut_refusal, unanswered
     from parley.contracts.errors import (
         ConversationEnded,
         DecisionsOwed,
@@ -46,54 +48,13 @@ with workflow.unsafe.imports_passed_through():
         TurnInProgress,
     )
     from parley.contracts.state import TranscriptWindow
+    from parley.workflows.context import Records, View
     from parley.workflows.lifecycle.handover import Handover
-    from parley.workflows.record.ledger import Ledger
-    from parley.workflows.rules import gate
+    from parley.workflows.turn.front_end import FrontEnd
 
 #: The ``CUSTOM`` events a front end sees: the transcript it shows was cut or copied.
 REWOUND_EVENT = "parley.rewound"
 FORKED_EVENT = "parley.forked"
-
-
-def unanswered(messages: list[AnyMessage], offset: int, at: int) -> list[str]:
-    """The ids of the tool calls that the first ``at`` messages leave without an answer,
-    as far as ``messages`` (message ``offset`` first) tell."""
-    called: dict[str, int] = {}
-    answered: dict[str, int] = {}
-    for i, message in enumerate(messages, start=offset):
-        if isinstance(message, AIMessage):
-            for call in [*message.tool_calls, *message.invalid_tool_calls]:
-                if call.get("id"):
-                    called[str(call["id"])] = i
-        elif isinstance(message, ToolMessage):
-            answered[message.tool_call_id] = i
-    late = [c for c, i in called.items() if i < at and answered.get(c, at) >= at]
-    # An answer kept out whose call is older than these messages: the call is kept in.
-    late += [c for c, j in answered.items() if j >= at and c not in called]
-    return late
-
-
-def cut_refusal(messages: list[AnyMessage], offset: int, at: int, total: int) -> str | None:
-    """Why keeping the first ``at`` of ``total`` messages is refused (None: it is not).
-    ``messages`` are the ones known, message ``offset`` first."""
-    if total == 0:
-        return "the conversation has no messages yet: nothing to cut"
-    if at < 1 or at > total:
-        return f"the conversation has {total} messages: keep 1 to {total} of them, not {at}"
-    late = unanswered(messages, offset, at)
-    if not late:
-        return None
-    lowest = max(offset, 1)
-    below = next(
-        (c for c in range(at - 1, lowest - 1, -1) if not unanswered(messages, offset, c)), None
-    )
-    above = next((c for c in range(at + 1, total + 1) if not unanswered(messages, offset, c)), None)
-    nearest = [_described(messages, offset, c, total) for c in (below, above) if c is not None]
-    return (
-        f"cannot keep the first {at} messages: the model's tool call {', '.join(late)} "
-        "would be left without its answer; the nearest cuts that leave none: "
-        + (" or ".join(nearest) or "none in the messages kept")
-    )
 
 
 def run_refusal(window: TranscriptWindow, cut: TranscriptCut) -> str | None:
@@ -127,38 +88,29 @@ def run_refusal(window: TranscriptWindow, cut: TranscriptCut) -> str | None:
     )
 
 
-def _described(messages: list[AnyMessage], offset: int, cut: int, total: int) -> str:
-    if cut == total:
-        return f"{cut} (all of them)"
-    following = messages[cut - offset] if 0 <= cut - offset < len(messages) else None
-    last = messages[cut - 1 - offset] if 0 <= cut - 1 - offset < len(messages) else None
-    if isinstance(following, HumanMessage):
-        return f"{cut} (before a user message)"
-    if isinstance(last, ToolMessage):
-        return f"{cut} (after the answers to the model's calls)"
-    if isinstance(last, HumanMessage):
-        return f"{cut} (after a user message)"
-    return f"{cut} (after the model's reply)"
-
-
 def first_state(start: ConversationStart) -> ConversationState:
     """A new conversation's state; a fork's holds its first messages (by reference)."""
-    state = ConversationState(
-        session_id=start.session_id, user_id=start.user_id, reviewers=start.reviewers
-    )
+    transcript = TranscriptWindow()
     if start.forked_from is not None:
         cut = start.forked_from.cut
-        state.transcript = TranscriptWindow(
+        transcript = TranscriptWindow(
             messages=list(cut.tail), offset=cut.at - len(cut.tail), model_context=cut.context
         )
-    return state
+    return ConversationState(
+        session_id=start.session_id,
+        user_id=start.user_id,
+        reviewers=start.reviewers,
+        transcript=transcript,
+    )
 
 
 class Rewinder:
-    def __init__(self, state: ConversationState, ledger: Ledger, handover: Handover) -> None:
-        self._state = state
-        self._ledger = ledger
-        self._handover = handover
+    """The ``rewind`` update; the parts of the state it cuts, it cuts through their
+    writers (the transcript's, the ledger's, the front end's, the tally's)."""
+
+    def __init__(self, view: View, records: Records, front: FrontEnd, handover: Handover) -> None:
+        self._state, self._ledger, self._records = view.state, records.ledger, records
+        self._front_end, self._handover = front, handover
 
     def record_fork(self, start: ConversationStart) -> None:
         """A forked conversation's first audit entry says where it came from."""
@@ -171,12 +123,11 @@ class Rewinder:
             "from_run_id": origin.run_id,
         }
         self._ledger.audit("forked", start.user_id, detail=detail)
-        self._ledger.events.custom(FORKED_EVENT, detail)
+        self._records.events.custom(FORKED_EVENT, detail)
 
-    def check(self, raw: Any) -> RewindInput:
-        """The rewind's checks, in its validator and again in its handler."""
-        request = gate.parse(RewindInput, raw, InvalidMessage)
-        gate.check_owner(self._state, request.user_id)
+    def check(self, request: RewindInput) -> RewindInput:
+        """The rewind's checks, in its validator and again in its handler, after the
+        prologue's (``intake``: parsed, the owner's)."""
         state = self._state
         if state.ended:
             raise ConversationEnded("this conversation has ended; fork it into a new session")
@@ -201,28 +152,18 @@ class Rewinder:
             raise InvalidMessage(problem)
         return request
 
-    def rewind(self, raw: Any) -> ConversationSnapshot:
+    def rewind(self, request: RewindInput) -> ConversationSnapshot:
         """Keep the first ``cut.at`` messages; the run then continues as new."""
-        request = self.check(raw)  # again: two updates may pass validation together
-        state, cut = self._state, request.cut
-        transcript = state.transcript
-        before = transcript.length
-        if cut.at >= transcript.offset:
-            del transcript.messages[cut.at - transcript.offset :]
-        else:  # the kept messages are older than the ones this run holds
-            transcript.messages = list(cut.tail)
-            transcript.offset = cut.at - len(cut.tail)
-        compaction = transcript.model_context.compaction if transcript.model_context else None
-        kept = compaction if compaction is not None and compaction.covers <= cut.at else None
-        transcript.model_context = cut.context.model_copy(update={"compaction": kept})
+        self.check(request)  # again: two updates may pass validation together
+        cut = request.cut
+        before = self._records.transcript.cut(cut)
         # What belonged to the messages cut away: nothing of it is owed any more.
-        state.client_calls = []
-        state.turn_results = []
-        state.last_turn = None
-        state.counters.rewinds += 1  # the next calls' ids are new (``REWOUND_CALL_ID``)
+        self._front_end.forget()
+        self._ledger.forget_turn()
+        self._records.tally.rewound()  # the next calls' ids are new (``REWOUND_CALL_ID``)
         detail = {"to": cut.at, "from_length": before, "run_id": workflow.info().run_id}
         self._ledger.audit("rewound", request.user_id, detail=detail)
-        self._ledger.events.custom(REWOUND_EVENT, detail)
+        self._records.events.custom(REWOUND_EVENT, detail)
         self._handover.rewound = True
         return self._ledger.snapshot(
             StateQuery(user_id=request.user_id, transcript_limit=0, audit_limit=1)

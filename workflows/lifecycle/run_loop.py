@@ -24,19 +24,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
-from langchain_core.messages import HumanMessage, SystemMessage
 from temporalio import workflow
 
-from parley.contracts import ConversationStart, ConversationState, SubagentTask
+from parley.contracts import SubagentTask
+from parley.workflows.context import Records, View
 from parley.workflows.lifecycle.deadlines import Deadlines
 from parley.workflows.lifecycle.followers import Followers
 from parley.workflows.lifecycle.handover import Handover, build_of_this_run
 from parley.workflows.lifecycle.signalled import SignalledDecisions
 from parley.workflows.record.audit_archive import AuditArchiver
-from parley.workflows.record.ledger import Ledger
 from parley.workflows.record.publishing import publish_status
-from parley.workflows.turn.turns import TurnEngine
+from parley.workflows.turn.turns import TurnEngine, TurnJobs
 
 #: A cancel request ends the run even where it was lost on the way to an ``await``: on
 #: Python 3.11 ``asyncio.wait_for`` (under ``wait_condition`` with a timeout) returns a
@@ -49,25 +49,24 @@ CANCEL_ENDS_THE_RUN = "cancel-ends-the-run"
 Step = tuple[Callable[[], bool], Callable[[], Awaitable[bool]]]
 
 
+@dataclass(frozen=True)
+class Between:
+    """What a conversation does between turns and across runs, each built once by
+    ``ConversationWorkflow``."""
+
+    turns: TurnEngine
+    handover: Handover
+    deadlines: Deadlines
+    signalled: SignalledDecisions
+    followers: Followers
+    archiver: AuditArchiver
+
+
 class RunLoop:
-    def __init__(
-        self,
-        state: ConversationState,
-        start: ConversationStart,
-        ledger: Ledger,
-        turns: TurnEngine,
-        signalled: SignalledDecisions,
-        followers: Followers,
-    ) -> None:
-        self._state = state
-        self._start = start
-        self._ledger = ledger
-        self._turns = turns
-        self._signalled = signalled
-        self._followers = followers
-        self.handover = Handover(state, start, ledger)
-        self.deadlines = Deadlines(state, start, ledger, turns)
-        self.audit_archiver = AuditArchiver(state)
+    def __init__(self, view: View, records: Records, jobs: TurnJobs, between: Between) -> None:
+        self._state, self._start, self._records = view.state, view.start, records
+        self._ledger, self._jobs, self._between = records.ledger, jobs, between
+        self._turns, self._deadlines = between.turns, between.deadlines
         self._cancel_left_running = False  # a history from before CANCEL_ENDS_THE_RUN
 
     def steps(self) -> list[Step]:
@@ -76,11 +75,11 @@ class RunLoop:
             (lambda: state.ended, self._stop),
             (self._cancel_lost, self._cancel_again),
             (self._task_done, self._finish_task),
-            (lambda: idle() and self.deadlines.expired() != [], self._expire),
+            (lambda: idle() and self._deadlines.expired() != [], self._expire),
             (lambda: idle() and state.dedup.queued_decisions != [], self._apply_signalled),
-            (lambda: idle() and self._turns.busy.next_ready(), self._next_queued),
-            (lambda: idle() and self._turns.subagents.has_news(), self._subagent_news),
-            (lambda: idle() and self.audit_archiver.due(), self._archive_audit),
+            (lambda: idle() and self._jobs.busy.next_ready(), self._next_queued),
+            (lambda: idle() and self._jobs.subagents.has_news(), self._subagent_news),
+            (lambda: idle() and self._between.archiver.due(), self._archive_audit),
             (self._should_continue_as_new, self._hand_over),
         ]
 
@@ -89,13 +88,13 @@ class RunLoop:
         while True:
             # Wake also when the earliest deadline changes (a turn left calls pending, a
             # decision cleared them), so that the timer below always matches it.
-            deadline = self.deadlines.next()
+            deadline = self._deadlines.next()
             try:
                 await workflow.wait_condition(
                     lambda deadline=deadline: (
-                        any(ready() for ready, _ in steps) or self.deadlines.next() != deadline
+                        any(ready() for ready, _ in steps) or self._deadlines.next() != deadline
                     ),
-                    timeout=self.deadlines.time_to_next(),
+                    timeout=self._deadlines.time_to_next(),
                 )
             except TimeoutError:
                 pass
@@ -135,20 +134,26 @@ class RunLoop:
         )
 
     async def _finish_task(self) -> bool:
-        self._state.ended = True
-        self._ledger.audit("ended", "parley", detail={"reason": "task done"})
+        self.end("parley", {"reason": "task done"})
         return True
 
+    def end(self, by: str, detail: dict[str, str] | None = None) -> None:
+        """The conversation ends (once: audited ``ended``): from here on, validators refuse
+        messages and decisions, and the loop stops at its next step."""
+        if not self._state.ended:
+            self._state.ended = True
+            self._ledger.audit("ended", by, detail=detail)
+
     async def _expire(self) -> bool:
-        await self.deadlines.expire_due()
+        await self._deadlines.expire_due()
         return False
 
     async def _apply_signalled(self) -> bool:
-        await self._signalled.apply_next()
+        await self._between.signalled.apply_next()
         return False
 
     async def _next_queued(self) -> bool:
-        await self._turns.busy.run_next(self._turns.run)
+        await self._jobs.busy.run_next(self._turns.run)
         return False
 
     async def _subagent_news(self) -> bool:
@@ -156,7 +161,7 @@ class RunLoop:
         return False
 
     async def _archive_audit(self) -> bool:
-        await self.audit_archiver.archive()
+        await self._between.archiver.archive()
         return False
 
     def _should_continue_as_new(self) -> bool:
@@ -165,14 +170,15 @@ class RunLoop:
             state.turn_running
             or state.dedup.queued_decisions
             or state.queued_messages  # their updates wait in this run
-            or self._turns.notifier.in_flight  # a notification finishes in this run
+            or self._jobs.notifier.in_flight  # a notification finishes in this run
             or state.delegations.active  # its child workflows belong to this run
         )
-        return self.handover.due(busy=busy)
+        return self._between.handover.due(busy=busy)
 
     async def _hand_over(self) -> bool:
-        self._followers.handing_over = True
-        self._followers.release_all()
+        followers, handover = self._between.followers, self._between.handover
+        followers.handing_over = True
+        followers.release_all()
         # A message queued meanwhile holds its update until its turn: the loop runs it.
         await workflow.wait_condition(
             lambda: workflow.all_handlers_finished() or self._state.queued_messages != []
@@ -182,9 +188,9 @@ class RunLoop:
             and not self._state.ended
             and not self._state.queued_messages
         ):
-            self._state.counters.continued_as_new += 1
-            if self.handover.upgrade_due():
-                self.handover.record_upgrade()
+            self._records.tally.continued_as_new()
+            if handover.upgrade_due():
+                handover.record_upgrade()
             # A versioned run's next run starts on the task queue's current build (the
             # same one unless a deploy made another current), then pins there. Temporal
             # refuses the option from unversioned workers.
@@ -197,29 +203,24 @@ class RunLoop:
                     else None
                 ),
             )
-        self._followers.handing_over = False
+        followers.handing_over = False
         return False
 
     async def take_task(self, task: SubagentTask) -> None:
         """A subagent's conversation begins: its parent's task is its one message."""
         if task.instructions:
-            instructions = SystemMessage(content=task.instructions, id="instructions")
-            self._state.transcript.messages.append(instructions)
-        self._state.transcript.messages.append(HumanMessage(content=task.task, id="task"))
-        self._ledger.audit(
-            "message",
-            self._state.user_id,
-            detail={"message_id": "task", "from": task.parent_workflow_id},
-        )
+            self._records.transcript.add_system(task.instructions, "instructions")
+        detail = {"message_id": "task", "from": task.parent_workflow_id}
+        self._ledger.enter(task.task, "task", self._state.user_id, detail)
         await self._turns.run()
 
     def close(self) -> None:
         """The end of the conversation, once: what is pending is answered, never run."""
         if self._state.status == "ended":
             return
-        self._turns.subagents.stop("the conversation ended")
-        self._turns.busy.close()
-        for call in self._ledger.pending.take_all():
+        self._jobs.subagents.stop("the conversation ended")
+        self._jobs.busy.close()
+        for call in self._records.pending.take_all():
             self._ledger.answer_unrun(call, "the conversation ended before anyone decided on it")
         self._state.status = "ended"
         publish_status(self._state)

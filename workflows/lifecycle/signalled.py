@@ -15,34 +15,23 @@ from typing import Any
 
 from temporalio import workflow
 
-from parley.contracts import ConversationStart, ConversationState, DecideInput
+from parley.contracts import DecideInput
 from parley.contracts.errors import InvalidDecision, Refusal
-from parley.workflows.record.dedup import Deduplication
-from parley.workflows.record.events import EventLog
-from parley.workflows.record.ledger import Ledger
+from parley.workflows.context import Records, View
 from parley.workflows.rules import gate
-from parley.workflows.turn.turns import TurnEngine
+from parley.workflows.turn.turns import TurnEngine, TurnJobs
 
 #: How many ``decide_signal`` decisions may wait for the turn in flight.
 QUEUED_DECISIONS_KEPT = 16
 
 
 class SignalledDecisions:
-    def __init__(
-        self,
-        state: ConversationState,
-        start: ConversationStart,
-        ledger: Ledger,
-        events: EventLog,
-        turns: TurnEngine,
-        results: Deduplication,
-    ) -> None:
-        self._state = state
-        self._start = start
-        self._ledger = ledger
-        self._events = events
-        self._turns = turns
-        self._results = results
+    """The decisions that come by signal; they wait in ``dedup``, their one writer."""
+
+    def __init__(self, view: View, records: Records, turns: TurnEngine, jobs: TurnJobs) -> None:
+        self._state, self._start, self._turns = view.state, view.start, turns
+        self._ledger, self._events, self._dedup = records.ledger, records.events, records.dedup
+        self._subagents = jobs.subagents
 
     def receive(self, raw: Any) -> None:
         try:
@@ -51,7 +40,7 @@ class SignalledDecisions:
             decided_by = raw.get("decided_by") if isinstance(raw, dict) else None
             self.record_refused(str(decided_by or "unknown"), refusal)
             return
-        if len(self._state.dedup.queued_decisions) >= QUEUED_DECISIONS_KEPT:
+        if len(self._dedup.queued) >= QUEUED_DECISIONS_KEPT:
             self.record_refused(
                 request.decided_by,
                 InvalidDecision(
@@ -61,24 +50,23 @@ class SignalledDecisions:
                 request,
             )
             return
-        self._state.dedup.queued_decisions.append(request)
+        self._dedup.queue(request)
 
     async def apply_next(self) -> None:
-        request = self._state.dedup.queued_decisions.pop(0)
-        self._results.applying = request.request_id
+        request = self._dedup.take_next()
+        self._dedup.applying = request.request_id
         try:
             gate.check_decisions(self._state, request, workflow.now())
             result = await self._turns.run(decisions=request)
-            if request.request_id:  # the update of that id gets this result
-                self._results.remember(result, request.request_id)
+            self._dedup.answer(request.request_id, result)  # the update of that id gets it
         except Refusal as refusal:  # stale, malformed, or an edit the rules refuse
-            self._results.refused(request.request_id, refusal)
+            self._dedup.refuse(request.request_id, refusal)
             self.record_refused(request.decided_by, refusal, request)
             if self._start.subagent is not None:
                 # So the parent stops waiting, and records the decision refused.
-                await self._turns.subagents.report_to_parent(refused=refusal.message)
+                await self._subagents.report_to_parent(refused=refusal.message)
         finally:
-            self._results.applying = None
+            self._dedup.applying = None
 
     def record_refused(
         self, decided_by: str, refusal: Refusal, request: DecideInput | None = None

@@ -9,22 +9,26 @@ leaves the window only once archived (``AuditWindow.keep_latest_archived``), so 
 that is down only makes the window wait for the next batch; past ``AUDIT_WINDOW_CAP``
 (a run whose history predates the archive, which this build replays without it) the
 oldest go regardless, as before. ``parley.client.audit`` reads the archive, then the window.
+The archiver reads the window; the ledger, which writes the audit log, records each
+archive (``Ledger.archived``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from parley.config.settings import ARCHIVE_AUDIT_ACTIVITY
     from parley.contracts import (
         ARCHIVE_AUDIT,
         KEPT_AUDIT_ENTRIES,
         ArchiveAuditInput,
         AuditArchiveRef,
-        ConversationState,
     )
+    from parley.contracts.activity_config import ARCHIVE_AUDIT_ACTIVITY
+    from parley.contracts.state import AuditWindow
 
 #: Entries archived at once (one activity each time).
 ARCHIVE_BATCH = 250
@@ -35,22 +39,22 @@ ARCHIVE_AUDIT_PATCH = "archive-audit"
 
 
 class AuditArchiver:
-    def __init__(self, state: ConversationState) -> None:
-        self._state = state
+    def __init__(self, audit: AuditWindow, archived: Callable[[AuditArchiveRef], None]) -> None:
+        self._audit, self._archived = audit, archived  # read; ``archived`` records it
         #: No archive in this run: its history began before there was one.
         self._off = False
         #: The store failed: the window's size at which to try again (the next batch).
         self._retry_at: int | None = None
 
     def due(self) -> bool:
-        audit = self._state.audit
+        audit = self._audit
         if self._off or (self._retry_at is not None and len(audit.entries) < self._retry_at):
             return False
         return len(audit.to_archive(KEPT_AUDIT_ENTRIES)) >= ARCHIVE_BATCH
 
     async def archive(self) -> None:
         """Store the entries beyond the kept window, then let them go."""
-        audit = self._state.audit
+        audit = self._audit
         if not workflow.patched(ARCHIVE_AUDIT_PATCH):
             self._off = True  # the cap trims the window, as before
             return
@@ -65,14 +69,14 @@ class AuditArchiver:
             archive: AuditArchiveRef = await workflow.execute_activity(
                 ARCHIVE_AUDIT,
                 request,
-                start_to_close_timeout=ARCHIVE_AUDIT_ACTIVITY.start_to_close,
-                retry_policy=ARCHIVE_AUDIT_ACTIVITY.retry,
                 result_type=AuditArchiveRef,
+                **ARCHIVE_AUDIT_ACTIVITY.options(
+                    summary=f"archive audit entries {first}-{first + len(entries) - 1}"
+                ),
             )
         except ActivityError as err:
             workflow.logger.warning("the audit archive could not be written: %s", err.cause)
             self._retry_at = len(audit.entries) + ARCHIVE_BATCH
             return
         self._retry_at = None
-        audit.archive = archive
-        audit.keep_latest_archived(KEPT_AUDIT_ENTRIES, AUDIT_WINDOW_CAP)
+        self._archived(archive)

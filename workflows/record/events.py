@@ -3,6 +3,8 @@
 Every event is one JSON object (AG-UI's camelCase wire form) appended to the
 conversation's event log; its index in the log is its offset, so a client that read up
 to offset N resumes with ``events(after=N)``. Timestamps come from ``workflow.now()``.
+:class:`EventLog` is the one writer of the log (``ConversationState.events``): it appends
+and keeps it bounded (:meth:`EventLog.trim`).
 """
 
 from __future__ import annotations
@@ -32,20 +34,18 @@ with workflow.unsafe.imports_passed_through():
     )
 
     from parley.contracts import (
-        ConversationState,
+        KEPT_EVENTS,
         EventPage,
         OffsetEvent,
         PendingCall,
         ToolCatalogue,
     )
-
-#: The AG-UI ``CUSTOM`` event that records a decision refused after it was received
-#: (a ``decide_signal`` that no longer fits): ``value`` has the error type and message.
-DECISION_REFUSED = "parley.decision_refused"
-#: A streamed message that will not be completed (its model call was retried or failed).
-STREAM_DISCARDED = "parley.stream_discarded"
-#: The model now sees a summary in place of the conversation's oldest messages.
-COMPACTED = "parley.compacted"
+    from parley.contracts.names import (
+        COMPACTED_EVENT,
+        DECISION_REFUSED_EVENT,
+        STREAM_DISCARDED_EVENT,
+    )
+    from parley.contracts.state import EventWindow
 
 
 def decision_schema(call: PendingCall, catalogue: ToolCatalogue) -> dict[str, Any]:
@@ -79,15 +79,17 @@ def decision_schema(call: PendingCall, catalogue: ToolCatalogue) -> dict[str, An
 class EventLog:
     """Appends AG-UI events to the conversation state's event log."""
 
-    def __init__(self, state: ConversationState, thread_id: str) -> None:
-        self._state = state
+    def __init__(self, window: EventWindow, thread_id: str) -> None:
+        self._window = window
         self._thread_id = thread_id
 
     def _emit(self, event: BaseEvent) -> None:
         event.timestamp = int(workflow.now().timestamp() * 1000)
-        self._state.events.entries.append(
-            event.model_dump(mode="json", by_alias=True, exclude_none=True)
-        )
+        self._window.entries.append(event.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+    def trim(self) -> None:
+        """Keep the latest ``KEPT_EVENTS`` (an offset still names the same event)."""
+        self._window.keep_latest(KEPT_EVENTS)
 
     def run_started(self, run_id: str) -> None:
         self._emit(RunStartedEvent(thread_id=self._thread_id, run_id=run_id))
@@ -108,11 +110,13 @@ class EventLog:
 
     def compacted(self, detail: dict[str, Any]) -> None:
         """The model's view of the conversation was compacted (``model_calls``)."""
-        self._emit(CustomEvent(name=COMPACTED, value=detail))
+        self._emit(CustomEvent(name=COMPACTED_EVENT, value=detail))
 
     def stream_discarded(self, message_id: str, reason: str) -> None:
         self._emit(
-            CustomEvent(name=STREAM_DISCARDED, value={"messageId": message_id, "reason": reason})
+            CustomEvent(
+                name=STREAM_DISCARDED_EVENT, value={"messageId": message_id, "reason": reason}
+            )
         )
 
     def tool_call(
@@ -176,7 +180,7 @@ class EventLog:
     def decision_refused(self, decided_by: str, error_type: str, message: str) -> None:
         self._emit(
             CustomEvent(
-                name=DECISION_REFUSED,
+                name=DECISION_REFUSED_EVENT,
                 value={"decided_by": decided_by, "type": error_type, "message": message},
             )
         )
@@ -184,13 +188,13 @@ class EventLog:
     @property
     def last_offset(self) -> int:
         """The offset of the latest event (-1 before the first)."""
-        return self._state.events.total - 1
+        return self._window.total - 1
 
     def page(self, after: int, limit: int) -> EventPage:
         """Events with offset > ``after``, at most ``limit``, from what is kept."""
-        first_kept = self._state.events.offset
+        first_kept = self._window.offset
         start = max(after + 1, first_kept)
-        kept = self._state.events.entries[start - first_kept : start - first_kept + limit]
+        kept = self._window.entries[start - first_kept : start - first_kept + limit]
         page = [OffsetEvent(offset=start + i, event=event) for i, event in enumerate(kept)]
         return EventPage(
             events=page,

@@ -5,8 +5,15 @@ Every tool call the model proposes gets exactly one answer: a ``ToolMessage`` in
 transcript (what the model reads), a ``TOOL_CALL_RESULT`` event (the whole envelope,
 previews for big content), an audit entry, and a result in the turn's ``TurnResult``.
 :meth:`Ledger.answer` writes all four, whatever path the call took (ran, refused,
-decided, expired, not run). :meth:`Ledger.trim` keeps the state bounded and
-:meth:`Ledger.snapshot` reads it a page at a time.
+decided, expired, not run). A person's message enters the conversation here too
+(:meth:`Ledger.enter`: the transcript, and the audit entry ``message``), once, whatever
+brought it (a message, one that waited for a turn, a subagent's task).
+
+The ledger is the one writer of the audit log (``ConversationState.audit``, archived by
+``audit_archive`` through :meth:`Ledger.archived`) and of the turn's results so far
+(``turn_results``, ``last_turn``); the transcript's writer is ``transcript``, the event
+log's ``events``, the pending list's ``pending``. :meth:`Ledger.trim` keeps the state
+bounded and :meth:`Ledger.snapshot` reads it a page at a time.
 """
 
 from __future__ import annotations
@@ -20,11 +27,9 @@ from temporalio import workflow
 
 from parley.contracts import (
     KEPT_AUDIT_ENTRIES,
-    KEPT_EVENTS,
-    KEPT_TRANSCRIPT_CHARS,
-    KEPT_TRANSCRIPT_MESSAGES,
     PAGE_CHARS,
     PAYLOAD_CONTEXT,
+    AuditArchiveRef,
     AuditEntry,
     ConversationSnapshot,
     ConversationState,
@@ -38,6 +43,7 @@ from parley.contracts import (
     ToolResult,
     TurnResult,
     TurnStatus,
+    TurnToolResult,
     message_chars,
     model_view,
     turn_tool_result,
@@ -46,6 +52,7 @@ from parley.contracts.errors import ErrorType, model_visible_text
 from parley.workflows.record.audit_archive import AUDIT_WINDOW_CAP
 from parley.workflows.record.events import EventLog
 from parley.workflows.record.pending import PendingCalls
+from parley.workflows.record.transcript import Transcript
 
 AuditEvent = Literal["ran", "failed", "refused", "decided", "expired"]
 
@@ -62,16 +69,21 @@ def error_result(
 
 
 class Ledger:
-    def __init__(self, state: ConversationState, events: EventLog) -> None:
-        self._state = state
-        self._events = events
-        #: The one owner of the pending list.
-        self.pending = PendingCalls(state)
+    def __init__(
+        self,
+        state: ConversationState,
+        transcript: Transcript,
+        events: EventLog,
+        pending: PendingCalls,
+    ) -> None:
+        self._state = state  # read, but for the audit log and the turn's results
+        self._transcript, self._events, self._pending = transcript, events, pending
 
-    @property
-    def events(self) -> EventLog:
-        """The event log the ledger writes results to (the assistant's texts go there too)."""
-        return self._events
+    def enter(self, text: str, message_id: str, by: str, detail: dict[str, Any]) -> None:
+        """A person's message enters the conversation: the model reads it, the audit log
+        says who sent it (``detail``: how it came)."""
+        self._transcript.add_human(text, message_id)
+        self.audit("message", by, detail=detail)
 
     def audit(
         self,
@@ -153,7 +165,7 @@ class Ledger:
             artifact=artifact,  # the content is the text; the artifact keeps the rest once
             id=f"result-{call.tool_call_id}",
         )
-        self._state.transcript.messages.append(message)
+        self._transcript.add_result(message)
         self._events.tool_result(message.id or "", call.tool_call_id, envelope)
         self.audit(
             audit_event,
@@ -195,10 +207,8 @@ class Ledger:
     def abandon_unanswered(self, ai: AIMessage) -> None:
         """After a fail-closed error, answer the calls of ``ai`` that will not run now,
         so the transcript stays valid for the next provider call."""
-        answered = {
-            m.tool_call_id for m in self._state.transcript.messages if isinstance(m, ToolMessage)
-        }
-        self.pending.abandon()
+        answered = self._transcript.answered()
+        self._pending.abandon()
         for proposed in ai.tool_calls:
             if proposed["id"] not in answered:
                 result = ToolResult(
@@ -219,28 +229,37 @@ class Ledger:
             error=error,
         )
 
+    # --- the turn in flight's results --------------------------------------------------
+
+    def begin_turn(self) -> None:
+        self._state.turn_results = []
+
+    def add_results(self, results: list[TurnToolResult]) -> None:
+        """Results given elsewhere (a subagent's), reported with this turn's."""
+        self._state.turn_results += results
+
+    def rest(self, result: TurnResult) -> None:
+        """The turn rests with ``result``: what a subagent's parent reads, and snapshots."""
+        self._state.last_turn = result
+
+    def forget_turn(self) -> None:
+        """A rewind cut the messages the latest turn's results belonged to."""
+        self._state.turn_results = []
+        self._state.last_turn = None
+
     # --- a bounded state, read a page at a time ----------------------------------------
+
+    def archived(self, archive: AuditArchiveRef) -> None:
+        """The audit archive now ends at ``archive.end``: the entries it holds may go."""
+        self._state.audit.archive = archive
+        self._state.audit.keep_latest_archived(KEPT_AUDIT_ENTRIES, AUDIT_WINDOW_CAP)
 
     def trim(self) -> None:
         """Keep the state bounded: drop the oldest messages (only those already in the
         stored transcript, never the latest model message), audit entries and events."""
-        transcript = self._state.transcript
-        stored = transcript.model_context.length if transcript.model_context else 0
-        last_ai = max(
-            (i for i, m in enumerate(transcript.messages) if isinstance(m, AIMessage)), default=0
-        )
-        droppable = min(stored - transcript.offset, last_ai)
-        chars = sum(message_chars(m) for m in transcript.messages)
-        drop = 0
-        while drop < droppable and (
-            len(transcript.messages) - drop > KEPT_TRANSCRIPT_MESSAGES
-            or chars > KEPT_TRANSCRIPT_CHARS
-        ):
-            chars -= message_chars(transcript.messages[drop])
-            drop += 1
-        transcript.drop_oldest(drop)
+        self._transcript.trim()
         self._state.audit.keep_latest_archived(KEPT_AUDIT_ENTRIES, AUDIT_WINDOW_CAP)
-        self._state.events.keep_latest(KEPT_EVENTS)
+        self._events.trim()
 
     def snapshot(self, query: StateQuery) -> ConversationSnapshot:
         s = self._state

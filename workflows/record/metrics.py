@@ -15,11 +15,16 @@ They reach whatever the worker's runtime exports (Prometheus with
 
 Decisions and approvals count in top-level conversations only: a subagent's calls wait
 on its parent's pending list and are decided there, so they count there, once.
+
+:class:`Tally` is the one writer of the conversation's own counters
+(``ConversationState.counters``, on every snapshot), and counts ``parley_turns`` with them.
 """
 
 from __future__ import annotations
 
 from temporalio import workflow
+
+from parley.contracts import Counters
 
 
 def _count(
@@ -66,3 +71,36 @@ def model_tokens(input_tokens: int, output_tokens: int) -> None:
     description = "Tokens of model calls as the provider reported them, by kind"
     _count("parley_model_tokens", description, input_tokens, kind="input")
     _count("parley_model_tokens", description, output_tokens, kind="output")
+
+
+class Tally:
+    """The conversation's counters (carried across continue-as-new): each job counts its
+    own steps through this, and nothing else writes them."""
+
+    def __init__(self, counters: Counters) -> None:
+        self._counters = counters
+
+    def turn(self) -> None:
+        """A message starts its turn (or joins the turn in flight)."""
+        self._counters.turns += 1
+        turn_started()
+
+    def model_call(self) -> None:
+        self._counters.model_calls += 1
+
+    def tool_run(self) -> None:
+        self._counters.tool_runs += 1
+
+    def decisions(self, count: int) -> None:
+        self._counters.decisions += count
+
+    def continued_as_new(self) -> None:
+        self._counters.continued_as_new += 1
+
+    def subagent(self) -> int:
+        """A subagent starts: its number in this conversation (from 1)."""
+        self._counters.subagents += 1
+        return self._counters.subagents
+
+    def rewound(self) -> None:
+        self._counters.rewinds += 1

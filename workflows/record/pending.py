@@ -11,6 +11,7 @@ that fails closed drops the list without counting it: nothing was answered.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 
 from parley.contracts import ConversationState, PendingCall
 from parley.workflows.record import metrics
@@ -43,6 +44,13 @@ class PendingCalls:
             for call in self._state.pending
             if call.subagent is not None and call.subagent.tool_call_id == tool_call_id
         ]
+
+    def escalate(self, call: PendingCall, until: datetime) -> None:
+        """``call`` was escalated (its rule's ``escalate_to`` is told): it waits until
+        ``until``, once more."""
+        assert call.on_timeout is not None
+        call.on_timeout.escalated = True
+        call.expires_at = until
 
     def add(self, call: PendingCall) -> None:
         self._state.pending.append(call)

@@ -16,14 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from parley.contracts import ConversationState
-
-#: A reviewer group's name in a conversation's reviewers: ``group:<name>``.
-GROUP_PREFIX = "group:"
-
-
-def names_of(user_id: str, groups: Sequence[str]) -> set[str]:
-    """The reviewer names that are ``user_id``: their own, and each group's."""
-    return {user_id, *(f"{GROUP_PREFIX}{group}" for group in groups)}
+from parley.contracts.reviewers import names_of
 
 
 def is_named(reviewers: Sequence[str], user_id: str, groups: Sequence[str]) -> bool:

@@ -17,8 +17,9 @@ default is ``ConversationStart.while_busy``, else ``reject``:
   comes while a tool runs is added before the turn's next model call; if the turn
   rests without one, the message waits like an enqueued one.
 
-A message is applied once: appended to the transcript and audited ``message`` when it
-leaves the queue. Its update returns the result of the turn whose model call first saw
+A message is applied once: it enters the conversation (``Ledger.enter``) when it
+leaves the queue. Its update is parked (``Deduplication.park``, the one way an update
+waits for a later turn) and returns the result of the turn whose model call first saw
 it (:meth:`Busy.answered`), also kept for retries of the same update id. The queue is
 bounded (``QUEUED_MESSAGES_MAX``); the run never continues as new while messages wait,
 since their updates belong to the run; a conversation that ends refuses them, recorded
@@ -33,15 +34,13 @@ from collections.abc import Awaitable, Callable
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.messages import AIMessage
 
-    from parley.contracts import ConversationState, SendMessageInput, TurnResult
+    from parley.contracts import SendMessageInput, TurnResult
     from parley.contracts.busy import QueuedMessage, WhileBusy
-    from parley.contracts.errors import ConversationEnded, Refusal
-    from parley.workflows.record import metrics
-    from parley.workflows.record.dedup import Deduplication
-    from parley.workflows.record.events import EventLog
-    from parley.workflows.record.ledger import Ledger
+    from parley.contracts.errors import ConversationEnded
+    from parley.contracts.names import INTERRUPTED_EVENT
+    from parley.workflows.context import Records, View
     from parley.workflows.turn.front_end import FrontEnd
     from parley.workflows.turn.streaming import INTERRUPTED, ReplyStream
 
@@ -49,31 +48,17 @@ with workflow.unsafe.imports_passed_through():
 #: interrupting message can cancel it (histories recorded before await it directly).
 INTERRUPTIBLE_MODEL_CALLS = "interruptible-model-calls"
 #: The ``CUSTOM`` event that says a model call was cancelled by a message.
-INTERRUPTED_EVENT = "parley.interrupted"
 
 
 class Busy:
-    """The one owner of ``ConversationState.queued_messages``."""
+    """The one owner of ``ConversationState.queued_messages`` (``state``: read only)."""
 
-    def __init__(
-        self,
-        state: ConversationState,
-        ledger: Ledger,
-        events: EventLog,
-        stream: ReplyStream,
-        front_end: FrontEnd,
-    ) -> None:
-        self._state = state
-        self._front_end = front_end
-        self._ledger = ledger
-        self._events = events
-        self._stream = stream
-        self._dedup = Deduplication(state)
+    def __init__(self, view: View, records: Records, stream: ReplyStream, front: FrontEnd) -> None:
+        self._state, self._stream, self._front_end = view.state, stream, front
+        self._ledger, self._events, self._tally = records.ledger, records.events, records.tally
+        self._dedup = records.dedup
         #: Update ids of the messages applied in the turn in flight.
         self._riding: list[str] = []
-        #: What the waiting updates of this run get: a turn's result, or a refusal.
-        self._answered: dict[str, TurnResult] = {}
-        self._refused: dict[str, Refusal] = {}
 
     # --- the send_message update -----------------------------------------------------
 
@@ -98,12 +83,7 @@ class Busy:
         )
         detail = {"message_id": message.message_id, "while_busy": mode, "position": len(queue)}
         self._ledger.audit("enqueued", message.user_id, detail=detail)
-        await workflow.wait_condition(
-            lambda: update_id in self._answered or update_id in self._refused
-        )
-        if update_id in self._refused:
-            raise self._refused.pop(update_id)
-        return self._answered.pop(update_id)
+        return await self._dedup.park(update_id)
 
     # --- the run loop ----------------------------------------------------------------
 
@@ -121,10 +101,11 @@ class Busy:
     def close(self) -> None:
         """The conversation ended: every waiting message is refused, and recorded."""
         for queued in self._state.queued_messages:
-            self._refused[queued.update_id] = ConversationEnded(
+            refusal = ConversationEnded(
                 f"the conversation ended before message {queued.message_id} had its turn; "
                 "it was not applied"
             )
+            self._dedup.refuse(queued.update_id, refusal)
             detail = {"message_id": queued.message_id, "reason": "the conversation ended"}
             self._ledger.audit("unqueued", "parley", detail=detail)
         self._state.queued_messages.clear()
@@ -160,8 +141,7 @@ class Busy:
         """The turn in flight rests with ``result``: the result of every message it
         applied from the queue."""
         for update_id in self._riding:
-            self._answered[update_id] = result
-            self._dedup.remember(result, request_id=update_id)
+            self._dedup.answer(update_id, result)
         self._riding.clear()
 
     def _interrupting(self) -> int:
@@ -189,12 +169,8 @@ class Busy:
         if count:
             self._front_end.abandon()  # calls of front-end tools its client left unanswered
         for queued in state.queued_messages[:count]:
-            state.transcript.messages.append(
-                HumanMessage(content=queued.text, id=queued.message_id)
-            )
             detail = {"message_id": queued.message_id, "while_busy": queued.while_busy}
-            self._ledger.audit("message", queued.user_id, detail=detail)
-            state.counters.turns += 1
-            metrics.turn_started()
+            self._ledger.enter(queued.text, queued.message_id, queued.user_id, detail)
+            self._tally.turn()
             self._riding.append(queued.update_id)
         del state.queued_messages[:count]

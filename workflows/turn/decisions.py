@@ -11,36 +11,33 @@ on to its conversation, and a remembered decision is kept for later calls of its
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AIMessage
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from parley.config.settings import CANONICAL_ARGS_ACTIVITY
 from parley.contracts import (
     CANONICAL_ARGS,
     SPEND_CALL,
     Approval,
     CanonicalArgsInput,
     CanonicalArgsOutput,
-    ConversationStart,
-    ConversationState,
     DecideInput,
     Decision,
     PendingCall,
     RememberedDecision,
     ToolCall,
-    ToolCatalogue,
     ToolResult,
     args_hash,
     call_shape,
 )
+from parley.contracts.activity_config import CANONICAL_ARGS_ACTIVITY
 from parley.contracts.errors import InvalidDecision
+from parley.workflows.context import Records, View
 from parley.workflows.record import metrics
-from parley.workflows.record.ledger import Ledger
-from parley.workflows.rules.triage import Proposal, Refuse, Run, Verdict, Wait, triage
+from parley.workflows.rules.triage import Refuse, Run, Verdict, Wait, triage
 from parley.workflows.turn.execution import ToolRunner, TurnFailed
 from parley.workflows.turn.spending import SpendGate
 from parley.workflows.turn.subagents import Subagents
@@ -52,25 +49,23 @@ REMEMBERED_KEPT = 64
 EDITS_ARE_PROPOSALS = "edits-are-proposals"
 
 
+@dataclass(frozen=True)
+class DecisionJobs:
+    """What applying a decision runs through: the one path that runs a tool, the spend
+    gate (a spending call's decision) and the subagents (their calls' decisions)."""
+
+    tools: ToolRunner
+    spend: SpendGate
+    subagents: Subagents
+
+
 class Decisions:
-    def __init__(
-        self,
-        state: ConversationState,
-        start: ConversationStart,
-        ledger: Ledger,
-        subagents: Subagents,
-        catalogue: Callable[[], ToolCatalogue],
-        proposal: Callable[[ToolCatalogue], Proposal],
-        tools: ToolRunner,
-    ) -> None:
-        self._state = state
-        self._start = start
-        self._ledger = ledger
-        self._subagents = subagents
-        self._catalogue = catalogue
-        self._proposal = proposal
-        self._execute = tools.execute
-        self.spend = SpendGate(state, start, ledger, catalogue)
+    """The one writer of ``ConversationState.remembered``; ``state`` is read only."""
+
+    def __init__(self, view: View, records: Records, jobs: DecisionJobs) -> None:
+        self._state, self._start, self._view = view.state, view.start, view
+        self._ledger, self._pending, self._tally = records.ledger, records.pending, records.tally
+        self._execute, self._spend, self._subagents = jobs.tools.execute, jobs.spend, jobs.subagents
 
     async def review_edits(self, decide: DecideInput) -> dict[str, tuple[ToolCall, Verdict]]:
         """Each edit as a new proposal: its arguments made canonical by the worker, then
@@ -92,10 +87,10 @@ class Decisions:
                 output: CanonicalArgsOutput = await workflow.execute_activity(
                     CANONICAL_ARGS,
                     CanonicalArgsInput(name=call.name, args=decision.args or {}, subagent=subagent),
-                    start_to_close_timeout=CANONICAL_ARGS_ACTIVITY.start_to_close,
-                    retry_policy=CANONICAL_ARGS_ACTIVITY.retry,
                     result_type=CanonicalArgsOutput,
-                    summary=f"canonical_args {call.name} (an edit of {call.tool_call_id})",
+                    **CANONICAL_ARGS_ACTIVITY.options(
+                        summary=f"canonical_args {call.name} (an edit of {call.tool_call_id})"
+                    ),
                 )
             except ActivityError as err:
                 cause = err.cause
@@ -109,12 +104,12 @@ class Decisions:
                     "(canonical form); approve it instead"
                 )
                 continue
-            catalogue = self._catalogue()
+            catalogue = self._view.catalogue()
             if call.subagent is not None:
                 catalogue = catalogue.for_subagent(call.subagent.name)
             verdict = triage(
                 edited,
-                self._proposal(catalogue),
+                self._view.proposal(catalogue),
                 edited_by=decide.decided_by,
                 groups=decide.groups,
             )
@@ -130,12 +125,12 @@ class Decisions:
 
     async def apply(self, decide: DecideInput, edits: dict[str, tuple[ToolCall, Verdict]]) -> None:
         by_id = {d.tool_call_id: d for d in decide.decisions}
-        pending = self._ledger.pending.take_all()
+        pending = self._pending.take_all()
         for call in pending:  # the calls this decision does not name wait on
             if call.tool_call_id not in by_id:
-                self._ledger.pending.add(call)
+                self._pending.add(call)
         pending = [call for call in pending if call.tool_call_id in by_id]
-        self._state.counters.decisions += len(pending)
+        self._tally.decisions(len(pending))
         own = [call for call in pending if call.subagent is None]
         owner_ai = self._ai_message_of(own[0].tool_call_id) if own else None
         passed_on: dict[str, list[Decision]] = {}
@@ -180,7 +175,7 @@ class Decisions:
                         "decided", decide.decided_by, call.tool_call_id, call.name, detail
                     )
                     if call.name == SPEND_CALL and by_id[call.tool_call_id].action == "approve":
-                        self.spend.raise_mark(call)  # the mark holds for the whole tree
+                        self._spend.raise_mark(call)  # the mark holds for the whole tree
                     continue
                 detail = {**detail, "type": InvalidDecision.error_type, "message": why}
                 self._ledger.audit(
@@ -209,7 +204,7 @@ class Decisions:
         edit: tuple[ToolCall, Verdict] | None,
     ) -> None:
         if call.name == SPEND_CALL:
-            self.spend.decide(call, decision, decided_by)
+            self._spend.decide(call, decision, decided_by)
         elif decision.action == "approve" and call.approvals_needed > 1:
             await self._approve_quorum(call, decided_by)
         elif decision.action == "approve":
@@ -221,7 +216,7 @@ class Decisions:
             assert edit is not None
             edited, verdict = edit
             if isinstance(verdict, Wait):  # a new proposal that waits (for a reviewer)
-                self._ledger.pending.add(verdict.call)
+                self._pending.add(verdict.call)
                 detail = {"args_hash": verdict.call.args_hash, "edited": True}
                 self._ledger.audit("proposed", decided_by, call.tool_call_id, call.name, detail)
                 self._ledger.audit_policy(edited, verdict.outcome)
@@ -253,7 +248,7 @@ class Decisions:
         waits on, its approvals with it."""
         approvals = [*call.approvals, Approval(by=decided_by, at=workflow.now())]
         if len(approvals) < call.approvals_needed:
-            self._ledger.pending.add(call.model_copy(update={"approvals": approvals}))
+            self._pending.add(call.model_copy(update={"approvals": approvals}))
             return
         await self._execute(
             call,

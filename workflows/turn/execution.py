@@ -12,31 +12,28 @@ every tool and model call): a turn cannot grow a run until Temporal terminates i
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from parley.config.settings import TOOL_ACTIVITY
 from parley.contracts import (
     RUN_TOOL,
-    ConversationStart,
-    ConversationState,
     RunToolInput,
     RunToolOutput,
     ToolCall,
-    ToolCatalogue,
     ToolErrorInfo,
     ToolResult,
     args_hash,
     call_summary,
 )
+from parley.contracts.activity_config import TOOL_ACTIVITY
 from parley.contracts.errors import MODEL_VISIBLE_TOOL_ERRORS, ErrorType
+from parley.workflows.context import Records, View
 from parley.workflows.lifecycle.handover import MB, TURN_HISTORY_BYTES, TURN_HISTORY_EVENTS
 from parley.workflows.record import metrics
-from parley.workflows.record.ledger import Ledger, error_result
+from parley.workflows.record.ledger import error_result
 from parley.workflows.turn.subagents import Subagents
 
 #: ``workflow.patched`` id: a turn stops before a tool or a model call once the run's
@@ -74,19 +71,9 @@ def check_history_room(next_step: str) -> None:
 
 
 class ToolRunner:
-    def __init__(
-        self,
-        state: ConversationState,
-        start: ConversationStart,
-        ledger: Ledger,
-        subagents: Subagents,
-        catalogue: Callable[[], ToolCatalogue],
-    ) -> None:
-        self._state = state
-        self._start = start
-        self._ledger = ledger
-        self._subagents = subagents
-        self._catalogue = catalogue
+    def __init__(self, view: View, records: Records, subagents: Subagents) -> None:
+        self._state, self._start, self._catalogue = view.state, view.start, view.catalogue
+        self._ledger, self._tally, self._subagents = records.ledger, records.tally, subagents
 
     async def execute(
         self,
@@ -105,7 +92,7 @@ class ToolRunner:
         if self._catalogue().subagent(call.name) is not None:
             await self._subagents.delegate(call, args)
             return
-        self._state.counters.tool_runs += 1
+        self._tally.tool_run()
         stored = None
         try:
             output: RunToolOutput = await workflow.execute_activity(
@@ -123,11 +110,8 @@ class ToolRunner:
                     evaluated_at=workflow.now() if rule else None,
                     subagent=self._start.subagent.name if self._start.subagent else None,
                 ),
-                start_to_close_timeout=TOOL_ACTIVITY.start_to_close,
-                heartbeat_timeout=TOOL_ACTIVITY.heartbeat,
-                retry_policy=TOOL_ACTIVITY.retry,
                 result_type=RunToolOutput,
-                summary=call_summary(call.name, args),
+                **TOOL_ACTIVITY.options(summary=call_summary(call.name, args)),
             )
             result, stored = output.result, output.stored
         except ActivityError as err:

@@ -34,9 +34,7 @@ class ModelFailover:
     """The conversation's model choice, its moves, and what the turn says of them."""
 
     def __init__(self, state: ConversationState, ledger: Ledger, events: EventLog) -> None:
-        self._state = state
-        self._ledger = ledger
-        self._events = events
+        self._state, self._ledger, self._events = state, ledger, events
         self._notices: list[str] = []
 
     def begin_turn(self) -> None:

@@ -98,3 +98,7 @@ class FrontEnd:
             result = error_result(ErrorType.NOT_RUN, NO_RESULT.format(name=call.name))
             self._ledger.answer(call, result, "failed", {"client_tool": True})
         self._state.client_calls = []
+
+    def forget(self) -> None:
+        """A rewind cut away the messages that made the waiting calls: none is owed."""
+        self._state.client_calls = []

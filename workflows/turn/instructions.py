@@ -47,9 +47,7 @@ from parley.workflows.record.publishing import publish_status
 
 class Instructions:
     def __init__(self, state: ConversationState, start: ConversationStart, ledger: Ledger):
-        self._state = state
-        self._start = start
-        self._ledger = ledger
+        self._state, self._start, self._ledger = state, start, ledger
         #: Whether this run has taken the worker's answer (once per run).
         self._taken = False
 

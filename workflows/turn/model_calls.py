@@ -20,7 +20,6 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from parley.config.settings import MODEL_ACTIVITY
     from parley.contracts import (
         CALL_MODEL,
         COMPACT_CONTEXT,
@@ -30,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         ContextRef,
         Usage,
     )
+    from parley.contracts.activity_config import MODEL_ACTIVITY, model_summary
     from parley.contracts.errors import ErrorType
     from parley.contracts.instructions import system_text
     from parley.workflows.record.events import EventLog
@@ -127,10 +127,8 @@ class ModelCaller:
         return await workflow.execute_activity(
             CALL_MODEL,
             request,
-            start_to_close_timeout=MODEL_ACTIVITY.start_to_close,
-            heartbeat_timeout=MODEL_ACTIVITY.heartbeat,
-            retry_policy=MODEL_ACTIVITY.retry,
             result_type=CallModelOutput,
+            **MODEL_ACTIVITY.options(summary=model_summary(request.model, request.subagent)),
         )
 
     async def _compact(self, request: CompactContextInput) -> ContextRef:
@@ -139,10 +137,8 @@ class ModelCaller:
                 context: ContextRef = await workflow.execute_activity(
                     COMPACT_CONTEXT,
                     request.model_copy(update={"model": self._model}),
-                    start_to_close_timeout=MODEL_ACTIVITY.start_to_close,
-                    heartbeat_timeout=MODEL_ACTIVITY.heartbeat,
-                    retry_policy=MODEL_ACTIVITY.retry,
                     result_type=ContextRef,
+                    **MODEL_ACTIVITY.options(summary=model_summary(self._model, compact=True)),
                 )
                 break
             except ActivityError as err:

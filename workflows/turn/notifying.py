@@ -10,37 +10,27 @@ audited (``notified``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
-from parley.config.settings import NOTIFY_ACTIVITY
 from parley.contracts import (
     NOTIFY,
-    ConversationStart,
-    ConversationState,
     NotifyInput,
     PendingCall,
-    ToolCatalogue,
 )
+from parley.contracts.activity_config import NOTIFY_ACTIVITY
+from parley.workflows.context import View
 from parley.workflows.record.ledger import Ledger
 from parley.workflows.rules.awaiting import approvers
 
 
 class Notifier:
-    def __init__(
-        self,
-        state: ConversationState,
-        start: ConversationStart,
-        ledger: Ledger,
-        catalogue: Callable[[], ToolCatalogue],
-    ) -> None:
-        self._state = state
-        self._start = start
-        self._ledger = ledger
-        self._catalogue = catalogue
+    """Tells the worker's webhook; audits, through ``ledger``, what came of it."""
+
+    def __init__(self, view: View, ledger: Ledger) -> None:
+        self._view, self._state, self._ledger = view, view.state, ledger
         #: ``notify`` calls in flight: the run waits for them before continue-as-new.
         self.in_flight: set[asyncio.Task[None]] = set()
 
@@ -52,7 +42,7 @@ class Notifier:
     def announce(self, run_id: str) -> None:
         """Tell the worker's webhook (if it has one) that calls wait for a decision. A
         subagent's calls are announced by its parent, where they are decided."""
-        if not self._catalogue().notifications or self._start.subagent is not None:
+        if not self._view.catalogue().notifications or self._view.start.subagent is not None:
             return
         self._in_background(
             NotifyInput(
@@ -74,7 +64,7 @@ class Notifier:
             by_person.setdefault(call.on_timeout.escalate_to, []).append(call)
         for person, escalated in by_person.items():
             ids = "-".join(c.tool_call_id for c in escalated)
-            if not self._catalogue().notifications:
+            if not self._view.catalogue().notifications:
                 self._ledger.audit(
                     "notified",
                     "worker",
@@ -109,8 +99,7 @@ class Notifier:
             await workflow.execute_activity(
                 NOTIFY,
                 request,
-                start_to_close_timeout=NOTIFY_ACTIVITY.start_to_close,
-                retry_policy=NOTIFY_ACTIVITY.retry,
+                **NOTIFY_ACTIVITY.options(summary=f"notify {len(request.pending)} pending call(s)"),
             )
         except ActivityError as err:
             cause = err.cause

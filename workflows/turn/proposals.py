@@ -10,35 +10,23 @@ all are sorted), or added to the pending calls to wait for a decision.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from langchain_core.messages import AIMessage
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from parley.contracts import PREVIEW_ARGS_CHARS, ToolCall, args_hash
     from parley.contracts.errors import ErrorType
-    from parley.workflows.record.events import EventLog
-    from parley.workflows.record.ledger import Ledger, error_result
-    from parley.workflows.rules.triage import Proposal, Refuse, Run, invalid_call_refusal, triage
+    from parley.workflows.context import Records, View
+    from parley.workflows.record.ledger import error_result
+    from parley.workflows.rules.triage import Refuse, Run, invalid_call_refusal, triage
     from parley.workflows.turn.execution import ToolRunner, TurnFailed
     from parley.workflows.turn.front_end import FrontEnd
 
 
 class Proposals:
-    def __init__(
-        self,
-        ledger: Ledger,
-        events: EventLog,
-        tools: ToolRunner,
-        front_end: FrontEnd,
-        proposal: Callable[[], Proposal],
-    ) -> None:
-        self._ledger = ledger
-        self._events = events
-        self._tools = tools
-        self._front_end = front_end
-        self._proposal = proposal
+    def __init__(self, view: View, records: Records, tools: ToolRunner, front: FrontEnd) -> None:
+        self._ledger, self._pending, self._events = records.ledger, records.pending, records.events
+        self._tools, self._front_end, self._proposal = tools, front, view.proposal
 
     async def handle(self, ai: AIMessage) -> None:
         """Sort each proposed call (canonical arguments): refused, run now, pending, or
@@ -69,7 +57,7 @@ class Proposals:
             elif isinstance(verdict, Run):
                 to_run.append((call, verdict))
             else:
-                self._ledger.pending.add(verdict.call)
+                self._pending.add(verdict.call)
         try:
             for call, run in to_run:
                 remembered = run.remembered

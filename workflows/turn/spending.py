@@ -15,7 +15,6 @@ Only approve and reject fit it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -23,30 +22,19 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from parley.contracts import (
         SPEND_CALL,
-        ConversationStart,
-        ConversationState,
         Decision,
         PendingCall,
-        ToolCatalogue,
         args_hash,
     )
-    from parley.workflows.record.ledger import Ledger
+    from parley.workflows.context import Records, View
 
 
 class SpendGate:
     """The one owner of the spending mark (``ConversationState.spend_mark``)."""
 
-    def __init__(
-        self,
-        state: ConversationState,
-        start: ConversationStart,
-        ledger: Ledger,
-        catalogue: Callable[[], ToolCatalogue],
-    ) -> None:
-        self._state = state
-        self._start = start
-        self._ledger = ledger
-        self._catalogue = catalogue
+    def __init__(self, view: View, records: Records) -> None:
+        self._state, self._start, self._catalogue = view.state, view.start, view.catalogue
+        self._ledger, self._pending, self._events = records.ledger, records.pending, records.events
         #: Set when this turn's spending call was rejected or expired: the turn's reply.
         self.declined: str | None = None
 
@@ -77,7 +65,7 @@ class SpendGate:
             expires_at=workflow.now() + timedelta(seconds=self._start.pending_expiry_seconds),
         )
         self._ledger.audit("proposed", "parley", call.tool_call_id, SPEND_CALL, dict(args))
-        self._ledger.pending.add(call)
+        self._pending.add(call)
         return True
 
     def decide(self, call: PendingCall, decision: Decision, decided_by: str) -> None:
@@ -121,5 +109,5 @@ class SpendGate:
         the assistant's text), once; None otherwise."""
         declined, self.declined = self.declined, None
         if declined is not None:
-            self._ledger.events.text_message(f"parley-spend-{self._state.runs}", declined)
+            self._events.text_message(f"parley-spend-{self._state.runs}", declined)
         return declined

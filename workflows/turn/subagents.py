@@ -1,18 +1,21 @@
 """Subagents: a call to one of the catalogue's subagents starts a child conversation (a
 child ``ConversationWorkflow``) with the task, and the turn waits until it comes to
-rest. Workflow side (deterministic; the child and its signals are addressed by typed
-references to ``ConversationWorkflow``).
+rest. Workflow side (deterministic; the child and its signals are addressed by name,
+``CONVERSATION_WORKFLOW``, ``DECIDE_SIGNAL`` and ``SUBAGENT_REPORT_SIGNAL``, with the
+child's result type given: the commands are those a typed reference makes, and this
+module need not import the workflow that runs it).
 
 The child's calls that wait for a decision join this conversation's pending list
 (marked with the subagent); a decision on them is passed on to the child
 (``decide_signal``), which runs them through its own gate and reports again
 (``subagent_report``). The child's reply, when it ends, answers the call that started
-it. In a child, :meth:`Subagents.report_to_parent` sends those reports.
+it. In a child, :meth:`Subagents.report_to_parent` sends those reports. ``Subagents`` is
+the one writer of ``ConversationState.delegations``: a report that arrives by signal
+comes in through :meth:`Subagents.receive`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from langchain_core.messages import ToolMessage
@@ -22,7 +25,6 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from parley.contracts import (
     ConversationSnapshot,
     ConversationStart,
-    ConversationState,
     DecideInput,
     Decision,
     Delegation,
@@ -30,7 +32,6 @@ from parley.contracts import (
     SubagentReport,
     SubagentTask,
     ToolCall,
-    ToolCatalogue,
     ToolResult,
     TurnToolResult,
     Usage,
@@ -38,25 +39,19 @@ from parley.contracts import (
     workflow_id_for,
 )
 from parley.contracts.errors import ErrorType
+from parley.contracts.names import CONVERSATION_WORKFLOW, DECIDE_SIGNAL, SUBAGENT_REPORT_SIGNAL
+from parley.workflows.context import Records, View
 from parley.workflows.record import metrics
-from parley.workflows.record.ledger import Ledger, error_result
+from parley.workflows.record.ledger import error_result
 
 
 class Subagents:
     """The subagents at work for one conversation (``state.delegations.active``) and, in a
     subagent's own conversation, its reports to the parent."""
 
-    def __init__(
-        self,
-        state: ConversationState,
-        start: ConversationStart,
-        ledger: Ledger,
-        catalogue: Callable[[], ToolCatalogue],
-    ) -> None:
-        self._state = state
-        self._start = start
-        self._ledger = ledger
-        self._catalogue = catalogue
+    def __init__(self, view: View, records: Records) -> None:
+        self._state, self._start, self._catalogue = view.state, view.start, view.catalogue
+        self._ledger, self._pending, self._tally = records.ledger, records.pending, records.tally
         #: The child workflows of ``state.delegations.active``, by the call that started each.
         self._children: dict[str, workflow.ChildWorkflowHandle[Any, ConversationSnapshot]] = {}
 
@@ -67,8 +62,7 @@ class Subagents:
         state = self._state
         spec = self._catalogue().subagent(call.name)
         assert spec is not None
-        state.counters.subagents += 1
-        session = subagent_session_id(state.session_id, spec.name, state.counters.subagents)
+        session = subagent_session_id(state.session_id, spec.name, self._tally.subagent())
         task = SubagentTask(
             name=spec.name,
             task=str(args.get("task", "")),
@@ -78,11 +72,10 @@ class Subagents:
             spent_before=state.tree_usage().total_tokens + self._spent_before(),
             spend_mark=state.spend_mark or self._inherited_mark(),
         )
-        from parley.workflows.conversation import ConversationWorkflow  # a cycle otherwise
-
         try:
+            handle: workflow.ChildWorkflowHandle[Any, ConversationSnapshot]
             handle = await workflow.start_child_workflow(
-                ConversationWorkflow.run,
+                CONVERSATION_WORKFLOW,
                 ConversationStart(
                     session_id=session,
                     user_id=state.user_id,
@@ -121,15 +114,13 @@ class Subagents:
         the parent's), then wait until each has come to rest again. Returns why, by the call that
         started it, each subagent that refused its decisions did so (nothing of them
         was applied there)."""
-        from parley.workflows.conversation import ConversationWorkflow  # a cycle otherwise
-
         for tool_call_id, given in decisions.items():
             handle = self._children.get(tool_call_id)
             if handle is None or handle.done():
                 continue  # it ended: its end is applied below
             try:
                 await handle.signal(
-                    ConversationWorkflow.decide_signal,
+                    DECIDE_SIGNAL,
                     DecideInput(decisions=given, decided_by=decided_by, groups=groups),
                 )
             except Exception as err:  # it ended meanwhile: its end is applied below
@@ -142,6 +133,12 @@ class Subagents:
         }
         self.apply_news()
         return refused
+
+    def receive(self, report: SubagentReport) -> None:
+        """A subagent's report (the ``subagent_report`` signal): kept until applied; one
+        from a subagent no longer at work is dropped (its end has been applied)."""
+        if self._delegation(report.tool_call_id) is not None:
+            self._state.delegations.reports.append(report)
 
     async def _wait_for_subagents(self, tool_call_ids: list[str]) -> None:
         await workflow.wait_condition(lambda: all(self._news_from(i) for i in tool_call_ids))
@@ -182,11 +179,11 @@ class Subagents:
             )
             if report.usage is not None:
                 delegation.usage = report.usage
-            self._ledger.pending.replace_for_subagent(
+            self._pending.replace_for_subagent(
                 delegation.tool_call_id,
                 [c.model_copy(update={"subagent": ref}) for c in report.pending],
             )
-            state.turn_results += report.results
+            self._ledger.add_results(report.results)
         for delegation in list(state.delegations.active):
             handle = self._children.get(delegation.tool_call_id)
             if handle is None or handle.done():
@@ -202,7 +199,7 @@ class Subagents:
         state = self._state
         state.delegations.active.remove(delegation)
         self._children.pop(delegation.tool_call_id, None)
-        self._ledger.pending.remove(self._ledger.pending.of_subagent(delegation.tool_call_id))
+        self._pending.remove(self._pending.of_subagent(delegation.tool_call_id))
         why = "its conversation is gone"
         snapshot: ConversationSnapshot | None = None
         if handle is not None:
@@ -214,7 +211,7 @@ class Subagents:
         self._count_ended(snapshot.usage if snapshot is not None else delegation.usage)
         last = snapshot.last_turn if snapshot else None
         if last is not None:
-            state.turn_results += last.results
+            self._ledger.add_results(last.results)
         call = ToolCall(tool_call_id=delegation.tool_call_id, name=delegation.name)
         if last is not None and last.status == "completed":
             content = last.reply or f"(subagent {delegation.name} finished without a word)"
@@ -260,7 +257,7 @@ class Subagents:
             self._count_ended(delegation.usage)  # as it last reported
         state.delegations.active = []
         state.delegations.reports = []
-        self._ledger.pending.remove_subagents()
+        self._pending.remove_subagents()
 
     async def report_to_parent(
         self, results: list[TurnToolResult] | None = None, refused: str | None = None
@@ -272,8 +269,6 @@ class Subagents:
         task = self._start.subagent
         assert task is not None
         state.delegations.reports_sent += 1
-        from parley.workflows.conversation import ConversationWorkflow  # a cycle otherwise
-
         report = SubagentReport(
             tool_call_id=task.tool_call_id,
             sequence=state.delegations.reports_sent,
@@ -284,7 +279,7 @@ class Subagents:
         )
         try:
             await workflow.get_external_workflow_handle(task.parent_workflow_id).signal(
-                ConversationWorkflow.subagent_report, report
+                SUBAGENT_REPORT_SIGNAL, report
             )
         except Exception as err:
             workflow.logger.info("could not report to the parent conversation: %s", err)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from langchain_core.messages import AIMessage
 from temporalio import workflow
@@ -25,32 +26,29 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from parley.contracts import (
     CallModelInput,
-    ConversationStart,
-    ConversationState,
     DecideInput,
     PendingCall,
     ToolCall,
-    ToolCatalogue,
     TurnResult,
     Usage,
     text_of,
 )
 from parley.contracts.errors import ErrorType
+from parley.workflows.context import Records, View
 from parley.workflows.record import metrics
-from parley.workflows.record.events import EventLog
-from parley.workflows.record.ledger import Ledger
 from parley.workflows.record.publishing import set_status
 from parley.workflows.rules.gate import run_id_for
-from parley.workflows.rules.triage import Proposal, Verdict
+from parley.workflows.rules.triage import Verdict
 from parley.workflows.turn.busy import Busy
 from parley.workflows.turn.decisions import Decisions
-from parley.workflows.turn.execution import ToolRunner, TurnFailed
+from parley.workflows.turn.execution import TurnFailed
 from parley.workflows.turn.failover import ModelFailover
 from parley.workflows.turn.front_end import ClientRequest, FrontEnd
 from parley.workflows.turn.instructions import Instructions
 from parley.workflows.turn.model_calls import ModelCaller
 from parley.workflows.turn.notifying import Notifier
 from parley.workflows.turn.proposals import Proposals
+from parley.workflows.turn.spending import SpendGate
 from parley.workflows.turn.streaming import ReplyStream
 from parley.workflows.turn.subagents import Subagents
 from parley.workflows.turn.usage import UsageMeter
@@ -60,34 +58,32 @@ from parley.workflows.turn.usage import UsageMeter
 PARTIAL_DECISIONS_KEEP_NOTICES = "partial-decisions-keep-notices"
 
 
+@dataclass(frozen=True)
+class TurnJobs:
+    """The jobs a turn runs through, each built once by ``ConversationWorkflow``."""
+
+    front_end: FrontEnd
+    busy: Busy
+    usage: UsageMeter
+    failover: ModelFailover
+    model: ModelCaller
+    stream: ReplyStream
+    instructions: Instructions
+    notifier: Notifier
+    subagents: Subagents
+    spend: SpendGate
+    decisions: Decisions
+    proposals: Proposals
+
+
 class TurnEngine:
-    def __init__(
-        self,
-        state: ConversationState,
-        start: ConversationStart,
-        ledger: Ledger,
-        events: EventLog,
-        stream: ReplyStream,
-    ) -> None:
-        self._state = state
-        self._start = start
-        self._ledger = ledger
-        self._events = events
-        self._stream = stream
-        self.front_end = FrontEnd(state, ledger)
-        self.busy = Busy(state, ledger, events, stream, self.front_end)
-        self._usage = UsageMeter(state, events)
-        self._failover = ModelFailover(state, ledger, events)
-        self._model = ModelCaller(ledger, events, self._usage, self._failover)
-        self._instructions = Instructions(state, start, ledger)  # the system message
-        self.notifier = Notifier(state, start, ledger, self._catalogue)
-        self.subagents = Subagents(state, start, ledger, self._catalogue)
-        self._tools = ToolRunner(state, start, ledger, self.subagents, self._catalogue)
-        self._decisions = Decisions(
-            state, start, ledger, self.subagents, self._catalogue, self._proposal, self._tools
-        )
-        self._spend = self._decisions.spend
-        self._proposals = Proposals(ledger, events, self._tools, self.front_end, self._proposal)
+    """The one writer of ``ConversationState.tools`` (the worker's catalogue as of the
+    latest model call) and of the turn's running flag; the rest it reads, or changes
+    through its writer (``Records``, the jobs)."""
+
+    def __init__(self, view: View, records: Records, jobs: TurnJobs) -> None:
+        self._view, self._state, self._start = view, view.state, view.start
+        self._records, self._ledger, self._jobs = records, records.ledger, jobs
 
     async def run(
         self,
@@ -105,42 +101,44 @@ class TurnEngine:
         has started."""
         state = self._state
         with self._turn():
-            edits = await self._decisions.review_edits(decisions) if decisions is not None else {}
+            edits = (
+                await self._jobs.decisions.review_edits(decisions) if decisions is not None else {}
+            )
             state.runs += 1
             client = client or decisions
             run_id = run_id_for(state, client.run_id if client else None)
-            self.front_end.begin_turn(client)
-            state.turn_results = []
-            self._usage.begin_turn()
-            self._failover.begin_turn()
+            self._jobs.front_end.begin_turn(client)
+            self._ledger.begin_turn()
+            self._jobs.usage.begin_turn()
+            self._jobs.failover.begin_turn()
             pending_before = {call.tool_call_id for call in state.pending}
             if expired or (decisions is not None and self._answers_every_call(decisions)):
-                self.notifier.cancel_all()  # the calls it announced are being answered
-            self._events.run_started(run_id)
+                self._jobs.notifier.cancel_all()  # the calls it announced are being answered
+            self._records.events.run_started(run_id)
             if opening is not None:
                 opening()
             set_status(state, "running")
             result = await self._rest(decisions, edits, expired or [], subagent_news)
-        result.usage = self._usage.turn
-        result.notice = self._failover.notice
+        result.usage = self._jobs.usage.turn
+        result.notice = self._jobs.failover.notice
         if result.status != "failed":  # a failed run announced it before its RUN_ERROR
-            self._usage.announce()
+            self._jobs.usage.announce()
         if result.status == "awaiting_approval":
-            self._events.run_finished(run_id, state.pending, self._catalogue())
+            self._records.events.run_finished(run_id, state.pending, self._view.catalogue())
             set_status(state, "awaiting_approval")
             if new_pending := {c.tool_call_id for c in state.pending} - pending_before:
                 metrics.approvals_requested(len(new_pending))
-                self.notifier.announce(run_id)
+                self._jobs.notifier.announce(run_id)
         elif result.status == "completed":
-            self._events.run_finished(run_id, [], self._catalogue())
+            self._records.events.run_finished(run_id, [], self._view.catalogue())
             set_status(state, "idle")
         else:
             set_status(state, "failed")
-        state.last_turn = result
-        self.busy.answered(result)
+        self._ledger.rest(result)
+        self._jobs.busy.answered(result)
         self._ledger.trim()
         if self._start.subagent is not None and result.status == "awaiting_approval":
-            await self.subagents.report_to_parent(result.results)
+            await self._jobs.subagents.report_to_parent(result.results)
         return result
 
     def _answers_every_call(self, decisions: DecideInput) -> bool:
@@ -172,42 +170,35 @@ class TurnEngine:
         failure fails the turn closed (nothing else runs, subagents are stopped)."""
         try:
             if decisions is not None:
-                await self._decisions.apply(decisions, edits)
+                await self._jobs.decisions.apply(decisions, edits)
             for call in expired:
-                if not self._spend.expired(call):
+                if not self._jobs.spend.expired(call):
                     self._ledger.answer_timed_out(call, self._start.pending_expiry_seconds)
             if subagent_news:
-                self.subagents.apply_news()
+                self._jobs.subagents.apply_news()
             if self._state.pending:
                 return self._ledger.turn_result("awaiting_approval")
-            if self.front_end.waiting:  # the client's results come with its next run
+            if self._jobs.front_end.waiting:  # the client's results come with its next run
                 return self._ledger.turn_result("completed")
-            if declined := self._spend.take_declined():
+            if declined := self._jobs.spend.take_declined():
                 return self._ledger.turn_result("completed", reply=declined)
             return await self._model_loop(check_catalogue=decisions is None)
         except TurnFailed as failure:
-            self.subagents.stop("the turn that started it failed")
+            self._jobs.subagents.stop("the turn that started it failed")
             return self._fail(failure)
         except Exception as err:  # a bug must not leave the turn "running" for ever
             workflow.logger.exception("turn failed unexpectedly")
-            self._ledger.pending.abandon()
-            self.subagents.stop("the turn that started it failed")
+            self._records.pending.abandon()
+            self._jobs.subagents.stop("the turn that started it failed")
             return self._fail(
                 TurnFailed(f"internal error: {type(err).__name__}: {err}", "InternalError")
             )
 
     def _fail(self, failure: TurnFailed) -> TurnResult:
-        self._usage.announce()
-        self._events.run_error(failure.message, failure.code)
+        self._jobs.usage.announce()
+        self._records.events.run_error(failure.message, failure.code)
         self._ledger.audit("turn_failed", "parley", detail={"error": failure.message})
         return self._ledger.turn_result("failed", error=failure.message)
-
-    def _catalogue(self) -> ToolCatalogue:
-        """The worker's tools; in a subagent's conversation, only those it may use."""
-        catalogue = self._state.tools or ToolCatalogue(tools=[])
-        if self._start.subagent is not None:
-            return catalogue.for_subagent(self._start.subagent.name)
-        return catalogue
 
     # --- the model ----------------------------------------------------------------------
 
@@ -216,15 +207,17 @@ class TurnEngine:
         decision. A turn that a message starts checks the worker's tool catalogue on its
         first call (a deploy in between is seen at the next message)."""
         for call_number in range(self._start.max_model_calls_per_turn):
-            if self._spend.must_ask():
+            if self._jobs.spend.must_ask():
                 return self._ledger.turn_result("awaiting_approval")
-            ai = await self.busy.call_model(self._call_model, check_catalogue and not call_number)
+            ai = await self._jobs.busy.call_model(
+                self._call_model, check_catalogue and not call_number
+            )
             if not ai.tool_calls and not ai.invalid_tool_calls:
                 return self._ledger.turn_result("completed", reply=text_of(ai))
-            await self._proposals.handle(ai)
+            await self._jobs.proposals.handle(ai)
             if self._state.pending:
                 return self._ledger.turn_result("awaiting_approval", reply=text_of(ai) or None)
-            if self.front_end.waiting:
+            if self._jobs.front_end.waiting:
                 return self._ledger.turn_result("completed", reply=text_of(ai) or None)
         raise TurnFailed(
             f"the model was called {self._start.max_model_calls_per_turn} times in this "
@@ -239,50 +232,37 @@ class TurnEngine:
         ``check_catalogue`` the worker sends its tool catalogue if the workflow's is not
         the same (or there is none yet)."""
         state = self._state
-        state.counters.model_calls += 1
-        stored = state.transcript.model_context.length if state.transcript.model_context else 0
-        new_messages = state.transcript.messages[stored - state.transcript.offset :]
+        self._records.tally.model_call()
+        new_messages = self._records.transcript.unsent()
         known = (state.tools.version if state.tools else "") if check_catalogue else None
-        self._stream.begin()
+        self._jobs.stream.begin()
         try:
-            output = await self._model.call(
+            output = await self._jobs.model.call(
                 CallModelInput(
                     context=state.transcript.model_context,
                     new_messages=new_messages,
                     catalogue_version=known,
                     subagent=self._start.subagent.name if self._start.subagent else None,
-                    client_context=self.front_end.context,
-                    client_tools=[] if self._start.subagent else self.front_end.offered,
+                    client_context=self._jobs.front_end.context,
+                    client_tools=[] if self._start.subagent else self._jobs.front_end.offered,
                     rewinds=state.counters.rewinds,
-                    **self._instructions.call_fields(),
+                    **self._jobs.instructions.call_fields(),
                 )
             )
         except ActivityError as err:
-            self._stream.fail()
+            self._jobs.stream.fail()
             cause = err.cause
             if (billed := Usage.of_failure(cause)) is not None:
-                self._usage.add_usage(billed)
+                self._jobs.usage.add_usage(billed)
             message = cause.message if isinstance(cause, ApplicationError) else str(cause)
             code = (cause.type if isinstance(cause, ApplicationError) else None) or "model"
             raise TurnFailed(f"the model call failed: {message}", code) from err
         ai = output.message
         assert ai is not None  # ModelCaller returns replies only
-        self._instructions.take(output.instructions)
-        self._usage.add_usage(Usage.of_call(ai).under(output.model))  # per model, if several
+        self._jobs.instructions.take(output.instructions)
+        self._jobs.usage.add_usage(Usage.of_call(ai).under(output.model))  # per model, if several
         if output.catalogue is not None:
             state.tools = output.catalogue
-        state.transcript.messages.append(ai)
-        state.transcript.model_context = output.context
-        self._stream.finish(ai, ai.id or f"msg-{state.transcript.length}")
+        self._records.transcript.add_reply(ai, output.context)
+        self._jobs.stream.finish(ai, ai.id or f"msg-{state.transcript.length}")
         return ai
-
-    def _proposal(self, catalogue: ToolCatalogue | None = None) -> Proposal:
-        """What ``triage`` judges a call by, now."""
-        return Proposal(
-            catalogue=catalogue or self._catalogue(),
-            remembered=self._state.remembered,
-            now=workflow.now(),
-            expiry_seconds=self._start.pending_expiry_seconds,
-            owner=self._state.user_id,
-            reviewers=self._state.reviewers,
-        )
