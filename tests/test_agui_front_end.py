@@ -1,6 +1,6 @@
-"""AG-UI for a CopilotKit front end (issue 23, point 1), with the official
-``@ag-ui/client`` HttpAgent (tests/js, pinned, ``npm ci``) against the real gateway, a
-real worker and the dev server:
+"""End to end: AG-UI for a CopilotKit front end, with the official ``@ag-ui/client``
+HttpAgent (tests/js, pinned, ``npm ci``) against the real gateway, a real worker and the
+dev server:
 
 - a page reloaded while a call waits gets the thread's messages and the open interrupt
   back (a run with no messages: ``MESSAGES_SNAPSHOT`` and ``RUN_FINISHED`` with the
@@ -18,20 +18,14 @@ real worker and the dev server:
 from __future__ import annotations
 
 import httpx
-import pytest
 
 from parley.activities.models.scripted import ScriptedChatModel
 from tests.support import OFFERED, RUNS, ByConversation, call, registry, runs_of, script
-from tests.support.agui_client import install_agui_client, run_agui_session
+from tests.support.agui_client import run_agui_session
 from tests.support.gateway import ALICE_TOKEN, auth, serve_gateway
 from tests.support.transcripts import new_session
 
 ALICE = auth(ALICE_TOKEN)
-
-
-@pytest.fixture(scope="module")
-def agui_client() -> None:
-    install_agui_client()
 
 
 async def stored_run_ids(conversations, sid: str) -> list[str]:

@@ -1,7 +1,7 @@
-"""``anthropic:`` models (issue 35, point 2): the real ``langchain-anthropic`` client (and
-the ``anthropic`` SDK under it) against ``FakeAnthropic``, a server on 127.0.0.1
-speaking the Messages API with its SSE events, through Parley's real activity and
-worker on the real Temporal dev server.
+"""``anthropic:`` models: the real ``langchain-anthropic`` client (and the ``anthropic``
+SDK under it) against ``FakeAnthropic``, a server on 127.0.0.1 speaking the Messages API
+with its SSE events, through Parley's real activity and worker on the real Temporal dev
+server.
 
 What must hold: text streams as it is written and tool calls come whole, through the
 gate; usage is what the server reported, cache reads and writes included; the system

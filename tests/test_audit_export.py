@@ -1,9 +1,8 @@
-"""Exportable audit (issue 23, point 7): ``parley audit --session S --format jsonl`` (the
-real console script) and ``GET /v1/conversations/{id}/audit`` export every entry, each
-decision with its call, argument hash, decider, channel and time, chained by hash in the
-workflow; ``parley audit --verify`` finds an altered, a removed, an added line and a
-rewritten chain, and names the line. Against a real dev server, worker and gateway.
-"""
+"""Exportable audit: ``parley audit --session S --format jsonl`` (the real console
+script) and ``GET /v1/conversations/{id}/audit`` export every entry, each decision with
+its call, argument hash, decider, channel and time, chained by hash in the workflow;
+``parley audit --verify`` finds an altered, a removed, an added line and a rewritten
+chain, and names the line. Against a real dev server, worker and gateway."""
 
 from __future__ import annotations
 
@@ -117,7 +116,7 @@ async def test_the_export_matches_the_audit_log_and_verify_names_what_changed(
 async def test_an_export_cut_short_with_its_header_rewritten_does_not_verify_live(
     parley_worker, tmp_path: Path
 ) -> None:
-    """Issue 32, point 5: the last 2 entries (alice's approval among them) cut off and
+    """The last 2 entries (alice's approval among them) cut off and
     the header's count and head rewritten to match: offline it holds (and says what
     only the conversation can tell); against the conversation it is refused, naming
     where each ends and the entries the export lacks."""

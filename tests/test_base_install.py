@@ -1,10 +1,10 @@
-"""A smaller start (issue 34, point 9): the quick start installs the base dependencies
-only (``pip install -e .``), and ``[dev]`` keeps the test tooling. This holds the
-promise without a second install: every module of the distribution (what ``parley
-dev``, the worker, the gateway and the CLI load) is imported in a fresh interpreter, and
-each third-party module it loaded must come from a distribution that the base
-dependencies in ``pyproject.toml`` bring in (with their own dependencies, extras as
-asked, markers evaluated). None of the test tooling may be among them."""
+"""A smaller start: the quick start installs the base dependencies only (``pip install
+-e .``), and ``[dev]`` keeps the test tooling. This holds the promise without a second
+install: every module of the distribution (what ``parley dev``, the worker, the gateway
+and the CLI load) is imported in a fresh interpreter, and each third-party module it
+loaded must come from a distribution that the base dependencies in ``pyproject.toml``
+bring in (with their own dependencies, extras as asked, markers evaluated). None of the
+test tooling may be among them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Canonical once (issue 19, point 1): a policy sees exactly what will run.
+"""Canonical once: a policy sees exactly what will run.
 
 Hypothesis draws variants of gated calls (whitespace, case, full-width and other NFKC
 forms, look-alike letters, ``refs/heads/`` prefixes, doubled prefixes) of the real git
@@ -6,7 +6,8 @@ and plans toolsets, against a real dev server, a real worker, real git repositor
 the real plans service. Whatever the model writes, no variant that acts on a gated
 target runs without a decision (checked on the remotes, the worktrees and the plans
 service, not on what Parley reports), and the audit's argument hash is the hash of
-the arguments the tool ran with. The three reproductions of the issue are examples.
+the arguments the tool ran with. The three variants once reported as getting past the
+gate are examples.
 """
 
 from __future__ import annotations
@@ -258,7 +259,7 @@ def prepare_of(kind: str) -> tuple[str, dict]:
     derandomize=os.environ.get("PARLEY_CANONICAL_SEED") is None,
 )
 @given(variant=VARIANTS)
-# The issue's three reproductions, and one of each other kind.
+# The three variants once reported as getting past the gate, and one of each other kind.
 @example(variant=push_of(" feat/release-x"))
 @example(variant=push_of("feat/plain-y", alias="api "))
 @example(variant=prepare_of("FIX"))

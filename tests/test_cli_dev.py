@@ -1,7 +1,8 @@
-"""`parley dev` as a user runs it: a subprocess with the embedded dev server, UI and the
-offline model; then scripted conversations through `parley send` / `parley approve`,
-`parley tools` beside it, and what it logs. What the commands print on a terminal
-(`chat`, `show`, `respond`) is test_cli_terminal; the dev server is tests.support.dev."""
+"""End to end: `parley dev` as a user runs it: a subprocess with the embedded dev
+server, UI and the offline model; then scripted conversations through `parley send` /
+`parley approve`, `parley tools` beside it, and what it logs. What the commands print on
+a terminal (`chat`, `show`, `respond`) is test_cli_terminal; the dev server is
+tests.support.dev."""
 
 from __future__ import annotations
 
@@ -17,22 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.dev import (
-    DEV_OUTPUTS,
-    PARLEY,
-    assert_one_line_error,
-    parley,
-    parley_all,
-    running_dev_server,
-    without_paths,
-)
+from tests.support.cli import assert_one_line_error, parley
+from tests.support.dev import DEV_OUTPUTS, parley_all, without_paths
 from tests.support.ports import free_port
-
-
-@pytest.fixture(scope="module")
-def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    with running_dev_server(tmp_path_factory.mktemp("parley-dev")) as server:
-        yield server
+from tests.support.processes import PARLEY
 
 
 def test_dev_runs_a_scripted_conversation_with_send_and_approve(dev_server) -> None:
@@ -106,7 +95,7 @@ def test_cli_refuses_bad_input_with_one_line(dev_server) -> None:
 
 def test_tools_works_beside_dev_with_no_variables_set(dev_server) -> None:
     """`parley tools` in a second shell shows the tools of `parley dev`'s worker, as the
-    other commands talk to it: with only the address (issue 19, point 9)."""
+    other commands talk to it: with only the address."""
     env = without_paths(dev_server)
     for name in ("PARLEY_TOOLS", "PARLEY_GIT_PROJECTS", "PARLEY_PLANS_URL", "PARLEY_POLICIES"):
         assert name not in env
@@ -369,7 +358,7 @@ def test_a_second_dev_on_the_same_data_dir_is_refused(dev_server) -> None:
 
 def test_an_expected_tool_error_is_one_line_in_devs_log(dev_server) -> None:
     """Pushing a protected branch is refused with a ToolPermissionError the model reads:
-    `parley dev`'s console says so in one line, with no traceback (issue 19, point 9)."""
+    `parley dev`'s console says so in one line, with no traceback."""
     env = without_paths(dev_server)
     who = ["--session", "cli-protected", "--user", "kim"]
     output = DEV_OUTPUTS[dev_server["pid"]]

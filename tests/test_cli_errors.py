@@ -45,7 +45,7 @@ def test_worker_configuration_errors_are_one_plain_line(tmp_path: Path) -> None:
 
 def test_python_worker_py_reports_a_bad_configuration_as_parley_worker_does() -> None:
     """``python worker.py`` from a checkout is ``parley worker``: each bad configuration
-    is the same one line, not a traceback (issue 19, point 9)."""
+    is the same one line, not a traceback."""
     base = {**NOWHERE, "PARLEY_TOOLS": ""}
     for name in ("PARLEY_MODEL", "PARLEY_GIT_PROJECTS"):
         base.pop(name, None)

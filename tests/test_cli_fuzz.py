@@ -1,8 +1,8 @@
-"""Bad input at the CLI (issue 10): hypothesis draws commands with malformed session
+"""End to end: bad input at the CLI: hypothesis draws commands with malformed session
 and user ids, empty, odd and oversized texts, invalid or ill-typed ``--args`` JSON, and
 runs them through the real ``parley`` app (in-process, Typer's runner) against a real
-worker process and the session's dev server. Each answers with exit code 0, or 1 and
-one ``error:`` line (2 for a usage error Typer itself reports): never a traceback. A
+worker process and the session's dev server. Each answers with exit code 0, or 1 and one
+``error:`` line (2 for a usage error Typer itself reports): never a traceback. A
 conversation waiting throughout is approved afterwards as if nothing happened.
 
 ``PARLEY_CLI_FUZZ=N`` sets the number of commands (default 60).

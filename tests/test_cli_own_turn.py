@@ -1,7 +1,6 @@
-"""What a command prints while other turns run, and when things go away (issue 34,
-points 1, 2 and 8): real ``parley`` processes, on a pseudo-terminal where it matters,
-against a real worker whose model (``Trickle``) streams a word every 0.2 s until the
-test releases it.
+"""End to end: what a command prints while other turns run, and when things go away:
+real ``parley`` processes, on a pseudo-terminal where it matters, against a real worker
+whose model (``Trickle``) streams a word every 0.2 s until the test releases it.
 
 - A command prints only its own turn: a ``send`` refused while a turn streams prints
   nothing on stdout (it printed a fragment of the other turn, 5 times out of 5), and

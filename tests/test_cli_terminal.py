@@ -1,6 +1,6 @@
-"""What the CLI prints for a user, against a real `parley dev` (tests.support.dev):
-`chat` on a pseudo-terminal (approval prompts, respond, Ctrl-C), `show`'s whole
-messages and arguments at any width, and `respond`'s wording."""
+"""End to end: what the CLI prints for a user, against a real `parley dev`
+(tests.support.dev): `chat` on a pseudo-terminal (approval prompts, respond, Ctrl-C),
+`show`'s whole messages and arguments at any width, and `respond`'s wording."""
 
 from __future__ import annotations
 
@@ -10,19 +10,15 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.support.dev import PARLEY, parley, parley_all, running_dev_server, without_paths
+from tests.support.cli import parley
+from tests.support.dev import parley_all, without_paths
+from tests.support.processes import PARLEY
 from tests.support.terminal import Terminal
-
-
-@pytest.fixture(scope="module")
-def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    with running_dev_server(tmp_path_factory.mktemp("parley-dev")) as server:
-        yield server
 
 
 def test_respond_says_it_responded(dev_server) -> None:
     """``respond`` answers the call with the user's words: the CLI says "responded", in
-    the turn it prints and in ``show``'s transcript, never "rejected" (issue 19, point 9)."""
+    the turn it prints and in ``show``'s transcript, never "rejected"."""
     env = without_paths(dev_server)
     who = ["--session", "cli-respond", "--user", "jill"]
     proposed = parley(env, "send", *who, "prepare a feat branch respond-words in web")

@@ -1,4 +1,4 @@
-"""Closed means closed (issue 19, point 6): after `end --force` (terminate), `show`, the
+"""End to end: closed means closed: after `end --force` (terminate), `show`, the
 gateway's JSON and a decision all say the conversation has ended, and none offers its
 pending calls. Real dev server, real `parley worker` and `parley gateway` processes, the
 real CLI in a subprocess."""

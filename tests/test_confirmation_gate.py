@@ -1,4 +1,4 @@
-"""F1: a `confirm` tool runs only after a `decide` update names its tool_call_id."""
+"""A `confirm` tool runs only after a `decide` update names its tool_call_id."""
 
 from __future__ import annotations
 

@@ -1,17 +1,16 @@
-"""A bounded model context (issue 21, point 2): a long conversation with large tool
-results, against a provider (the real langchain-openai client and a local server
-speaking the OpenAI protocol) that refuses any request past its 32,000-token window.
+"""A bounded model context: a long conversation with large tool results, against a
+provider (the real langchain-openai client and a local server speaking the OpenAI
+protocol) that refuses any request past its 32,000-token window.
 
 The conversation is compacted by ``compact_context`` before it would pass the budget:
 the provider never refuses, the latest messages reach it whole, and every original
 message can still be read from the transcript. ``PARLEY_TEST_CONTEXT_TURNS`` sets the
-length (CI runs a short one; the issue's 1,000 turns ran with the same test).
+length (CI runs a short one; 1,000 turns have run with the same test).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
 from typing import Annotated
 
 import pytest
@@ -22,12 +21,11 @@ from parley.activities.compaction import SUMMARY_HEADING, SUMMARY_INSTRUCTIONS
 from parley.contracts import ToolContext
 from parley.tools import auto
 from tests.support import registry
-from tests.support.openai_env import openai_model, serving_openai
+from tests.support.openai_env import openai_model
 from tests.support.openai_fake import FakeOpenAI
 from tests.support.openai_script import RecordedRequest, ScriptedReply
 from tests.support.transcripts import new_session
 
-KEY = "sk-context-test-0000"
 WINDOW = 32_000
 TURNS = int(os.environ.get("PARLEY_TEST_CONTEXT_TURNS", "24"))
 RESULT_BYTES = 20 * 1024
@@ -58,10 +56,7 @@ def answer(request: RecordedRequest) -> ScriptedReply:
     return ScriptedReply(content=f"Read the report of {last['tool_call_id']}.")
 
 
-@pytest.fixture
-async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
-    async with serving_openai(monkeypatch, KEY, context_window=WINDOW, responder=answer) as running:
-        yield running
+pytestmark = pytest.mark.fake_openai(context_window=WINDOW, responder=answer)
 
 
 async def test_a_long_conversation_with_large_results_stays_inside_the_window(

@@ -26,7 +26,6 @@ from parley.contracts import (
     ToolErrorInfo,
     ToolResult,
     TurnResult,
-    workflow_id_for,
 )
 from parley.storage import TranscriptSegment
 from parley.tools import ToolRegistry, confirm
@@ -145,13 +144,6 @@ def test_conversation_start_refuses_a_malformed_session_id(session_id: str) -> N
     with pytest.raises(ValidationError) as refused:
         ConversationStart(session_id=session_id, user_id="alice")
     assert "session id" in str(refused.value)
-
-
-def test_a_session_id_with_a_trailing_newline_names_no_workflow() -> None:
-    """``$`` matches before a final newline: ``conversation-abc\n`` must not exist."""
-    with pytest.raises(ValueError, match="session id"):
-        workflow_id_for("abc\n")
-    assert workflow_id_for("abc") == "conversation-abc"
 
 
 @pytest.mark.parametrize(

@@ -6,35 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from typing import Any
 
-from temporalio.client import Client
-
-from parley.cli.binaries import temporal_cli
 from tests.support import call, registry, runs_of, script
+from tests.support.cli import temporal
 from tests.support.transcripts import new_session
 from tests.support.waiting import eventually
 
 PROPOSE_WRITE = {"content": "Writing.", "tool_calls": [call("write_record", "c1", title="Q3")]}
 DONE = {"content": "Written."}
-
-
-def temporal(client: Client, *args: str) -> subprocess.CompletedProcess[str]:
-    """The ``temporal`` CLI against the test's dev server."""
-    return subprocess.run(
-        [
-            temporal_cli(),
-            *args,
-            "--address",
-            client.service_client.config.target_host,
-            "--namespace",
-            client.namespace,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def decision(tool_call_id: str, action: str, by: str = "alice", **extra: Any) -> str:
@@ -130,7 +110,7 @@ async def test_a_decision_signal_applies_once_and_a_stale_one_is_recorded(
         custom = [
             e.event
             for e in page.events
-            if e.event["type"] == "CUSTOM" and e.event["name"] != "parley.usage"  # issue 21
+            if e.event["type"] == "CUSTOM" and e.event["name"] != "parley.usage"  # usage events
         ]
         assert [c["name"] for c in custom] == ["parley.decision_refused"] * 3
         assert (await conversations.state(sid, "alice")).status == "idle"

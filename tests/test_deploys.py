@@ -1,4 +1,4 @@
-"""Safe deploys (issue 9): two worker builds, the second with a changed workflow.
+"""Safe deploys: two worker builds, the second with a changed workflow.
 
 Build ``v1`` is this checkout; build ``v2`` is a copy of it whose workflow starts every
 run with a timer (an incompatible change: a ``v1`` history replayed on ``v2`` code

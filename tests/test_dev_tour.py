@@ -1,8 +1,8 @@
-"""The README's tours, as written there: `parley dev` with the example policy file
-(docs/examples/policies.toml), then the README's commands in another shell, each checked
-for what it should show: the policy file and a subagent (issue 19, point 9); the offline
+"""End to end: the README's tours, as written there: `parley dev` with the example
+policy file (docs/examples/policies.toml), then the README's commands in another shell,
+each checked for what it should show: the policy file and a subagent; the offline
 model's streaming, token usage and spend mark, `--while-busy`, the numbered transcript,
-fork and rewind (issue 34, points 6 and 7)."""
+fork and rewind."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.dev import parley, running_dev_server, without_paths
+from tests.support.cli import parley
+from tests.support.dev import running_dev_server, without_paths
 from tests.support.processes import PARLEY, ROOT
 
 EXAMPLE = "docs/examples/policies.toml"
@@ -78,7 +79,7 @@ def test_the_readme_tour_of_the_policy_file_and_a_subagent(dev_with_policies) ->
     assert "Q3 review" in approve_plan.stdout, approve_plan.stdout
     assert "Waiting for your decision" not in approve_plan.stdout
     assert "success create_plan" in approve_plan.stdout
-    # (The model's reply is printed first, as it streams: issue 21.)
+    # (The model's reply is printed first, as it streams.)
     assert any(
         line.startswith("error git_push_branch") for line in push_main.stdout.splitlines()
     ), push_main.stdout

@@ -1,14 +1,11 @@
-"""An edit is a new proposal (issue 19, point 2): edited arguments are put in canonical
-form and go through the same rules. A ``deny`` refuses the edit, naming the rule; a rule
-that needs a reviewer leaves the call waiting for one; the audit and the result say who
-edited. Through the real CLI and the real gateway, a real worker and dev server."""
+"""An edit is a new proposal: edited arguments are put in canonical form and go through
+the same rules. A ``deny`` refuses the edit, naming the rule; a rule that needs a
+reviewer leaves the call waiting for one; the audit and the result say who edited.
+Through the real CLI and the real gateway, a real worker and dev server."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -16,10 +13,10 @@ from typing import Annotated
 import httpx
 from langchain_core.tools import InjectedToolArg, tool
 
-from parley.client import Conversations
 from parley.contracts import PolicyRule, ToolContext, args_hash
 from parley.tools import ParleyTool, ToolRegistry
 from tests.support import RUNS, call, script
+from tests.support.cli import parley_against
 from tests.support.gateway import ALICE_TOKEN, BOB_TOKEN, auth, serve_gateway
 from tests.support.transcripts import new_session, runs_in
 
@@ -60,17 +57,6 @@ def model(call_id: str):
     )
 
 
-async def cli(conversations: Conversations, client, *args: str) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "PARLEY_TASK_QUEUE": conversations.settings.task_queue,
-    }
-    return await asyncio.to_thread(
-        subprocess.run, [*PARLEY, *args], env=env, capture_output=True, text=True
-    )
-
-
 async def test_edits_through_the_cli_are_judged_by_the_rules(parley_worker, client) -> None:
     async with parley_worker(registry(), model("e1")) as conversations:
         sid = new_session()
@@ -79,7 +65,9 @@ async def test_edits_through_the_cli_are_judged_by_the_rules(parley_worker, clie
         base = ["edit", "--session", sid, "--user", "alice", "e1", "--args"]
 
         # An edit into deny is refused, naming the rule; nothing runs, the call waits.
-        denied = await cli(conversations, client, *base, json.dumps({"target": " SECRET-x"}))
+        denied = await parley_against(
+            conversations, client, *base, json.dumps({"target": " SECRET-x"})
+        )
         assert denied.returncode == 1
         assert "no-secret-targets" in denied.stderr and len(denied.stderr.splitlines()) == 1
         assert runs_in(sid, "deploy") == []
@@ -87,7 +75,9 @@ async def test_edits_through_the_cli_are_judged_by_the_rules(parley_worker, clie
         assert [(p.tool_call_id, p.args) for p in state.pending] == [("e1", {"target": "staging"})]
 
         # The owner's edit into a reviewer rule waits for a reviewer, canonical.
-        waits = await cli(conversations, client, *base, json.dumps({"target": "PROD-eu "}))
+        waits = await parley_against(
+            conversations, client, *base, json.dumps({"target": "PROD-eu "})
+        )
         assert waits.returncode == 0, waits.stderr
         state = await conversations.state(sid, "alice")
         [pending] = state.pending
@@ -97,7 +87,9 @@ async def test_edits_through_the_cli_are_judged_by_the_rules(parley_worker, clie
         assert runs_in(sid, "deploy") == []
 
         # The reviewer approves: it runs once, with the edited arguments.
-        approved = await cli(conversations, client, "approve", "--session", sid, "--user", "bob")
+        approved = await parley_against(
+            conversations, client, "approve", "--session", sid, "--user", "bob"
+        )
         assert approved.returncode == 0, approved.stderr
         assert [r["target"] for r in runs_in(sid, "deploy")] == ["prod-eu"]
         state = await conversations.state(sid, "alice")

@@ -1,7 +1,7 @@
-"""Escalation (issue 11): a policy rule says what happens to a call nobody decided on in
-time: it expires (the default), is rejected with a reason the model reads, or is
-escalated (another person is told through the webhook and the call waits as long
-again, then expires). The deadline stays a durable timer: the real workflow runs on the
+"""Escalation: a policy rule says what happens to a call nobody decided on in time: it
+expires (the default), is rejected with a reason the model reads, or is escalated
+(another person is told through the webhook and the call waits as long again, then
+expires). The deadline stays a durable timer: the real workflow runs on the
 time-skipping test server, so hours pass in a moment."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The AG-UI event log: protocol-valid events, offset-addressed, resumable, with one
-interrupt per pending call and one JSON envelope per tool result (F5)."""
+interrupt per pending call and one JSON envelope per tool result."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ async def test_events_follow_ag_ui_and_resume_from_an_offset(parley_worker) -> N
             "TOOL_CALL_START",
             "TOOL_CALL_ARGS",
             "TOOL_CALL_END",
-            "CUSTOM",  # parley.usage, before the run's end (issue 21)
+            "CUSTOM",  # parley.usage, before the run's end
             "RUN_FINISHED",
         ]
         assert json.loads(first[5]["delta"]) == {"title": "a"}

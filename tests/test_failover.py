@@ -1,4 +1,4 @@
-"""Failover between the models ``PARLEY_MODEL`` lists (issue 35, point 4): a worker with
+"""Failover between the models ``PARLEY_MODEL`` lists: a worker with
 ``anthropic:claude-test,openai:gpt-test`` against two servers on 127.0.0.1 speaking each
 provider's protocol (``FakeAnthropic``, ``FakeOpenAI``), driven through the real client
 libraries by a real worker on the real Temporal dev server.
@@ -36,8 +36,15 @@ from parley.activities.models.failover import (
     carried_over,
 )
 from parley.cli.rendering import print_snapshot, render_turn
-from parley.config.settings import MODEL_ACTIVITY, Settings
-from parley.contracts import CALL_MODEL, PAYLOAD_CONTEXT, Decision, StateQuery, Usage
+from parley.config.settings import Settings
+from parley.contracts import (
+    CALL_MODEL,
+    MODEL_ACTIVITY,
+    PAYLOAD_CONTEXT,
+    Decision,
+    StateQuery,
+    Usage,
+)
 from parley.contracts.failover import (
     COOLDOWN_VARIABLE,
     MODEL_FAILOVER_EVENT,
@@ -46,6 +53,7 @@ from parley.contracts.failover import (
     model_specs,
 )
 from parley.observability.redaction import remember_config
+from parley.tools.loading import ModelAccess
 from parley.workflows.conversation import ConversationWorkflow
 from tests.support import registry
 from tests.support.anthropic_fake import Failure, FakeAnthropic, Message
@@ -84,7 +92,7 @@ def both(cooldown: float = 300) -> ListedModels:
     builds them."""
     settings = Settings.from_env()
     remember_config(settings)
-    return build_chat_models(f"{CLAUDE}, {GPT}", settings, cooldown)
+    return build_chat_models(f"{CLAUDE}, {GPT}", ModelAccess.from_settings(settings), cooldown)
 
 
 # --- the list, the classes that fail over, the conversion --------------------------------
@@ -103,11 +111,11 @@ def test_the_list_and_the_cooldown_are_read_at_worker_start(
     assert listed.index_of(None) == 0 and listed.index_of(GPT) == 1
     assert listed.index_of("openai:no-longer-listed") == 0
     with pytest.raises(ValueError) as bad:
-        build_chat_models(f"{CLAUDE},nonsense", Settings.from_env(), 300)
+        build_chat_models(f"{CLAUDE},nonsense", ModelAccess.from_settings(Settings.from_env()), 300)
     line = str(bad.value)
     assert "\n" not in line and "model 2 of 2, 'nonsense'" in line
     with pytest.raises(ValueError, match="lists a model twice"):
-        build_chat_models(f"{CLAUDE},{CLAUDE}", Settings.from_env(), 300)
+        build_chat_models(f"{CLAUDE},{CLAUDE}", ModelAccess(), 300)
 
 
 def test_a_bad_list_is_one_line_at_worker_start() -> None:

@@ -1,4 +1,4 @@
-"""Faults injected for real (issue 10): worker processes SIGKILLed in the middle of a
+"""End to end: faults injected for real: worker processes SIGKILLed in the middle of a
 model call and while a conversation waits for approval, the Temporal dev server
 restarted (its persistence file kept) while a decision is owed, and the gateway
 SIGKILLed and restarted while a client follows the event stream.

@@ -1,6 +1,6 @@
-"""Following a conversation can never wedge it (issue 19, point 3): real ``parley
-gateway`` and ``parley worker`` processes on a dev server of this module's own, whose
-metrics count the queries the gateway makes, and two real Chromium tabs.
+"""End to end: following a conversation can never wedge it: real ``parley gateway`` and
+``parley worker`` processes on a dev server of this module's own, whose metrics count
+the queries the gateway makes, and two real Chromium tabs.
 
 The gateway keeps one feed (one ``wait_for_events`` at a time) per conversation,
 whoever follows, stopped when its last follower leaves; a follower's ``after`` is

@@ -1,7 +1,7 @@
-"""Fork and rewind (issue 23, point 4) through a real worker and Temporal dev server, the
-real ``parley`` console script and the real gateway over HTTP; the model is scripted at
-the model boundary (it answers by the conversation's last message, so two conversations
-sent different messages get different replies)."""
+"""Fork and rewind through a real worker and Temporal dev server, the real ``parley``
+console script and the real gateway over HTTP; the model is scripted at the model
+boundary (it answers by the conversation's last message, so two conversations sent
+different messages get different replies)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from playwright.async_api import Page, expect
 from pydantic import Field
@@ -23,10 +23,12 @@ from temporalio.client import Client
 from parley.activities.model_calls import _with_unique_ids
 from parley.cli.binaries import temporal_cli
 from parley.client import ConversationRefused, Conversations, fork, rewind
-from parley.contracts import ConversationState, Decision, workflow_id_for
+from parley.contracts import ConversationStart, ConversationState, Decision, workflow_id_for
+from parley.contracts.conversation import RewindInput
 from parley.contracts.errors import ErrorType, TurnInProgress
 from parley.storage import LocalFileStorageDriver
-from parley.workflows.lifecycle.rewind import Rewinder, cut_refusal
+from parley.workflows.context import Records, View
+from parley.workflows.lifecycle.rewind import Rewinder
 from tests.support import registry
 from tests.support.browser import page_gateway, send
 from tests.support.cli import assert_one_line_error, parley
@@ -332,33 +334,15 @@ async def test_the_gateway_forks_and_rewinds_for_the_owner_only(parley_worker) -
             assert runs_in(tid, "write_record") == [] and len(runs_in(sid, "write_record")) == 1
 
 
-def test_a_cut_names_the_nearest_cuts_that_leave_no_call_unanswered() -> None:
-    call = {"name": "write_record", "args": {"title": "x"}, "id": "c1"}
-    messages = [
-        HumanMessage(content="write x"),
-        AIMessage(content="", tool_calls=[call]),
-        ToolMessage(content="ok", tool_call_id="c1"),
-        AIMessage(content="written"),
-        HumanMessage(content="next"),
-    ]
-    assert cut_refusal(messages, 0, 2, 5) == (
-        "cannot keep the first 2 messages: the model's tool call c1 would be left without "
-        "its answer; the nearest cuts that leave none: 1 (after a user message) or 3 (after "
-        "the answers to the model's calls)"
-    )
-    assert cut_refusal(messages, 0, 4, 5) is None and cut_refusal(messages, 0, 5, 5) is None
-    # The validator sees only the messages its run keeps: an answer kept out whose call
-    # is older than those is caught too.
-    assert cut_refusal(messages[2:], 2, 2, 5) is not None
-
-
 def test_a_rewind_is_refused_while_a_turn_runs() -> None:
     state = ConversationState(session_id="s", user_id="alice", turn_running=True)
-    rewinder = Rewinder(state, None, type("H", (), {"rewound": False})())  # type: ignore[arg-type]
+    view = View(state, ConversationStart(session_id="s", user_id="alice"))
+    handover = type("H", (), {"rewound": False})()
+    rewinder = Rewinder(view, Records.of(state), None, handover)  # type: ignore[arg-type]
     cut = {"at": 1, "context": {"claim": {"k": "v"}, "length": 1}}
     raw = {"user_id": "alice", "cut": cut, "seen_length": 0}
     try:
-        rewinder.check(raw)
+        rewinder.check(RewindInput.model_validate(raw))
     except TurnInProgress as refused:
         assert refused.type == ErrorType.TURN_IN_PROGRESS
     else:

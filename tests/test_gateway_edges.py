@@ -1,5 +1,5 @@
-"""The gateway refuses before it reads (issue 19, point 7), against real ``parley
-gateway`` and ``parley worker`` processes on a dev server.
+"""End to end: the gateway refuses before it reads, against real ``parley gateway`` and
+``parley worker`` processes on a dev server.
 
 - Eight 50 MB bodies with no token answer 401 (or 413) while the client is still
   sending, and the gateway's resident memory grows by less than 50 MB. (Before, each

@@ -1,11 +1,11 @@
-"""Bad input at the gateway (issue 10): schemathesis generates requests from the
+"""End to end: bad input at the gateway: schemathesis generates requests from the
 gateway's own OpenAPI document (valid and invalid bodies, ids, query strings, wrong
 types) and sends them to a real ``parley gateway`` process, whose real worker process
-serves a real dev server. Every answer must be a success or a clear 4xx in the
-gateway's error shape ``{"error": {"type", "message"}}``: never a 500, never a
-traceback. (A request the fuzzer made invalid HTTP, with an empty ``Content-Length``,
-never reaches a route: the HTTP server answers it 400 in its own words.) A
-conversation that waits for a decision throughout is unharmed after.
+serves a real dev server. Every answer must be a success or a clear 4xx in the gateway's
+error shape ``{"error": {"type", "message"}}``: never a 500, never a traceback. (A
+request the fuzzer made invalid HTTP, with an empty ``Content-Length``, never reaches a
+route: the HTTP server answers it 400 in its own words.) A conversation that waits for a
+decision throughout is unharmed after.
 
 Each operation gets schema-valid requests and schema-invalid ones (schemathesis'
 positive and negative modes). ``PARLEY_FUZZ_EXAMPLES=N`` sets the examples per

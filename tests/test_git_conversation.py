@@ -1,6 +1,6 @@
 """The git toolset through whole conversations with the offline `scripted` model: real
 repositories, a real bare remote, the confirmation gate, and the model correcting
-itself after a 422 (F11)."""
+itself after a 422."""
 
 from __future__ import annotations
 
@@ -63,7 +63,8 @@ async def test_prepare_correct_and_push_through_the_gate(parley_worker, tmp_path
             "repo_alias": "web",
             "branch": "feat/pj1-project-git-extend",
         }
-        assert not remote_has(tmp_path, "web", "feat/pj1-project-git-extend")  # F1
+        # Not pushed before the approval.
+        assert not remote_has(tmp_path, "web", "feat/pj1-project-git-extend")
         turn = await approve_all(conv, sid, user)
         assert turn.status == "completed" and turn.results[0].status == "success"
         assert remote_has(tmp_path, "web", "feat/pj1-project-git-extend")

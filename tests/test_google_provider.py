@@ -1,7 +1,7 @@
-"""``google:`` models (issue 35, point 3): the real ``langchain-google-genai`` client (and
-Google's ``google-genai`` SDK under it) against ``FakeGemini``, a server on 127.0.0.1
-speaking the Gemini API with its SSE stream, through Parley's real activity and worker
-on the real Temporal dev server.
+"""``google:`` models: the real ``langchain-google-genai`` client (and Google's
+``google-genai`` SDK under it) against ``FakeGemini``, a server on 127.0.0.1 speaking
+the Gemini API with its SSE stream, through Parley's real activity and worker on the
+real Temporal dev server.
 
 What must hold: text streams as it is written and function calls come whole (their
 thought signatures sent back with them), through the gate; usage is what the server

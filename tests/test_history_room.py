@@ -1,5 +1,4 @@
-"""No tool or model can make Temporal end a run by filling its history within one turn
-(issue 32, point 7).
+"""No tool or model can make Temporal end a run by filling its history within one turn.
 
 Every reply is bounded (``tests/test_reply_limits.py``), but a turn makes up to 8 model
 calls of up to 64 tool calls each, and a tool result under 128 KiB stays in history:

@@ -1,4 +1,4 @@
-"""The HTTP layer against a real local server: every failure structured and mapped (F6)."""
+"""The HTTP layer against a real local server: every failure structured and mapped."""
 
 from __future__ import annotations
 

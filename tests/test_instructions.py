@@ -1,6 +1,6 @@
-"""The agent's instructions (issue 35, point 1), against a real worker and local servers
-speaking the OpenAI protocol and Anthropic's Messages API (the real langchain clients),
-whose request logs show what reached the provider. One OpenAI server for the module.
+"""The agent's instructions, against a real worker and local servers speaking the OpenAI
+protocol and Anthropic's Messages API (the real langchain clients), whose request logs
+show what reached the provider. One OpenAI server for the module.
 
 The instructions are the system message of every model call of a long conversation,
 through compaction (never summarized) and continue-as-new; a worker restarted with other

@@ -1,8 +1,7 @@
-"""Generated interleavings (issue 10): hypothesis draws sequences of messages, decisions
-(valid, stale, duplicated, concurrent, partial, from the wrong user, by update and by
-signal), expiries and worker restarts, and plays each against the real workflow on the
-real dev server. The model is a rule (the only fake); the tools are real and record
-every run.
+"""Generated interleavings: hypothesis draws sequences of messages, decisions (valid,
+stale, duplicated, concurrent, partial, from the wrong user, by update and by signal),
+expiries and worker restarts, and plays each against the real workflow on the real dev
+server. The model is a rule (the only fake); the tools are real and record every run.
 
 After each sequence the conversation is ended and these are checked on its final
 state, its audit log and the tools' side-effect log:

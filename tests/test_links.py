@@ -1,10 +1,9 @@
-"""Signed one-time approval links (issue 23, point 6), against a real dev server, worker,
-webhook and gateway: the webhook gets approve and reject links for each call and each
-person who may decide it; opening a link shows what it will do and decides nothing;
-using it decides that call once, as the link's user, audited with channel ``link``.
-A reused link, an expired one, one for arguments that changed and a forged one are
-each refused with a page that says why, and nothing runs.
-"""
+"""Signed one-time approval links, against a real dev server, worker, webhook and
+gateway: the webhook gets approve and reject links for each call and each person who may
+decide it; opening a link shows what it will do and decides nothing; using it decides
+that call once, as the link's user, audited with channel ``link``. A reused link, an
+expired one, one for arguments that changed and a forged one are each refused with a
+page that says why, and nothing runs."""
 
 from __future__ import annotations
 
@@ -141,7 +140,7 @@ async def test_a_link_counts_as_one_approval_of_a_quorum(parley_worker) -> None:
             body = webhook.requests[0][1]
             links = {e["user_id"]: e for e in body["links"]}
             # An approve link goes only to those whose approve is taken: the requester
-            # of a reviewer rule's call gets a reject link only (issue 34, point 3).
+            # of a reviewer rule's call gets a reject link only.
             assert body["awaiting"] == {"m1": ["bob", "carol"]}
             assert "approve" not in links["alice"] and "reject" in links["alice"]
             shown = await http.get(local(links["bob"]["approve"], base))

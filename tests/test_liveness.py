@@ -1,5 +1,5 @@
-"""Liveness (issue 6): a killed worker's tool call is retried within seconds under the
-same idempotency key, and with no worker a client call answers in bounded time."""
+"""Liveness: a killed worker's tool call is retried within seconds under the same
+idempotency key, and with no worker a client call answers in bounded time."""
 
 from __future__ import annotations
 
@@ -18,7 +18,12 @@ from parley.contracts.errors import ErrorType
 from parley.storage import LocalFileStorageDriver
 from parley.worker.wiring import build_worker
 from tests.support import GATE, SLOW_STARTED, call, registry, script
-from tests.support.processes import slow_write_worker, tool_starts, worker_process
+from tests.support.processes import (
+    assert_started_twice_done_once,
+    slow_write_worker,
+    tool_starts,
+    worker_process,
+)
 from tests.support.transcripts import new_session, runs_in, tool_messages
 from tests.support.waiting import eventually
 
@@ -60,10 +65,7 @@ async def test_a_worker_killed_during_a_confirm_tool_recovers_within_a_minute(
     print(f"turn completed {took:.1f} s after the worker restart")
 
     # It ran again on worker B, under the same idempotency key; the write happened once.
-    runs = starts()
-    assert len(runs) == 2 and runs[0]["pid"] != runs[1]["pid"]
-    assert {r["key"] for r in runs} == {f"conversation-{sid}:k1"}
-    assert tool_log.with_suffix(".done").read_text().split() == [f"conversation-{sid}:k1"]
+    assert_started_twice_done_once(tool_log, f"conversation-{sid}:k1")
     answers = tool_messages(state.transcript)  # one ToolMessage per call
     assert list(answers) == ["k1"] and answers["k1"].artifact["status"] == "success"
 

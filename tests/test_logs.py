@@ -85,9 +85,9 @@ async def test_an_expected_tool_error_logs_one_line_and_a_bug_keeps_its_tracebac
     parley_worker,
 ) -> None:
     """A refusal the model reads (guarded_write's PermissionError, as a protected
-    branch) is one log line; a tool's programming error keeps its traceback (issue 19,
-    point 9). The SDK logs every failed activity with its traceback; the filter
-    ``configure_logging`` and ``parley dev`` install keeps only the unexpected ones."""
+    branch) is one log line; a tool's programming error keeps its traceback. The SDK
+    logs every failed activity with its traceback; the filter ``configure_logging`` and
+    ``parley dev`` install keeps only the unexpected ones."""
     quiet_expected_tool_errors()
     buggy = {"content": "", "tool_calls": [call("buggy_tool", "b1")]}
     lines = Lines()
@@ -137,7 +137,7 @@ def test_the_log_format_setting_is_checked(monkeypatch) -> None:
 
 
 def test_text_lines_are_redacted_too_message_and_traceback() -> None:
-    """Issue 32: a text handler Parley installs redacts as the JSON one does: a value it
+    """A text handler Parley installs redacts as the JSON one does: a value it
     remembered (a gateway token), an approval link's token, a bearer header."""
     remember_values(["gw-token-text-redaction-0123"])
     token = ApprovalLink(

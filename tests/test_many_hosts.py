@@ -1,9 +1,9 @@
-"""Many hosts, shown (issue 33): two ``parley worker`` processes and two ``parley
+"""End to end: many hosts, shown: two ``parley worker`` processes and two ``parley
 gateway`` replicas on 127.0.0.1 that share nothing but Temporal and one S3 bucket
 (``moto_server``). A reply streamed from gateway 1 is followed on gateway 2 from the
-``Last-Event-ID`` gateway 1 gave, with no gap and no repeat; the pending call is
-decided on gateway 2; the worker running the approved tool is SIGKILLed mid-call and
-the other worker finishes it, the write done once."""
+``Last-Event-ID`` gateway 1 gave, with no gap and no repeat; the pending call is decided
+on gateway 2; the worker running the approved tool is SIGKILLed mid-call and the other
+worker finishes it, the write done once."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from tests.support.ports import free_port
 from tests.support.processes import (
     LIVENESS_TOOLS,
     PARLEY_MODULE,
+    assert_started_twice_done_once,
     process,
     tool_starts,
     worker_env,
@@ -142,10 +143,7 @@ async def test_two_gateways_and_two_workers_share_one_bucket_and_lose_nothing(
     assert offsets == list(range(len(offsets))), f"events lost or repeated: {offsets}"
     types = [e.type for e in [*on_one, *first_turn, *second_turn]]
     assert types.count("RUN_FINISHED") == 2 and "TOOL_CALL_RESULT" in types, types
-    runs = tool_starts(tool_log)
-    assert [r["pid"] for r in runs] == [victim.pid, survivor.pid]
-    assert {r["key"] for r in runs} == {f"conversation-{sid}:t1"}
-    assert tool_log.with_suffix(".done").read_text().split() == [f"conversation-{sid}:t1"]
+    assert_started_twice_done_once(tool_log, f"conversation-{sid}:t1", [victim.pid, survivor.pid])
     results = [m for m in state["transcript"] if m["type"] == "tool"]
     assert [m["tool_call_id"] for m in results] == ["t1"]
     assert results[0]["status"] == "success"

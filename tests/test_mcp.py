@@ -1,10 +1,10 @@
-"""Tools from MCP servers behind the same gate (issue 11): a real MCP server (FastMCP,
-streamable HTTP on 127.0.0.1, in its own process), a real worker loading its tools with
+"""Tools from MCP servers behind the same gate: a real MCP server (FastMCP, streamable
+HTTP on 127.0.0.1, in its own process), a real worker loading its tools with
 ``langchain-mcp-adapters``, the real dev server. A write waits for approval and runs
 once approved; a policy rule makes the read ``auto``; an MCP error goes back to the
 model as a tool error (``ToolInputError``) and text as text. A server gone at call time
-is retried with its cause, not an exception group. The published ``mcp-server-git``
-is tested in ``tests/test_mcp_git.py``."""
+is retried with its cause, not an exception group. The published ``mcp-server-git`` is
+tested in ``tests/test_mcp_git.py``."""
 
 from __future__ import annotations
 

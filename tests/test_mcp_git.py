@@ -1,7 +1,7 @@
-"""MCP tools behave like tools (issue 19, point 8), against a published server: the real
-``mcp-server-git`` from PyPI over stdio, pointed at real git repositories in a temporary
-directory, its tools loaded by the real toolset and run by a real worker on the real dev
-server; only the model is scripted, and it records what it was shown.
+"""MCP tools behave like tools, against a published server: the real ``mcp-server-git``
+from PyPI over stdio, pointed at real git repositories in a temporary directory, its
+tools loaded by the real toolset and run by a real worker on the real dev server; only
+the model is scripted, and it records what it was shown.
 
 - an ``isError`` result reaches the model as a tool error (``ToolInputError``), and
   text content as text;

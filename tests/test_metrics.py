@@ -3,7 +3,6 @@ Parley's counters (turns, decisions by action, tool runs by outcome, approvals).
 
 from __future__ import annotations
 
-import re
 import uuid
 
 import httpx
@@ -15,6 +14,7 @@ from parley.contracts import Decision
 from parley.worker.wiring import build_worker, metrics_runtime
 from tests.support import call, registry, script
 from tests.support.ports import free_port
+from tests.support.prometheus import metric_value
 from tests.support.transcripts import new_session
 
 PROPOSE_TWO = {
@@ -22,16 +22,6 @@ PROPOSE_TWO = {
     "tool_calls": [call("write_record", "m1", title="A"), call("write_record", "m2", title="B")],
 }
 DONE = {"content": "Done."}
-
-
-def value(metrics: str, name: str, **labels: str) -> float:
-    """The sum of the samples of ``name`` whose labels include ``labels``."""
-    total = 0.0
-    for line in metrics.splitlines():
-        match = re.match(rf"^{name}(?:_total)?(\{{[^}}]*\}})? (\S+)$", line)
-        if match and all(f'{k}="{v}"' in (match.group(1) or "") for k, v in labels.items()):
-            total += float(match.group(2))
-    return total
 
 
 async def test_the_worker_serves_sdk_and_parley_metrics(client: Client, payload_store) -> None:
@@ -62,11 +52,11 @@ async def test_the_worker_serves_sdk_and_parley_metrics(client: Client, payload_
         )
         metrics = httpx.get(f"http://{address}/metrics", timeout=10).text
 
-    assert value(metrics, "parley_turns") == 1
-    assert value(metrics, "parley_decisions", action="approve") == 1
-    assert value(metrics, "parley_decisions", action="reject") == 1
-    assert value(metrics, "parley_tool_runs", tool="write_record", status="success") == 1
-    assert value(metrics, "parley_approvals_requested") == 2
-    assert value(metrics, "parley_approvals_answered") == 2
-    assert value(metrics, "temporal_workflow_task_execution_latency_count") > 0
-    assert value(metrics, "temporal_activity_execution_latency_count") > 0
+    assert metric_value(metrics, "parley_turns") == 1
+    assert metric_value(metrics, "parley_decisions", action="approve") == 1
+    assert metric_value(metrics, "parley_decisions", action="reject") == 1
+    assert metric_value(metrics, "parley_tool_runs", tool="write_record", status="success") == 1
+    assert metric_value(metrics, "parley_approvals_requested") == 2
+    assert metric_value(metrics, "parley_approvals_answered") == 2
+    assert metric_value(metrics, "temporal_workflow_task_execution_latency_count") > 0
+    assert metric_value(metrics, "temporal_activity_execution_latency_count") > 0

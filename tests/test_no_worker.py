@@ -1,9 +1,8 @@
-"""'No worker' means no worker (issue 19, point 5; issue 32, point 9): a backlog behind
-a live worker is waited out, however busy the machine, while a task queue nobody polls
-and a worker killed are told "no worker"; a decision given while no worker runs is kept
-(sent as the ``decide_signal`` signal) and applied once when one returns. Real dev
-server, real worker (in-process, or a ``parley worker`` process whose log is read), a
-real CPU hog (busy processes)."""
+"""'No worker' means no worker: a backlog behind a live worker is waited out, however
+busy the machine, while a task queue nobody polls and a worker killed are told "no
+worker"; a decision given while no worker runs is kept (sent as the ``decide_signal``
+signal) and applied once when one returns. Real dev server, real worker (in-process, or
+a ``parley worker`` process whose log is read), a real CPU hog (busy processes)."""
 
 from __future__ import annotations
 
@@ -34,8 +33,8 @@ from tests.support.transcripts import new_session, runs_in
 from tests.support.waiting import eventually
 
 COLD_CONVERSATIONS = 100
-#: The burst of issue 32: conversations, messages each (one after the other), tool calls
-#: per message.
+#: A burst that once had "no worker" said behind a live one: conversations, messages
+#: each (one after the other), tool calls per message.
 BURST = (100, 3, 2)
 
 

@@ -1,9 +1,9 @@
-"""One numbering everywhere (issue 34, point 7): messages are numbered from 1, as
-``fork --at N`` and ``rewind --to N`` count them (the first N messages). ``show``
-prints the number beside each message, and its headers (``messages 3-5 of 6``, ``Audit
-log (entries 1-…)``) count the same way; ``--offset N`` skips the first N messages,
-so a page starts at message N + 1. The JSON keeps ``transcript_offset`` as before:
-the number of messages before the page."""
+"""One numbering everywhere: messages are numbered from 1, as ``fork --at N`` and
+``rewind --to N`` count them (the first N messages). ``show`` prints the number beside
+each message, and its headers (``messages 3-5 of 6``, ``Audit log (entries 1-…)``) count
+the same way; ``--offset N`` skips the first N messages, so a page starts at message N +
+1. The JSON keeps ``transcript_offset`` as before: the number of messages before the
+page."""
 
 from __future__ import annotations
 

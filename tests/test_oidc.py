@@ -1,4 +1,4 @@
-"""Users from an OpenID Connect provider (issue 33, point 2), against a local issuer on
+"""End to end: users from an OpenID Connect provider, against a local issuer on
 127.0.0.1 (``tests.support.oidc_issuer``: discovery, a JWKS, /authorize, /token with
 PKCE) and the real gateway: a valid token is its user; expired, not yet valid, another
 audience, another issuer, ``alg: none``, HS256 keyed with the public key, another key,
@@ -7,8 +7,8 @@ token; keys rotate (a key added later is fetched, one withdrawn stops working) a
 made-up key ids cannot make the gateway fetch on every request; an issuer down answers
 503 only for a token whose key must be fetched. Groups: the conversation's reviewer
 being ``group:ops``, a member of ``ops`` reads it, is offered Approve, lists it, follows
-its events and decides a call whose rule needs a reviewer (REST's and AG-UI's paths);
-a member of another group gets 404 on each; no approval link is made for the group. The
+its events and decides a call whose rule needs a reviewer (REST's and AG-UI's paths); a
+member of another group gets 404 on each; no approval link is made for the group. The
 tokens file works beside it. ``parley gateway`` says a bad setting or a failed discovery
 in one line. And the page signs in with the provider in Chromium (PKCE) and lists the
 user's conversations."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -21,21 +20,15 @@ from parley.activities.models.failures import (
     classify_model_error,
 )
 from parley.activities.models.openai_provider import build_openai_model
-from parley.config.settings import DEFAULT_OVERLOAD_CODES, Settings
-from parley.contracts.errors import ModelRequestError, TransientError
+from parley.config.settings import Settings
+from parley.contracts.errors import OVERLOAD_CODES_DEFAULT, ModelRequestError, TransientError
 from parley.tools.loading import ModelConfig
 from tests.support.openai_fake import OVERLOAD_2064, FakeOpenAI, error_body
-from tests.support.provider_runs import point_at
 
 API_KEY = "sk-test-0123456789abcdef"
 
 
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
-    with FakeOpenAI(api_key=API_KEY) as server:
-        point_at(monkeypatch, server)
-        monkeypatch.delenv("PARLEY_MODEL_OVERLOAD_CODES", raising=False)
-        yield server
+pytestmark = pytest.mark.fake_openai(api_key=API_KEY)
 
 
 def built(model_name: str = "fake-model") -> Any:
@@ -257,7 +250,7 @@ def test_other_overload_bodies_on_a_400(fake: FakeOpenAI, body: dict[str, Any]) 
 
 
 def test_overload_codes_are_configurable(fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert Settings.from_env().model_overload_codes == DEFAULT_OVERLOAD_CODES
+    assert Settings.from_env().model_overload_codes == OVERLOAD_CODES_DEFAULT
     monkeypatch.setenv("PARLEY_MODEL_OVERLOAD_CODES", " 9999, Busy_Cluster ")
     assert Settings.from_env().model_overload_codes == frozenset({"9999", "busy_cluster"})
     fake.error(400, {"error": {"code": 9999, "message": "cluster busy"}})

@@ -1,5 +1,5 @@
-"""Issue 3 end to end with ``PARLEY_MODEL=openai:<model>``: whole conversations whose
-model is langchain-openai talking to ``FakeOpenAI``, a real chat-completions server on
+"""Whole conversations with ``PARLEY_MODEL=openai:<model>``: their model is
+langchain-openai talking to ``FakeOpenAI``, a real chat-completions server on
 127.0.0.1, through a real worker on the real Temporal dev server.
 
 Retries are Temporal's (the SDK's are off): the tests count the ``call_model`` attempts
@@ -9,8 +9,6 @@ in the workflow history and the HTTP requests the fake received, and expect them
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 from temporalio.client import Client
@@ -21,7 +19,7 @@ from parley.contracts.errors import ErrorType
 from parley.services.plans import BackgroundServer
 from parley.tools import ToolRegistry
 from tests.support import registry
-from tests.support.openai_env import openai_model, serving_openai
+from tests.support.openai_env import openai_model
 from tests.support.openai_fake import OVERLOAD_2064, FakeOpenAI, error_body
 from tests.support.plans import (
     PLANS_KEY,
@@ -30,7 +28,6 @@ from tests.support.plans import (
     approve,
     every_history,
     fetch,
-    plans_service,
     rows,
 )
 from tests.support.provider_runs import script_a_write
@@ -41,16 +38,7 @@ WRONG_OPENAI_KEY = f"sk-revoked-{SECRET_MARKER}-dead99"
 USER = "ola.n"
 
 
-@pytest.fixture
-async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
-    async with serving_openai(monkeypatch, OPENAI_KEY) as running:
-        yield running
-
-
-@pytest.fixture
-def plans(tmp_path: Path) -> Iterator[BackgroundServer]:
-    with plans_service(tmp_path) as running:
-        yield running
+pytestmark = pytest.mark.fake_openai(api_key=OPENAI_KEY)
 
 
 async def test_a_whole_conversation_through_openai(parley_worker, fake: FakeOpenAI) -> None:

@@ -1,7 +1,7 @@
-"""A client generated from the gateway's OpenAPI document drives a conversation (issue
-23, point 2): ``openapi-python-client`` (PyPI) generates it from the real gateway's
-``/openapi.json``, and the test uses only the generated code, against the real gateway,
-worker and dev server.
+"""A client generated from the gateway's OpenAPI document drives a conversation:
+``openapi-python-client`` (PyPI) generates it from the real gateway's ``/openapi.json``,
+and the test uses only the generated code, against the real gateway, worker and dev
+server.
 
 What must hold for an integrator who generates a client: every answer is parsed into
 the document's models (a turn, the conversation, the listing), every error status the

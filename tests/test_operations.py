@@ -1,5 +1,5 @@
-"""What operators expect of the services (issue 33, point 5), with real ``parley
-gateway`` and ``parley worker`` processes on a real dev server:
+"""End to end: what operators expect of the services, with real ``parley gateway`` and
+``parley worker`` processes on a real dev server:
 
 - the gateway's ``/healthz`` (alive: no token, no Temporal call) and ``/readyz``
   (Temporal answers; else 503 in the one error shape, one line); a gateway started
@@ -41,6 +41,7 @@ from parley.storage import LocalFileStorageDriver
 from tests.support.ports import free_port
 from tests.support.processes import (
     PARLEY_MODULE,
+    assert_started_twice_done_once,
     process,
     slow_write_worker,
     slow_write_worker_env,
@@ -404,10 +405,7 @@ async def test_sigterm_past_the_grace_period_leaves_the_call_to_the_next_worker(
     with worker_process(env, tmp_path / "worker-b.log"):
         done = await asyncio.wait_for(deciding, 180)
     assert done.status == "completed" and done.reply == "written once", done
-    runs = tool_starts(tool_log)
-    assert len(runs) == 2 and runs[0]["pid"] != runs[1]["pid"]
-    assert {run["key"] for run in runs} == {f"conversation-{sid}:g1"}
-    assert tool_log.with_suffix(".done").read_text().split() == [f"conversation-{sid}:g1"]
+    assert_started_twice_done_once(tool_log, f"conversation-{sid}:g1")
 
 
 def test_the_worker_check_says_in_one_line_what_is_wrong(tmp_path: Path) -> None:

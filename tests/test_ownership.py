@@ -1,4 +1,4 @@
-"""A conversation belongs to the user who started it (F8); an ended one stays ended."""
+"""A conversation belongs to the user who started it; an ended one stays ended."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Conversations of any length and any payload size (issue 6), against a real dev server:
-no payload grows with the conversation, large content goes to the claim-check store or
-is cut for the model with a note, and a message over the limit is refused up front."""
+"""Conversations of any length and any payload size, against a real dev server: no
+payload grows with the conversation, large content goes to the claim-check store or is
+cut for the model with a note, and a message over the limit is refused up front."""
 
 from __future__ import annotations
 

@@ -9,21 +9,14 @@ import httpx
 import pytest
 
 from parley.services.plans import BackgroundServer, create_app
-from tests.support.plans import plans_service
+from tests.support.plans import PLANS_KEY
 
-API_KEY = "plans-test-key-123"
 ERROR_KEYS = {"code", "message", "details", "hint"}
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[BackgroundServer]:
-    with plans_service(tmp_path, API_KEY) as running:
-        yield running
-
-
-@pytest.fixture
-def http(server: BackgroundServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {API_KEY}"}) as c:
+def http(plans: BackgroundServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=plans.url, headers={"Authorization": f"Bearer {PLANS_KEY}"}) as c:
         yield c
 
 
@@ -34,23 +27,23 @@ def _as(user: str, key: str | None = None) -> dict[str, str]:
     return headers
 
 
-def test_health_needs_no_auth(server: BackgroundServer) -> None:
-    assert httpx.get(f"{server.url}/health").json() == {"status": "ok"}
+def test_health_needs_no_auth(plans: BackgroundServer) -> None:
+    assert httpx.get(f"{plans.url}/health").json() == {"status": "ok"}
 
 
-@pytest.mark.parametrize("authorization", [None, "Bearer wrong-key", API_KEY, "Basic abc"])
+@pytest.mark.parametrize("authorization", [None, "Bearer wrong-key", PLANS_KEY, "Basic abc"])
 def test_requests_without_the_api_key_get_a_postgrest_401(
-    server: BackgroundServer, authorization: str | None
+    plans: BackgroundServer, authorization: str | None
 ) -> None:
     headers = _as("alice")
     if authorization is not None:
         headers["Authorization"] = authorization
-    response = httpx.get(f"{server.url}/plans", headers=headers)
+    response = httpx.get(f"{plans.url}/plans", headers=headers)
     assert response.status_code == 401
     body = response.json()
     assert set(body) == ERROR_KEYS and body["code"] == "PGRST301"
     assert response.headers["WWW-Authenticate"] == "Bearer"
-    assert "wrong-key" not in response.text and API_KEY not in response.text
+    assert "wrong-key" not in response.text and PLANS_KEY not in response.text
 
 
 @pytest.mark.parametrize("user", [None, "", "default", "Default"])
@@ -147,10 +140,10 @@ def test_validation_errors_are_postgrest_422s(
 
 def test_rows_survive_a_restart(tmp_path: Path) -> None:
     db = tmp_path / "plans.db"
-    headers = {"Authorization": f"Bearer {API_KEY}", **_as("alice", "k1")}
-    with BackgroundServer(create_app(db, API_KEY)) as first:
+    headers = {"Authorization": f"Bearer {PLANS_KEY}", **_as("alice", "k1")}
+    with BackgroundServer(create_app(db, PLANS_KEY)) as first:
         httpx.post(f"{first.url}/plans", json={"title": "A"}, headers=headers)
-    with BackgroundServer(create_app(db, API_KEY)) as second:
+    with BackgroundServer(create_app(db, PLANS_KEY)) as second:
         again = httpx.post(f"{second.url}/plans", json={"title": "A"}, headers=headers)
         assert again.status_code == 200  # the key was remembered too
         assert len(httpx.get(f"{second.url}/plans", headers=headers).json()) == 1
@@ -183,7 +176,7 @@ def test_faults_and_request_log(http: httpx.Client) -> None:
 
 
 def test_test_hooks_are_off_by_default(tmp_path: Path) -> None:
-    with BackgroundServer(create_app(tmp_path / "plans.db", API_KEY)) as server:
-        response = httpx.post(f"{server.url}/_test/faults", json={"faults": [{"status": 500}]})
+    with BackgroundServer(create_app(tmp_path / "plans.db", PLANS_KEY)) as plans:
+        response = httpx.post(f"{plans.url}/_test/faults", json={"faults": [{"status": 500}]})
         assert response.status_code == 404
-        assert httpx.get(f"{server.url}/_test/requests").status_code == 404
+        assert httpx.get(f"{plans.url}/_test/requests").status_code == 404

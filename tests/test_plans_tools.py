@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -15,11 +14,11 @@ from parley.activities.toolsets.plans import build_plans_toolset, toolset
 from parley.config.settings import DEFAULT_PLANS_URL, Settings
 from parley.contracts import ToolContext
 from parley.contracts.errors import ToolInputError, ToolPermissionError, TransientError
-from parley.services.plans import BackgroundServer, create_app
+from parley.services.plans import BackgroundServer
 from parley.tools import ParleyTool, ToolRegistry
 from parley.tools.loading import PlansConfig
+from tests.support.plans import PLANS_KEY, inject_faults, seen_requests
 
-API_KEY = "plans-tools-test-key"
 ALICE = ToolContext(
     user_id="alice", session_id="s1", workflow_id="conversation-s1", tool_call_id="call-1"
 )
@@ -32,38 +31,22 @@ def ctx(user: str = "alice", call: str = "call-1", session: str = "s1") -> ToolC
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[BackgroundServer]:
-    app = create_app(tmp_path / "plans.db", API_KEY, enable_test_hooks=True)
-    with BackgroundServer(app) as running:
-        yield running
-
-
-@pytest.fixture
 async def http_client() -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient() as shared:
         yield shared
 
 
 @pytest.fixture
-def tools(server: BackgroundServer, http_client: httpx.AsyncClient) -> dict[str, BaseTool]:
-    return {t.name: t.tool for t in build_plans_toolset(server.url, API_KEY, http_client)}
-
-
-def seen(server: BackgroundServer) -> list[dict[str, Any]]:
-    return httpx.get(f"{server.url}/_test/requests").json()
-
-
-def inject_faults(server: BackgroundServer, *faults: dict[str, Any]) -> None:
-    """Queue answers for the service's next requests (its test hook)."""
-    httpx.post(f"{server.url}/_test/faults", json={"faults": list(faults)}).raise_for_status()
+def tools(plans: BackgroundServer, http_client: httpx.AsyncClient) -> dict[str, BaseTool]:
+    return {t.name: t.tool for t in build_plans_toolset(plans.url, PLANS_KEY, http_client)}
 
 
 async def run(tool: BaseTool, context: ToolContext, **args: Any) -> Any:
     return await tool.ainvoke({**args, "context": context})
 
 
-def test_names_policies_and_schemas(server: BackgroundServer) -> None:
-    built = build_plans_toolset(server.url, API_KEY)
+def test_names_policies_and_schemas(plans: BackgroundServer) -> None:
+    built = build_plans_toolset(plans.url, PLANS_KEY)
     assert [(t.name, t.policy) for t in built] == [
         ("create_plan", "confirm"),
         ("list_plans", "auto"),
@@ -78,7 +61,7 @@ def test_names_policies_and_schemas(server: BackgroundServer) -> None:
 
 
 async def test_create_twice_with_the_same_context_creates_one_row(
-    tools: dict[str, BaseTool], server: BackgroundServer
+    tools: dict[str, BaseTool], plans: BackgroundServer
 ) -> None:
     first = await run(tools["create_plan"], ALICE, title="Q3 review", due_date="2030-09-30")
     again = await run(tools["create_plan"], ALICE, title="Q3 review", due_date="2030-09-30")
@@ -87,7 +70,7 @@ async def test_create_twice_with_the_same_context_creates_one_row(
     assert first["user_id"] == "alice"
     listed = await run(tools["list_plans"], ALICE)
     assert listed["count"] == 1 and listed["plans"][0]["id"] == first["id"]
-    requests = seen(server)
+    requests = seen_requests(plans)
     assert {r["user"] for r in requests} == {"alice"}
     posts = [r for r in requests if r["method"] == "POST"]
     assert [r["idempotency_key"] for r in posts] == ["conversation-s1:call-1"] * 2
@@ -109,10 +92,10 @@ async def test_create_normalizes_the_title_and_keeps_the_sentence(
 
 
 async def test_a_wrong_api_key_is_a_permission_error_that_hides_the_key(
-    server: BackgroundServer, http_client: httpx.AsyncClient
+    plans: BackgroundServer, http_client: httpx.AsyncClient
 ) -> None:
     wrong = "sk-wrong-secret-4711"
-    tools = {t.name: t.tool for t in build_plans_toolset(server.url, wrong, http_client)}
+    tools = {t.name: t.tool for t in build_plans_toolset(plans.url, wrong, http_client)}
     with pytest.raises(ToolPermissionError) as caught:
         await run(tools["create_plan"], ALICE, title="Q3 review")
     error = caught.value
@@ -138,7 +121,7 @@ async def test_invalid_input_is_a_tool_input_error(tools: dict[str, BaseTool]) -
         await run(tools["create_plan"], ctx(call="call-4"), title="   ")
 
 
-async def test_users_are_isolated(tools: dict[str, BaseTool], server: BackgroundServer) -> None:
+async def test_users_are_isolated(tools: dict[str, BaseTool], plans: BackgroundServer) -> None:
     plan = await run(tools["create_plan"], ALICE, title="Alice's plan")
     bob = ctx(user="bob", session="s2")
     assert (await run(tools["list_plans"], bob)) == {"plans": [], "count": 0}
@@ -148,11 +131,11 @@ async def test_users_are_isolated(tools: dict[str, BaseTool], server: Background
     with pytest.raises(ToolInputError):
         await run(tools["update_plan_status"], bob, plan_id=plan["id"], status="done")
     assert (await run(tools["get_plan"], ALICE, plan_id=plan["id"]))["status"] == "draft"
-    assert {r["user"] for r in seen(server)} == {"alice", "bob"}
+    assert {r["user"] for r in seen_requests(plans)} == {"alice", "bob"}
 
 
 async def test_update_status_is_idempotent(
-    tools: dict[str, BaseTool], server: BackgroundServer
+    tools: dict[str, BaseTool], plans: BackgroundServer
 ) -> None:
     plan = await run(tools["create_plan"], ALICE, title="Q3 review")
     call = ctx(call="call-2")
@@ -161,26 +144,26 @@ async def test_update_status_is_idempotent(
     assert await run(tools["update_plan_status"], call, plan_id=plan["id"], status="active") == (
         updated
     )
-    patches = [r for r in seen(server) if r["method"] == "PATCH"]
+    patches = [r for r in seen_requests(plans) if r["method"] == "PATCH"]
     assert [r["idempotency_key"] for r in patches] == ["conversation-s1:call-2"] * 2
 
 
 async def test_a_500_then_200_is_a_retry_that_creates_once(
-    tools: dict[str, BaseTool], server: BackgroundServer
+    tools: dict[str, BaseTool], plans: BackgroundServer
 ) -> None:
-    inject_faults(server, {"status": 500})
+    inject_faults(plans, {"status": 500})
     with pytest.raises(TransientError) as caught:
         await run(tools["create_plan"], ALICE, title="Q3 review")
     assert caught.value.http_status == 500
     plan = await run(tools["create_plan"], ALICE, title="Q3 review")  # the activity's retry
     assert (await run(tools["list_plans"], ALICE))["plans"] == [plan]
-    assert [r["status"] for r in seen(server)] == [500, 201, 200]
+    assert [r["status"] for r in seen_requests(plans)] == [500, 201, 200]
 
 
 async def test_a_429_carries_retry_after(
-    tools: dict[str, BaseTool], server: BackgroundServer
+    tools: dict[str, BaseTool], plans: BackgroundServer
 ) -> None:
-    inject_faults(server, {"status": 429, "retry_after": "3"})
+    inject_faults(plans, {"status": 429, "retry_after": "3"})
     with pytest.raises(TransientError) as caught:
         await run(tools["list_plans"], ALICE)
     assert caught.value.http_status == 429 and caught.value.retry_after == 3.0
@@ -196,7 +179,7 @@ def test_toolset_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PARLEY_PLANS_URL", raising=False)
     with pytest.raises(ValueError, match="PARLEY_PLANS_API_KEY"):
         toolset(PlansConfig.from_settings(Settings.from_env()))
-    monkeypatch.setenv("PARLEY_PLANS_API_KEY", API_KEY)
+    monkeypatch.setenv("PARLEY_PLANS_API_KEY", PLANS_KEY)
     built = toolset(PlansConfig.from_settings(Settings.from_env()))
     assert len(built) == 4
     assert DEFAULT_PLANS_URL == "http://127.0.0.1:8765"

@@ -1,5 +1,6 @@
-"""Issue 3 end to end: whole conversations that use the plans toolset, on a real worker
-and the real Temporal dev server, against the real plans service on 127.0.0.1.
+"""Whole conversations that use the plans toolset, on a real worker and the real
+Temporal dev server, against the real plans service on 127.0.0.1: a write waits for
+approval, faults are retried by Temporal, secrets stay out of history.
 
 The model is the offline ``ScriptedChatModel``; tools, HTTP, the backend and Temporal are
 real. Faults are injected through the service's test hooks, and retries are read back
@@ -9,10 +10,7 @@ from the workflow history, where Temporal recorded them.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from langchain_core.messages import ToolMessage
 from temporalio.client import Client
 
@@ -33,17 +31,10 @@ from tests.support.plans import (
     history_text,
     inject_faults,
     plans_registry,
-    plans_service,
     rows,
     seen_requests,
 )
 from tests.support.transcripts import new_session, tool_messages
-
-
-@pytest.fixture
-def plans(tmp_path: Path) -> Iterator[BackgroundServer]:
-    with plans_service(tmp_path) as running:
-        yield running
 
 
 async def test_create_plan_waits_for_approval_then_creates_the_normalized_plan(

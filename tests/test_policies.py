@@ -1,7 +1,7 @@
-"""Approval policies as data (issue 11): per-tool and per-argument rules from the policy
-file, and decisions remembered for the rest of a conversation. Real worker, real dev
-server; the rules travel in the worker's catalogue and are evaluated in the workflow,
-and again by the worker before it runs a ``confirm`` tool a rule made ``auto``."""
+"""Approval policies as data: per-tool and per-argument rules from the policy file, and
+decisions remembered for the rest of a conversation. Real worker, real dev server; the
+rules travel in the worker's catalogue and are evaluated in the workflow, and again by
+the worker before it runs a ``confirm`` tool a rule made ``auto``."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""A policy file never fails open (issue 32, point 10). Every table of the file is read
-strictly: a key no table takes, an argument its tool does not take, a tool the worker
-does not have, a value of the wrong type, a pattern no value of the argument can match
-or a rule an earlier one always matches first stops ``parley tools`` and ``parley
-worker`` (before any Temporal server is contacted) with one line naming the file, the
-rule and the mistake. The same file spelt right loads, and gates calls in a real worker
-on the dev server."""
+"""A policy file never fails open. Every table of the file is read strictly: a key no
+table takes, an argument its tool does not take, a tool the worker does not have, a
+value of the wrong type, a pattern no value of the argument can match or a rule an
+earlier one always matches first stops ``parley tools`` and ``parley worker`` (before
+any Temporal server is contacted) with one line naming the file, the rule and the
+mistake. The same file spelt right loads, and gates calls in a real worker on the dev
+server."""
 
 from __future__ import annotations
 

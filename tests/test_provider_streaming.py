@@ -1,7 +1,7 @@
-"""A real provider path (issue 21, point 5): the real ``langchain-openai`` client against
-``FakeOpenAI``, a chat-completions server on 127.0.0.1 that streams SSE chunks with
-delays, reports usage (in the final chunk when asked) and answers ``400
-context_length_exceeded`` past its window.
+"""A real provider path: the real ``langchain-openai`` client against ``FakeOpenAI``, a
+chat-completions server on 127.0.0.1 that streams SSE chunks with delays, reports usage
+(in the final chunk when asked) and answers ``400 context_length_exceeded`` past its
+window.
 
 The model is the one Parley builds (``build_openai_model``); where a test needs it to
 stream it asks for that on a copy, as the model activity's streaming does.
@@ -9,7 +9,6 @@ stream it asks for that on a copy, as the model activity's streaming does.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -34,17 +33,13 @@ from parley.tools.loading import ModelConfig
 from tests.support import registry
 from tests.support.openai_fake import FakeOpenAI, ScriptedReply, error_body
 from tests.support.plans import activity_attempts, fetch
-from tests.support.provider_runs import point_at
 from tests.support.transcripts import new_session
 
 API_KEY = "sk-test-streaming-0123456789"
 THIRTY_WORDS = " ".join(f"word{i}" for i in range(30))
 
 
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
-    with FakeOpenAI(api_key=API_KEY, chunk_delay=0.02) as server:
-        yield point_at(monkeypatch, server)
+pytestmark = pytest.mark.fake_openai(api_key=API_KEY, chunk_delay=0.02)
 
 
 def parley_model() -> Any:
@@ -284,7 +279,7 @@ def test_a_responder_answers_when_the_script_is_empty(fake: FakeOpenAI) -> None:
 
 
 def test_built_model_streams_when_asked_and_not_otherwise(fake: FakeOpenAI) -> None:
-    """``call_model`` reads replies with ``astream`` (issue 21): ``.stream()`` makes one
+    """``call_model`` reads replies with ``astream``: ``.stream()`` makes one
     streamed request with usage in its final chunk; ``.invoke()`` one plain request."""
     fake.reply("whole reply")
     fake.reply("plain")

@@ -1,6 +1,6 @@
-"""Quorum approvals (issue 23, point 5): a rule may require ``approvals = 2``, M of the
-conversation's reviewers, the requester never counting. Against a real dev server and
-worker, through the client, the gateway and the ``parley`` CLI:
+"""Quorum approvals: a rule may require ``approvals = 2``, M of the conversation's
+reviewers, the requester never counting. Against a real dev server and worker, through
+the client, the gateway and the ``parley`` CLI:
 
 - one reviewer's approve leaves the call waiting, "1 of 2 approvals: bob" on every
   surface (the gateway's JSON, the AG-UI interrupt, ``parley show``); the same reviewer
@@ -9,7 +9,7 @@ worker, through the client, the gateway and the ``parley`` CLI:
 - a rejection answers the call and its approvals go with it: the model's next proposal
   of the very same call starts from 0; an edit is a new proposal, counted again;
 - the worker refuses to run a quorum call with fewer approvers, whatever it is told;
-- (issue 34, point 3) ``parley show`` says who the call waits for, and hints a decision
+- ``parley show`` says who the call waits for, and hints a decision
   only to those whose approve would be taken; deciding a decided call again says "q1
   already decided by carol at …: approved" (the same command: exit 0; another decision:
   refused, by the CLI and the gateway).
@@ -110,7 +110,7 @@ async def test_two_reviewers_are_needed_and_the_requester_never_counts(parley_wo
                 env=env, capture_output=True, text=True, timeout=120, check=False,
             )  # fmt: skip
 
-        # Each reader is told what they may do (issue 34, point 3): the hint to decide
+        # Each reader is told what they may do: the hint to decide
         # goes only to those whose approve would be taken, and everyone reads who the
         # call waits for.
         *shown, twice = await asyncio.gather(

@@ -1,5 +1,5 @@
 """Races at the gate: concurrent messages and decisions, a decision that arrives with its
-deadline already past, and client retries across continue-as-new (F1, F7)."""
+deadline already past, and client retries across continue-as-new."""
 
 from __future__ import annotations
 

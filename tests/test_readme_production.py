@@ -1,4 +1,4 @@
-"""The README's production part, run as written where it can be (issue 33): everything
+"""End to end: the README's production part, run as written where it can be: everything
 but a Docker engine and a real Temporal Cloud.
 
 - "Connecting to a secured cluster": each shell block's variables and the
@@ -26,7 +26,6 @@ import tomllib
 import uuid
 from pathlib import Path
 
-import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from parley.client import Conversations
@@ -43,18 +42,13 @@ from tests.support.waiting import eventually
 PATIENCE = 300
 
 
-@pytest.fixture
-def proxy(secured_proxy: Proxy) -> Proxy:
-    return secured_proxy
-
-
-def local_values(proxy: Proxy) -> dict[str, str]:
+def local_values(secured_proxy: Proxy) -> dict[str, str]:
     """Each placeholder value of the README's production part, and what stands for it."""
-    pki = proxy.pki
+    pki = secured_proxy.pki
     return {
-        "us-east-1.aws.api.temporal.io:7233": proxy.api_key_address,
-        "parley.a1b2c.tmprl.cloud:7233": proxy.mtls_address,
-        "temporal.internal.example:7233": proxy.tls_address,
+        "us-east-1.aws.api.temporal.io:7233": secured_proxy.api_key_address,
+        "parley.a1b2c.tmprl.cloud:7233": secured_proxy.mtls_address,
+        "temporal.internal.example:7233": secured_proxy.tls_address,
         "parley.a1b2c": "default",
         "parley": "default",
         "…": API_KEY,
@@ -71,13 +65,18 @@ def swapped(values: dict[str, str], local: dict[str, str]) -> dict[str, str]:
     return {name: local[value] for name, value in values.items()}
 
 
-def machine(tmp_path: Path, proxy: Proxy, **extra: str) -> dict[str, str]:
+def machine(tmp_path: Path, secured_proxy: Proxy, **extra: str) -> dict[str, str]:
     """A machine with no Temporal variables and no ``temporal.toml``, whose trust store
     holds the test CA (as a public CA is in every machine's)."""
     empty = tmp_path / "no-temporal.toml"
     empty.touch()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "SSL_CERT"))}
-    return {**env, "TEMPORAL_CONFIG_FILE": str(empty), "SSL_CERT_FILE": str(proxy.pki.ca), **extra}
+    return {
+        **env,
+        "TEMPORAL_CONFIG_FILE": str(empty),
+        "SSL_CERT_FILE": str(secured_proxy.pki.ca),
+        **extra,
+    }
 
 
 def profile_file(block: str, local: dict[str, str], path: Path) -> Path:
@@ -97,7 +96,7 @@ def profile_file(block: str, local: dict[str, str], path: Path) -> Path:
 
 
 async def test_the_secured_cluster_section_runs_as_written(
-    proxy: Proxy,
+    secured_proxy: Proxy,
     temporal_env: WorkflowEnvironment,
     payload_store: LocalFileStorageDriver,
     tmp_path: Path,
@@ -105,7 +104,7 @@ async def test_the_secured_cluster_section_runs_as_written(
     text = section("Connecting to a secured cluster")
     cloud_key, cloud_mtls, self_hosted = blocks(text, "bash")
     (profile_block,) = blocks(text, "toml")
-    local = local_values(proxy)
+    local = local_values(secured_proxy)
     queue = f"parley-readme-{uuid.uuid4().hex[:8]}"
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"content": "hello from the README"}]))
@@ -113,17 +112,17 @@ async def test_the_secured_cluster_section_runs_as_written(
 
     # The API key block starts the worker, as it says.
     assert commands(cloud_key) == ["parley worker"]
-    by_key = machine(tmp_path, proxy, **common, **swapped(exports(cloud_key), local))
+    by_key = machine(tmp_path, secured_proxy, **common, **swapped(exports(cloud_key), local))
     worker = {**by_key, "PARLEY_MODEL": f"script:{script}", "PARLEY_TOOLS": ""}
     clients = {
         "API key": by_key,
-        "mTLS": machine(tmp_path, proxy, **common, **swapped(exports(cloud_mtls), local)),
+        "mTLS": machine(tmp_path, secured_proxy, **common, **swapped(exports(cloud_mtls), local)),
         "self-hosted TLS": machine(
-            tmp_path, proxy, **common, **swapped(exports(self_hosted), local)
+            tmp_path, secured_proxy, **common, **swapped(exports(self_hosted), local)
         ),
         "profile": machine(
             tmp_path,
-            proxy,
+            secured_proxy,
             **common,
             TEMPORAL_CONFIG_FILE=str(profile_file(profile_block, local, tmp_path / "t.toml")),
             TEMPORAL_PROFILE="prod",

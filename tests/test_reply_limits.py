@@ -1,6 +1,6 @@
-"""No model can make Temporal end a run (issue 32, point 7): what one model call may
-stream and return is bounded, and a reply past the bound fails its turn as a model
-error in one line while the conversation goes on.
+"""No model can make Temporal end a run: what one model call may stream and return is
+bounded, and a reply past the bound fails its turn as a model error in one line while
+the conversation goes on.
 
 Reported: a model endpoint that streamed 200 pieces of 120 KB in each of 3 calls; every
 piece went into the run's history as a ``stream_delta`` signal, and Temporal terminated
@@ -40,7 +40,7 @@ from parley.contracts.limits import (
     STREAM_BYTES_PER_CALL,
     utf8_size,
 )
-from parley.workflows.record.events import STREAM_DISCARDED
+from parley.contracts.names import STREAM_DISCARDED_EVENT
 from tests.support import registry
 from tests.support.gateway import ALICE_TOKEN, auth, serve_gateway, sse_events
 from tests.support.openai_env import THIRTY_WORDS, openai_model, serving_openai, stored_reply
@@ -174,7 +174,7 @@ async def test_the_reported_stream_fails_each_turn_in_one_line_and_the_run_goes_
                 said = one_line(error.data["message"])
                 assert "1,048,576 bytes" in said and "PARLEY_MAX_MODEL_REPLY_BYTES" in said
                 # What it streamed (if a batch went out before the cut) is withdrawn.
-                discarded = [e for e in seen if e.data.get("name") == STREAM_DISCARDED]
+                discarded = [e for e in seen if e.data.get("name") == STREAM_DISCARDED_EVENT]
                 streamed = {e.data["messageId"] for e in seen if e.type == "TEXT_MESSAGE_START"}
                 assert {e.data["value"]["messageId"] for e in discarded} == streamed
             for record in fake.streams:

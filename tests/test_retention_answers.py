@@ -1,7 +1,7 @@
-"""Deleted by retention is an answer, not a 500 (issue 32, point 8). Three conversations
-end, a real ``parley store gc --retention 1`` collects what they stored, and every
-surface that reads it says what went and when, in one line (the CLI) or as 410 Gone in
-the gateway's one error shape:
+"""Deleted by retention is an answer, not a 500. Three conversations end, a real
+``parley store gc --retention 1`` collects what they stored, and every surface that
+reads it says what went and when, in one line (the CLI) or as 410 Gone in the gateway's
+one error shape:
 
 - ``long``, longer than the window the workflow keeps: its older messages are only in
   the transcript chain, which went (fork, ``show --offset 0``); its latest messages are

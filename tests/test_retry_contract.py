@@ -1,5 +1,5 @@
 """The retry contract: a server's Retry-After reaches Temporal as the next retry delay,
-capped by the policy; nothing an activity reports carries a worker secret (F6, F9)."""
+capped by the policy; nothing an activity reports carries a worker secret."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from temporalio.api.history.v1 import History
 
 from parley.activities.model_calls import _model_failure
 from parley.activities.tool_calls import tool_failure
-from parley.config.settings import MODEL_ACTIVITY, TOOL_ACTIVITY
-from parley.contracts import RUN_TOOL, ToolContext
+from parley.contracts import MODEL_ACTIVITY, RUN_TOOL, TOOL_ACTIVITY, ToolContext
 from parley.contracts.errors import ErrorType, ToolPermissionError, TransientError
 from parley.observability.redaction import remember_secrets
 from parley.tools import auto

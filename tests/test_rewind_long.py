@@ -1,10 +1,10 @@
-"""Rewind at any length (issue 32, point 6): a conversation longer than the window the
-workflow keeps (``KEPT_TRANSCRIPT_MESSAGES``) is cut against its whole transcript
-chain, not the window: ``parley rewind --to 5`` works where ``fork --at 5`` did, a cut
-inside a call and its answers is still refused naming the nearest cuts, and the
-workflow itself refuses a cut its window and the given tail show to leave a call
-unanswered, whatever the client says. Real dev server, worker, console script, gateway
-and Chromium; the model is scripted at the model boundary, the tools are auto tools."""
+"""Rewind at any length: a conversation longer than the window the workflow keeps
+(``KEPT_TRANSCRIPT_MESSAGES``) is cut against its whole transcript chain, not the
+window: ``parley rewind --to 5`` works where ``fork --at 5`` did, a cut inside a call
+and its answers is still refused naming the nearest cuts, and the workflow itself
+refuses a cut its window and the given tail show to leave a call unanswered, whatever
+the client says. Real dev server, worker, console script, gateway and Chromium; the
+model is scripted at the model boundary, the tools are auto tools."""
 
 from __future__ import annotations
 

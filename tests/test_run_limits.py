@@ -1,4 +1,4 @@
-"""Inputs nobody here wrote, and the limits of one run (issue 19, points 3 and 4).
+"""Inputs nobody here wrote, and the limits of one run.
 
 - A malformed ``decide`` from the ``temporal`` CLI is refused non-retryable, with the
   validator's one line (it was a converter failure marked ``retryable: true``).
@@ -13,28 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 
 from temporalio.api.enums.v1 import EventType
 
-from parley.cli.binaries import temporal_cli
 from parley.contracts import Decision
 from parley.workflows.lifecycle.handover import UPDATES_PER_RUN
 from tests.support import call, registry, script
+from tests.support.cli import temporal
 from tests.support.transcripts import new_session, runs_in
 from tests.support.waiting import eventually
 
 WRITE = {"content": "", "tool_calls": [call("write_record", "c1", title="Q1")]}
-
-
-def temporal(client, *args: str) -> subprocess.CompletedProcess:
-    address = client.service_client.config.target_host
-    return subprocess.run(
-        [temporal_cli(), *args, "--address", address, "--namespace", client.namespace],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 async def test_a_malformed_decision_from_the_temporal_cli_is_refused_for_good(

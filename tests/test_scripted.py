@@ -1,6 +1,6 @@
-"""The offline model shows what a provider's does (issue 34, point 6): with
-``PARLEY_MODEL=scripted`` (``parley dev``'s default) its reply streams a word at a time
-through ``call_model``'s own streaming path (``astream`` → ``ReplyStreamer`` →
+"""The offline model (``parley.activities.models.scripted``) shows what a provider's
+does: with ``PARLEY_MODEL=scripted`` (``parley dev``'s default) its reply streams a word
+at a time through ``call_model``'s own streaming path (``astream`` → ``ReplyStreamer`` →
 ``stream_delta`` batches), and it reports token usage, an estimate said to be one. The
 whole tour in ``parley dev`` (streaming, usage, a spend mark) is
 ``tests/test_dev_tour.py``'s."""

@@ -1,5 +1,5 @@
-"""An approval link is a secret everywhere (issue 32, point 1): no secret reaches a span,
-a log line, a metric or an error page.
+"""An approval link is a secret everywhere: no secret reaches a span, a log line, a
+metric or an error page.
 
 Reported: the gateway's span for ``GET /links/{token}`` carried the live token in
 ``http.target`` and ``http.url``, and a token read from the trace, POSTed back,

@@ -1,11 +1,11 @@
-"""Parley connects to a secured cluster the way the ``temporal`` CLI does (issue 33,
-point 1): TLS with the cluster's CA and server name, a client certificate (mTLS) and an
-API key, from the variables or from a ``temporal.toml`` profile. The cluster is the
-session's dev server behind Debian's nginx (tests.support.tls_proxy: TLS, client
-certificates required, a bearer key checked), shared by the module's tests. Each
-setting that is wrong is one line on stderr saying what to check, exit code 1, never a
-traceback or the SDK core's own log lines; the key and the client key are in no log,
-message or history. Client side: real ``parley`` processes, a real worker."""
+"""End to end: Parley connects to a secured cluster the way the ``temporal`` CLI does:
+TLS with the cluster's CA and server name, a client certificate (mTLS) and an API key,
+from the variables or from a ``temporal.toml`` profile. The cluster is the session's dev
+server behind Debian's nginx (tests.support.tls_proxy: TLS, client certificates
+required, a bearer key checked), shared by the module's tests. Each setting that is
+wrong is one line on stderr saying what to check, exit code 1, never a traceback or the
+SDK core's own log lines; the key and the client key are in no log, message or history.
+Client side: real ``parley`` processes, a real worker."""
 
 from __future__ import annotations
 
@@ -31,21 +31,16 @@ from tests.support.waiting import eventually
 PATIENCE = 300
 
 
-@pytest.fixture
-def proxy(secured_proxy: Proxy) -> Proxy:
-    return secured_proxy
-
-
-def secured_env(proxy: Proxy, tmp_path: Path, **extra: str) -> dict[str, str]:
+def secured_env(secured_proxy: Proxy, tmp_path: Path, **extra: str) -> dict[str, str]:
     """The variables of a client of the proxy (no ``temporal.toml`` of the machine's:
     an empty one), with ``extra`` over them (an empty value unsets one)."""
     empty = tmp_path / "empty.toml"
     empty.touch()
-    pki = proxy.pki
+    pki = secured_proxy.pki
     env = {
         **clean_environ(),
         "TEMPORAL_CONFIG_FILE": str(empty),
-        "TEMPORAL_ADDRESS": proxy.address,
+        "TEMPORAL_ADDRESS": secured_proxy.address,
         "TEMPORAL_API_KEY": API_KEY,
         "TEMPORAL_TLS_SERVER_CA_CERT_PATH": str(pki.ca),
         "TEMPORAL_TLS_SERVER_NAME": SERVER_NAME,
@@ -61,15 +56,15 @@ def clean_environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
 
 
-def write_profile(proxy: Proxy, path: Path) -> Path:
+def write_profile(secured_proxy: Proxy, path: Path) -> Path:
     """A ``temporal.toml`` whose profile ``secured`` holds the whole connection."""
-    pki = proxy.pki
+    pki = secured_proxy.pki
     path.write_text(
         f"""[profile.default]
 address = "127.0.0.1:1"
 
 [profile.secured]
-address = "{proxy.address}"
+address = "{secured_proxy.address}"
 namespace = "default"
 api_key = "{API_KEY}"
 
@@ -84,7 +79,7 @@ client_key_path = "{pki.client_key}"
 
 
 async def test_the_variables_and_a_profile_both_reach_a_worker_through_tls_and_a_key(
-    proxy: Proxy,
+    secured_proxy: Proxy,
     temporal_env: WorkflowEnvironment,
     payload_store: LocalFileStorageDriver,
     tmp_path: Path,
@@ -93,9 +88,9 @@ async def test_the_variables_and_a_profile_both_reach_a_worker_through_tls_and_a
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"content": "hello over mTLS"}, {"content": "and again"}]))
     common = {"PARLEY_TASK_QUEUE": queue, "PARLEY_PAYLOAD_STORE": str(payload_store.root)}
-    by_variables = secured_env(proxy, tmp_path, **common)
+    by_variables = secured_env(secured_proxy, tmp_path, **common)
     worker = {**by_variables, "PARLEY_MODEL": f"script:{script}", "PARLEY_TOOLS": ""}
-    profile = write_profile(proxy, tmp_path / "temporal.toml")
+    profile = write_profile(secured_proxy, tmp_path / "temporal.toml")
     by_profile = {
         **clean_environ(),
         **common,
@@ -118,7 +113,7 @@ async def test_the_variables_and_a_profile_both_reach_a_worker_through_tls_and_a
 
     # The key and the client key went nowhere: not in the worker's log, the commands'
     # output, nor the conversation's history.
-    key_lines = proxy.pki.client_key.read_text().splitlines()[1:-1]
+    key_lines = secured_proxy.pki.client_key.read_text().splitlines()[1:-1]
     history = await temporal_env.client.get_workflow_handle(
         f"conversation-{session}"
     ).fetch_history()
@@ -129,11 +124,11 @@ async def test_the_variables_and_a_profile_both_reach_a_worker_through_tls_and_a
 
 
 def test_each_wrong_setting_is_one_line_saying_what_to_check(
-    proxy: Proxy, temporal_env: WorkflowEnvironment, tmp_path: Path
+    secured_proxy: Proxy, temporal_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
-    pki = proxy.pki
+    pki = secured_proxy.pki
     plain = temporal_env.client.service_client.config.target_host
-    profile = write_profile(proxy, tmp_path / "temporal.toml")
+    profile = write_profile(secured_proxy, tmp_path / "temporal.toml")
     missing = tmp_path / "missing.pem"
     cases = [
         (
@@ -203,7 +198,10 @@ def test_each_wrong_setting_is_one_line_saying_what_to_check(
         ),
     ]
     results = parley_all(
-        *((secured_env(proxy, tmp_path, **change), ["list", "-u", "alice"]) for change, _ in cases)
+        *(
+            (secured_env(secured_proxy, tmp_path, **change), ["list", "-u", "alice"])
+            for change, _ in cases
+        )
     )
     for (change, expected), result in zip(cases, results, strict=True):
         assert_one_line_error(result, expected)
@@ -212,19 +210,24 @@ def test_each_wrong_setting_is_one_line_saying_what_to_check(
 
 
 def test_a_call_the_sdk_retries_leaves_no_sdk_log_line_on_the_terminal(
-    proxy: Proxy, tmp_path: Path
+    secured_proxy: Proxy, tmp_path: Path
 ) -> None:
     """The proxy lets the connection through, then answers UNAVAILABLE (asked to by the
     gRPC metadata of TEMPORAL_GRPC_META_*): the SDK retries the call for seconds, and its
     core would print a ``WARN temporalio_client::retry`` line for each retry."""
-    env = secured_env(proxy, tmp_path, TEMPORAL_GRPC_META_X_PARLEY_FAULT="unavailable")
+    env = secured_env(secured_proxy, tmp_path, TEMPORAL_GRPC_META_X_PARLEY_FAULT="unavailable")
     result = parley(env, "list", "-u", "alice")
     assert_one_line_error(result, "Temporal refused to list conversations: the cluster is unavail")
     assert "WARN" not in result.stderr and "retried" not in result.stderr
 
 
-def test_a_worker_with_a_refused_key_says_so_in_one_line(proxy: Proxy, tmp_path: Path) -> None:
-    env = {**secured_env(proxy, tmp_path, TEMPORAL_API_KEY="not-the-key-0000"), "PARLEY_TOOLS": ""}
+def test_a_worker_with_a_refused_key_says_so_in_one_line(
+    secured_proxy: Proxy, tmp_path: Path
+) -> None:
+    env = {
+        **secured_env(secured_proxy, tmp_path, TEMPORAL_API_KEY="not-the-key-0000"),
+        "PARLEY_TOOLS": "",
+    }
     result = parley(env, "worker")
     assert result.returncode == 1, result
     *warnings, last = result.stderr.splitlines()

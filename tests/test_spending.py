@@ -1,13 +1,12 @@
-"""Spend approval (issue 21, point 3): with the policy file's ``[budget]
-confirm_over_tokens``, a conversation whose model calls have used that many tokens
-waits for a decision before its next model call, like a tool call. Approve goes on and
-raises the mark by the same step; reject ends the turn with a reply saying so; both are
-audited. The tokens are what a real provider client reported (langchain-openai against
-a local server speaking the OpenAI protocol)."""
+"""Spend approval: with the policy file's ``[budget] confirm_over_tokens``, a
+conversation whose model calls have used that many tokens waits for a decision before
+its next model call, like a tool call. Approve goes on and raises the mark by the same
+step; reject ends the turn with a reply saying so; both are audited. The tokens are what
+a real provider client reported (langchain-openai against a local server speaking the
+OpenAI protocol)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -16,18 +15,10 @@ from parley.client import ConversationRefused
 from parley.contracts import SPEND_CALL, Decision, SpendBudget
 from parley.tools.policies import load_policies
 from tests.support import registry
-from tests.support.openai_env import openai_model, serving_openai
+from tests.support.openai_env import openai_model
 from tests.support.openai_fake import FakeOpenAI
 from tests.support.policy_tools import planner_registry
 from tests.support.transcripts import new_session
-
-KEY = "sk-spending-test-0000"
-
-
-@pytest.fixture
-async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
-    async with serving_openai(monkeypatch, KEY) as running:
-        yield running
 
 
 def test_the_budget_table_is_read_and_checked(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The carried state's split into sub-models (issue 20): the flat state a run carried
+"""The carried state's split into sub-models: the flat state a run carried
 before the split, as the golden history holds it, reads into the sub-models with every
 field in its place, and is written back exactly as it was, so a build from before the
 split reads what a newer one carries."""

@@ -1,5 +1,5 @@
-"""``parley store gc [--dry-run]`` and ``parley store stats`` (issue 22), as a user runs
-them (the CLI in its own process), on both stores: the local directory and S3
+"""End to end: ``parley store gc [--dry-run]`` and ``parley store stats``, as a user
+runs them (the CLI in its own process), on both stores: the local directory and S3
 (``moto_server`` on 127.0.0.1). A dry run prints what it would delete and deletes
 nothing; a run deletes it and says so; stats count objects, bytes and the oldest."""
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -24,18 +23,12 @@ from parley.tools import ToolRegistry
 from parley.worker.wiring import build_worker
 from tests.support import call, script
 from tests.support.processes import PARLEY_MODULE, ROOT, worker_env
-from tests.support.s3 import S3Server, moto_server
+from tests.support.s3 import S3Server
 from tests.support.store_tools import toolset
 from tests.support.transcripts import new_session
 from tests.support.waiting import eventually
 
 USER = "wes"
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with moto_server(tmp_path_factory.mktemp("moto") / "moto.log") as server:
-        yield server
 
 
 def parley(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,12 +1,12 @@
-"""Each cluster's data is its own (issue 33, point 3). Two Temporal clusters on one
-machine (the session's dev server and one of this module's own) whose worker processes
-both use the machine's default payload store (``HOME``/``XDG_DATA_HOME`` of the test's
-own): ``parley store gc`` on one collects its own closed conversation and leaves the
-other's open conversation whole (it takes its next turn on a fresh worker); ``parley
-store stats`` counts only its own part; the second worker to start says, in one line,
-that the first's cluster uses the store too. Objects written before the store kept a
-part per cluster stay readable and untouched, unless ``--legacy`` takes them while no
-other cluster has a part. ``parley dev`` keeps its cluster's part in its data dir."""
+"""End to end: each cluster's data is its own. Two Temporal clusters on one machine (the
+session's dev server and one of this module's own) whose worker processes both use the
+machine's default payload store (``HOME``/``XDG_DATA_HOME`` of the test's own): ``parley
+store gc`` on one collects its own closed conversation and leaves the other's open
+conversation whole (it takes its next turn on a fresh worker); ``parley store stats``
+counts only its own part; the second worker to start says, in one line, that the first's
+cluster uses the store too. Objects written before the store kept a part per cluster
+stay readable and untouched, unless ``--legacy`` takes them while no other cluster has a
+part. ``parley dev`` keeps its cluster's part in its data dir."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import io
 import json
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -24,8 +24,6 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.converter import (
     StorageDriverRetrieveContext,
-    StorageDriverStoreContext,
-    StorageDriverWorkflowInfo,
 )
 from temporalio.testing import WorkflowEnvironment
 
@@ -40,7 +38,8 @@ from parley.storage.base import UNSPLIT, Referrer
 from parley.storage.clusters import ClusterPart, identify
 from parley.storage.retention import collect_garbage
 from tests.support.processes import PARLEY_MODULE, ROOT, process, worker_env
-from tests.support.s3 import S3Server, moto_server
+from tests.support.s3 import S3Server
+from tests.support.store_tools import stored_for
 from tests.support.transcripts import new_session
 from tests.support.waiting import eventually
 
@@ -161,18 +160,6 @@ async def test_gc_of_one_cluster_leaves_the_other_clusters_open_conversation_who
         assert turn.status == "completed" and turn.reply == "again", turn
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with moto_server(tmp_path_factory.mktemp("moto") / "moto.log") as server:
-        yield server
-
-
-def stored_for(workflow_id: str, namespace: str = "default") -> StorageDriverStoreContext:
-    return StorageDriverStoreContext(
-        target=StorageDriverWorkflowInfo(namespace=namespace, id=workflow_id)
-    )
-
-
 @pytest.mark.parametrize("kind", ["local", "s3"])
 async def test_what_was_written_before_parts_is_read_and_kept_unless_legacy_takes_it(
     kind: str, temporal_env: WorkflowEnvironment, tmp_path: Path, request: pytest.FixtureRequest
@@ -187,7 +174,8 @@ async def test_what_was_written_before_parts_is_read_and_kept_unless_legacy_take
     client = temporal_env.client
     await store.bind(client)
     assert store.cluster == await identify(client)
-    # Written before parts (a Parley before issue 33): the same store, without parts.
+    # Written before parts (by a Parley that had no clusters): the same store, without
+    # parts.
     old = Payload(data=b"o" * (130 * KB))
     [old_claim] = await store.whole.store(stored_for("conversation-before-parts"), [old])
     [new_claim] = await store.store(stored_for("conversation-now"), [Payload(data=b"n")])

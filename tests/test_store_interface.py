@@ -1,14 +1,14 @@
-"""Both payload stores behave the same through one interface (issue 22): the local
-directory and S3 (``moto_server`` on 127.0.0.1), each as one part and as a cluster's part
-of a store of parts (issue 33). What is stored reads back; a damaged object is refused,
-never taken whole; the inventory names who stored what; a removed object is gone. The
-local directory keeps shared bytes once and never removes an object that a conversation
-stored since the inventory."""
+"""Both payload stores behave the same through one interface: the local directory and S3
+(``moto_server`` on 127.0.0.1), each as one part and as a cluster's part of a store of
+parts. What is stored reads back; a damaged object is refused, never taken whole; the
+inventory names who stored what; a removed object is gone. The local directory keeps
+shared bytes once and never removes an object that a conversation stored since the
+inventory."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,6 @@ from temporalio.api.common.v1 import Payload
 from temporalio.converter import (
     StorageDriverRetrieveContext,
     StorageDriverStoreContext,
-    StorageDriverWorkflowInfo,
 )
 
 from parley.storage import (
@@ -29,15 +28,10 @@ from parley.storage import (
 )
 from parley.storage.clusters import ClusterPart
 from parley.storage.stores import local_store
-from tests.support.s3 import S3Server, moto_server
+from tests.support.s3 import S3Server
+from tests.support.store_tools import stored_for
 
 CLUSTER = ClusterPart("cluster-a", "default")
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with moto_server(tmp_path_factory.mktemp("moto") / "moto.log") as server:
-        yield server
 
 
 @pytest.fixture(params=["local", "local part", "s3 part"])
@@ -62,12 +56,6 @@ async def local_part(store: PayloadStore) -> LocalFileStorageDriver | None:
     if isinstance(store, PartitionedStore):
         store = await store.part()
     return store if isinstance(store, LocalFileStorageDriver) else None
-
-
-def stored_for(workflow_id: str) -> StorageDriverStoreContext:
-    return StorageDriverStoreContext(
-        target=StorageDriverWorkflowInfo(namespace="default", id=workflow_id)
-    )
 
 
 async def test_what_is_stored_reads_back_and_the_inventory_names_who_stored_it(

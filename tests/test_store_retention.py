@@ -1,14 +1,14 @@
-"""Retention of the payload store (issue 22), the same on both stores: the local
-directory and S3 (``moto_server`` on 127.0.0.1), with real conversations on the dev
-server, a 1-second retention and a test clock for "now". What a conversation closed
-past retention stored goes; what one closed inside retention or one open for weeks
-stored stays and is read; shared content stays while any referrer lives; ``--dry-run``
-deletes nothing. The worker's Temporal Schedule runs the same collection."""
+"""Retention of the payload store, the same on both stores: the local directory and S3
+(``moto_server`` on 127.0.0.1), with real conversations on the dev server, a 1-second
+retention and a test clock for "now". What a conversation closed past retention stored
+goes; what one closed inside retention or one open for weeks stored stays and is read;
+shared content stays while any referrer lives; ``--dry-run`` deletes nothing. The
+worker's Temporal Schedule runs the same collection."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,8 +20,6 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.converter import (
     StorageDriverRetrieveContext,
-    StorageDriverStoreContext,
-    StorageDriverWorkflowInfo,
 )
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
@@ -37,20 +35,14 @@ from parley.storage.schedule import ensure_gc_schedule
 from parley.tools import ToolRegistry
 from parley.worker.wiring import build_worker
 from tests.support import call, script
-from tests.support.s3 import S3Server, moto_server
-from tests.support.store_tools import toolset
+from tests.support.s3 import S3Server
+from tests.support.store_tools import stored_for, toolset
 from tests.support.transcripts import new_session
 from tests.support.waiting import eventually
 
 KB = 1024
 SECOND = timedelta(seconds=1)
 USER = "vic"
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with moto_server(tmp_path_factory.mktemp("moto") / "moto.log") as server:
-        yield server
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -103,12 +95,6 @@ def referrers(objects: list) -> set[str]:
     return {r.workflow_id for o in objects for r in o.referrers}
 
 
-def stored_for(workflow_id: str) -> StorageDriverStoreContext:
-    return StorageDriverStoreContext(
-        target=StorageDriverWorkflowInfo(namespace="default", id=workflow_id)
-    )
-
-
 async def test_closed_past_retention_goes_inside_retention_and_open_for_weeks_stay(
     store_client: tuple[PayloadStore, Client],
 ) -> None:
@@ -144,7 +130,7 @@ async def test_closed_past_retention_goes_inside_retention_and_open_for_weeks_st
 
     done = await collect_garbage(store, client, now=now, retention=SECOND)
     assert done.conversations == [wf[past]]
-    # Retention's record of it, for readers that find it gone (issue 32, point 8); none
+    # Retention's record of it, for readers that find it gone; none
     # for the conversations it kept, and none in the inventory.
     assert await store.collected(past_referrer) == Collected(at=now, retention=SECOND)
     assert await store.collected(Referrer(client.namespace, wf[inside])) is None

@@ -1,4 +1,4 @@
-"""The built-in S3 payload store (issue 22) against a real S3 API server on 127.0.0.1
+"""End to end: the built-in S3 payload store against a real S3 API server on 127.0.0.1
 (``moto_server``): two worker processes that share nothing but the bucket, a missing
 bucket and refused credentials stopping the worker and gateway with one line, and
 injected 503s and cut connections retried with nothing lost."""
@@ -9,7 +9,6 @@ import dataclasses
 import json
 import subprocess
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,8 +19,6 @@ from temporalio.client import Client, ScheduleActionStartWorkflow
 from temporalio.converter import (
     StorageDriverClaim,
     StorageDriverRetrieveContext,
-    StorageDriverStoreContext,
-    StorageDriverWorkflowInfo,
 )
 from temporalio.testing import WorkflowEnvironment
 
@@ -33,16 +30,11 @@ from parley.storage.schedule import gc_schedule_id
 from tests.support import call
 from tests.support.processes import PARLEY_MODULE, ROOT, process, worker_env
 from tests.support.s3 import FaultyProxy, S3Server, moto_server
+from tests.support.store_tools import stored_for
 from tests.support.transcripts import new_session
 
 MB = 1024 * 1024
 STORE_TOOLS = "tests.support.store_tools:toolset"
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    with moto_server(tmp_path_factory.mktemp("moto") / "moto.log") as server:
-        yield server
 
 
 def new_bucket(s3: S3Server) -> str:
@@ -57,12 +49,6 @@ def store_for(endpoint: str, bucket: str, s3: S3Server) -> PartitionedStore:
     store.whole.objects.retry = S3Retry(attempts=8, first_delay=0.05, max_delay=0.5)
     store.bind_part(ClusterPart("cluster-s3", "default"))
     return store
-
-
-def stored_for(workflow_id: str) -> StorageDriverStoreContext:
-    return StorageDriverStoreContext(
-        target=StorageDriverWorkflowInfo(namespace="default", id=workflow_id)
-    )
 
 
 async def test_a_second_worker_with_only_the_bucket_finishes_what_the_first_began(

@@ -1,7 +1,7 @@
-"""Token streaming end to end (issue 21, point 1): a provider that streams its reply
+"""Token streaming from the provider to an SSE client: a provider that streams its reply
 word by word (the real ``langchain-openai`` client against a local server speaking the
-OpenAI protocol with ``stream: true``), through the worker, the workflow's event log
-and the real gateway, to an SSE client.
+OpenAI protocol with ``stream: true``), through the worker, the workflow's event log and
+the real gateway.
 
 What must hold: the text reaches the client while the provider still writes; it comes
 as many deltas; the deltas add up to the durable reply; a follower that reconnects
@@ -13,28 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import httpx
-import pytest
 
-from parley.workflows.record.events import STREAM_DISCARDED
+from parley.contracts.names import STREAM_DISCARDED_EVENT
 from tests.support import registry
 from tests.support.gateway import ALICE_TOKEN, SseEvent, auth, serve_gateway, sse_events
-from tests.support.openai_env import THIRTY_WORDS, openai_model, serving_openai, stored_reply
+from tests.support.openai_env import THIRTY_WORDS, openai_model, stored_reply
 from tests.support.openai_fake import FakeOpenAI
 from tests.support.streaming_models import FailsMidStream
 from tests.support.transcripts import new_session
 
 ALICE = auth(ALICE_TOKEN)
 SSE = {"Accept": "text/event-stream"}
-KEY = "sk-streaming-test-0000"
-
-
-@pytest.fixture
-async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
-    async with serving_openai(monkeypatch, KEY) as running:
-        yield running
 
 
 async def read_turn(http: httpx.AsyncClient, sid: str, text: str) -> list[tuple[float, SseEvent]]:
@@ -125,7 +116,7 @@ async def test_a_retried_model_call_streams_under_a_new_message_id_never_interle
     assert model.calls == [1, 2]
     reply = stored_reply(snapshot)
     assert reply.content == THIRTY_WORDS
-    discarded = [e for e in events if e["type"] == "CUSTOM" and e["name"] == STREAM_DISCARDED]
+    discarded = [e for e in events if e["type"] == "CUSTOM" and e["name"] == STREAM_DISCARDED_EVENT]
     (first_attempt,) = {e["value"]["messageId"] for e in discarded}
     assert first_attempt != reply.id
     by_message: dict[str, list[str]] = {}

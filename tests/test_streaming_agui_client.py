@@ -1,4 +1,4 @@
-"""The official AG-UI client sees the reply stream (issue 21, point 1): ``@ag-ui/client``'s
+"""End to end: the official AG-UI client sees the reply stream: ``@ag-ui/client``'s
 ``HttpAgent`` in Node (tests/js/, installed from its lock file by npm) runs against the
 real gateway's ``/agui`` with a bearer token, while a provider speaking the OpenAI
 protocol writes 30 words at 100 ms each through the real worker.
@@ -10,28 +10,12 @@ deltas add up to the reply stored in the conversation.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
-
 from tests.support import registry
-from tests.support.agui_client import install_agui_client, run_http_agent
+from tests.support.agui_client import run_http_agent
 from tests.support.gateway import ALICE_TOKEN, serve_gateway
-from tests.support.openai_env import THIRTY_WORDS, openai_model, serving_openai, stored_reply
+from tests.support.openai_env import THIRTY_WORDS, openai_model, stored_reply
 from tests.support.openai_fake import FakeOpenAI
 from tests.support.transcripts import new_session
-
-
-@pytest.fixture(scope="module")
-def agui_client() -> None:
-    """tests/js installed (npm ci, once; skipped when node_modules is already there)."""
-    install_agui_client()
-
-
-@pytest.fixture
-async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
-    async with serving_openai(monkeypatch, "sk-agui-client-test-0000") as running:
-        yield running
 
 
 async def test_the_official_http_agent_sees_the_reply_stream_while_the_provider_writes(

@@ -1,4 +1,4 @@
-"""The CLI renders the reply as it streams (issue 21, point 1): real ``parley send`` and
+"""End to end: the CLI renders the reply as it streams: real ``parley send`` and
 ``parley chat`` processes against a real worker whose provider (the OpenAI protocol,
 tests.support.openai_fake) writes 30 words at 100 ms each.
 
@@ -14,7 +14,6 @@ import io
 import os
 import subprocess
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -23,17 +22,10 @@ from parley.client import Conversations
 from parley.contracts import TurnResult
 from tests.support import registry
 from tests.support.cli import assert_one_line_error
-from tests.support.openai_env import THIRTY_WORDS, openai_model, serving_openai, stored_reply
-from tests.support.openai_fake import FakeOpenAI
+from tests.support.openai_env import THIRTY_WORDS, openai_model, stored_reply
 from tests.support.processes import PARLEY
 from tests.support.scripts import script
 from tests.support.transcripts import new_session
-
-
-@pytest.fixture
-async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
-    async with serving_openai(monkeypatch, "sk-streaming-surface-0000") as running:
-        yield running
 
 
 async def run_reading(

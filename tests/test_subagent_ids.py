@@ -1,5 +1,5 @@
-"""Ids that cannot collide (issue 19, point 4): a subagent's call and its parent's were
-both ``c1``, so a second approval got the first one's update id and its old result.
+"""Ids that cannot collide: a subagent's call and its parent's were both ``c1``, so a
+second approval got the first one's update id and its old result.
 
 Here every model proposes ``c1``: the parent in each round, and each of its three
 subagent conversations (two subagents, one of them twice). A subagent's call is
@@ -10,9 +10,6 @@ is distinct. Real worker, gateway and dev server; the models are scripts.
 
 from __future__ import annotations
 
-import asyncio
-import os
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -28,6 +25,7 @@ from parley.contracts.errors import ErrorType
 from parley.tools import ToolRegistry, confirm
 from tests.support import ByConversation, call, script
 from tests.support.browser import sign_in_and_start
+from tests.support.cli import parley_against
 from tests.support.gateway import ALICE_TOKEN, TOKENS, auth, serve_gateway, sse_events
 from tests.support.policy_tools import create_plan, push_branch
 from tests.support.transcripts import runs_in
@@ -65,17 +63,6 @@ def model(tag: str) -> ByConversation:
                 {"tool_calls": [call("create_plan", "c1", title="Q3")]}, {"content": "Q3 done."}
             ),
         }
-    )
-
-
-async def cli(conversations, client, *args: str) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "PARLEY_TASK_QUEUE": conversations.settings.task_queue,
-    }
-    return await asyncio.to_thread(
-        subprocess.run, [*PARLEY, *args], env=env, capture_output=True, text=True
     )
 
 
@@ -134,7 +121,9 @@ async def test_a_subagents_call_is_approved_from_the_parent_on_every_surface(
         # not be answered with round one's result.
         turn = await conversations.send(sid, "alice", "round three")
         assert [p.tool_call_id for p in turn.pending] == ["sub-planner-3-c1"]
-        approved = await cli(conversations, client, "approve", "--session", sid, "--user", "alice")
+        approved = await parley_against(
+            conversations, client, "approve", "--session", sid, "--user", "alice"
+        )
         assert approved.returncode == 0, approved.stderr
         assert "Round three done." in approved.stdout
         assert [r["title"] for r in runs_in(f"{sid}/planner-3", "create_plan")] == ["Q3"]

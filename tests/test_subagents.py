@@ -1,4 +1,4 @@
-"""Subagents as child workflows (issue 11, point 7). Real worker, real dev server.
+"""Subagents as child workflows. Real worker, real dev server.
 
 A conversation hands a task to a subagent (a tool from the policy file's
 ``[[subagent]]``); the task runs as a child ``ConversationWorkflow`` that is offered, and

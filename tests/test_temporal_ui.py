@@ -53,12 +53,12 @@ async def test_search_attributes_summaries_and_details(parley_worker, client: Cl
             async for event in handle.fetch_history_events()
             if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
         ]
-        # A tool call says what it does; a model call needs no summary (its type says it,
-        # and a summary would be history bytes on every turn).
+        # Every activity says what it does: a tool call its arguments, a model call the
+        # model it asks for (none chosen: the worker's first listed).
         assert scheduled == [
-            "parley.call_model: -",
+            "parley.call_model: default model",
             "parley.run_tool: write_record title=Q3 review",
-            "parley.call_model: -",
+            "parley.call_model: default model",
         ]
 
 

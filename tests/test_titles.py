@@ -1,4 +1,4 @@
-"""Plan-title normalization (F10): request sentences become the title they name."""
+"""Plan-title normalization: request sentences become the title they name."""
 
 from __future__ import annotations
 

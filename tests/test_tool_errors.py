@@ -1,4 +1,4 @@
-"""The error table of design.md, row by row, before and after a decision (F2, F3, F4)."""
+"""The error table of design.md, row by row, before and after a decision."""
 
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
-"""docker-compose.yml's topology without Docker: a Temporal dev server with a
-persistence file, two worker processes and the gateway process. A worker SIGKILLed in
-the middle of an approved tool call; the conversation finishes on the other worker,
-with one result per call and the write done once."""
+"""End to end: docker-compose.yml's topology without Docker: a Temporal dev server with
+a persistence file, two worker processes and the gateway process. A worker SIGKILLed in
+the middle of an approved tool call; the conversation finishes on the other worker, with
+one result per call and the write done once."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from pathlib import Path
 
@@ -19,7 +18,9 @@ from tests.support.ports import free_port
 from tests.support.processes import (
     LIVENESS_TOOLS,
     PARLEY_MODULE,
+    assert_started_twice_done_once,
     process,
+    tool_starts,
     worker_env,
     write_slow_write_script,
 )
@@ -68,9 +69,7 @@ async def _run_topology(address: str, tmp_path: Path) -> None:
     headers = {"Authorization": f"Bearer {TOKEN}"}
 
     def starts() -> list[dict]:
-        if not tool_log.exists():
-            return []
-        return [json.loads(line) for line in tool_log.read_text().splitlines()]
+        return tool_starts(tool_log)
 
     with (
         process([*parley, "worker"], env, tmp_path / "worker-1.log") as worker_1,
@@ -114,10 +113,7 @@ async def _run_topology(address: str, tmp_path: Path) -> None:
             assert decided.json()["reply"] == "written once"
             state = (await http.get(f"/v1/conversations/{sid}")).json()
 
-    runs = starts()
-    assert [r["pid"] for r in runs] == [victim.pid, survivor.pid]
-    assert {r["key"] for r in runs} == {f"conversation-{sid}:t1"}
-    assert tool_log.with_suffix(".done").read_text().split() == [f"conversation-{sid}:t1"]
+    assert_started_twice_done_once(tool_log, f"conversation-{sid}:t1", [victim.pid, survivor.pid])
     results = [m for m in state["transcript"] if m["type"] == "tool"]
     assert [m["tool_call_id"] for m in results] == ["t1"]
     assert results[0]["status"] == "success"

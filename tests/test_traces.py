@@ -1,6 +1,6 @@
-"""Traces (issue 23, point 3): one OpenTelemetry trace follows a turn from the request
-through the workflow, the model activity (with its token counts) and the tool activity,
-through ``temporalio.contrib.opentelemetry``.
+"""End to end: one OpenTelemetry trace follows a turn from the request through the
+workflow, the model activity (with its token counts) and the tool activity, through
+``temporalio.contrib.opentelemetry``.
 
 Once in this process, with the SDK's in-memory exporter: a real gateway, worker and dev
 server, and langchain-openai talking to ``FakeOpenAI``, whose reported usage the model
@@ -16,7 +16,7 @@ import asyncio
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +34,13 @@ from parley.observability import tracing
 from parley.storage import LocalFileStorageDriver
 from parley.worker.wiring import build_worker
 from tests.support import registry, runs_of
-from tests.support.dev import parley, running_dev_server, without_paths
+from tests.support.cli import parley
+from tests.support.dev import running_dev_server, without_paths
 from tests.support.gateway import ALICE_TOKEN, TOKENS, auth, gateway_processes, serve_gateway
-from tests.support.openai_env import openai_model, serving_openai
+from tests.support.openai_env import openai_model
 from tests.support.openai_fake import FakeOpenAI
 from tests.support.otlp import OtlpReceiver
 from tests.support.transcripts import new_session
-
-API_KEY = "sk-traces-test-0123456789"
 
 
 def traceparent() -> tuple[str, str]:
@@ -63,12 +62,6 @@ def exporter() -> Iterator[InMemorySpanExporter]:
     finally:
         tracing.use(None)
         memory.shutdown()
-
-
-@pytest.fixture
-async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
-    async with serving_openai(monkeypatch, API_KEY) as running:
-        yield running
 
 
 def ancestors(span: Any, by_id: dict[int, Any]) -> list[str]:

@@ -1,6 +1,6 @@
-"""Triage and the strict inputs, without a server (issue 19, points 1, 2 and 4): a
-proposal or an edit is judged on its canonical arguments by the same rules; an input
-with a key it does not define is refused in one line, never ignored."""
+"""Triage and the strict inputs, without a server: a proposal or an edit is judged on
+its canonical arguments by the same rules; an input with a key it does not define is
+refused in one line, never ignored."""
 
 from __future__ import annotations
 

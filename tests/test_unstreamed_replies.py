@@ -1,33 +1,26 @@
-"""Providers that do not stream (issue 35, point 5): an OpenAI-compatible server that
-ignores ``stream: true`` and answers with one JSON body. The real ``langchain-openai``
-client, as Parley builds it, against ``FakeOpenAI(ignore_stream=True)`` on 127.0.0.1,
-then through a worker: the body is read whole, and the turn goes on (it failed with "No
-generation chunks were returned").
-"""
+"""Providers that do not stream: an OpenAI-compatible server that ignores ``stream:
+true`` and answers with one JSON body. The real ``langchain-openai`` client, as Parley
+builds it, against ``FakeOpenAI(ignore_stream=True)`` on 127.0.0.1, then through a
+worker: the body is read whole, and the turn goes on (it failed with "No generation
+chunks were returned")."""
 
 from __future__ import annotations
-
-from collections.abc import AsyncIterator
 
 import pytest
 from langchain_core.messages import AIMessageChunk, HumanMessage
 
 from parley.contracts import Decision, Usage
 from tests.support import registry
-from tests.support.openai_env import openai_model, serving_openai
+from tests.support.openai_env import openai_model
 from tests.support.openai_fake import FakeOpenAI
 from tests.support.provider_runs import add, script_a_write
 from tests.support.provider_runs import openai_usage as reported
 from tests.support.transcripts import new_session, runs_in
 
-KEY = "sk-unstreamed-test-0000"
 USER = "alice"
 
 
-@pytest.fixture
-async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
-    async with serving_openai(monkeypatch, KEY, ignore_stream=True) as running:
-        yield running
+pytestmark = pytest.mark.fake_openai(ignore_stream=True)
 
 
 async def test_a_whole_body_is_read_as_the_stream_asked_for(fake: FakeOpenAI) -> None:

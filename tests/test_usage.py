@@ -1,5 +1,5 @@
-"""Usage (issue 21, point 3): every model call's tokens, as the provider reported them,
-recorded with the turn and summed per conversation, on every surface.
+"""Usage: every model call's tokens, as the provider reported them, recorded with the
+turn and summed per conversation, on every surface.
 
 A real worker on the real dev server; the model is langchain-openai talking to
 ``FakeOpenAI`` (a chat-completions server on 127.0.0.1 that counts each request's tokens
@@ -10,17 +10,11 @@ and reports them). The totals are checked against what the fake reported, and sh
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import re
-import subprocess
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import pytest
 from temporalio.client import Client
 
 from parley.activities.models.openai_provider import build_openai_model
@@ -31,22 +25,15 @@ from parley.tools.loading import ModelConfig
 from parley.worker.wiring import build_worker, connect, metrics_runtime
 from parley.workflows.turn.usage import USAGE_EVENT
 from tests.support import registry, script
+from tests.support.cli import parley_against
 from tests.support.gateway import ALICE_TOKEN, auth, serve_gateway
-from tests.support.openai_env import serving_openai
 from tests.support.openai_fake import FakeOpenAI
 from tests.support.ports import free_port
-from tests.support.processes import PARLEY
+from tests.support.prometheus import metric_value
 from tests.support.provider_runs import openai_usage as reported
 from tests.support.transcripts import new_session
 
-API_KEY = "sk-usage-test-0123456789"
 USER = "alice"
-
-
-@pytest.fixture
-async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
-    async with serving_openai(monkeypatch, API_KEY) as running:
-        yield running
 
 
 def openai_model(*, streaming: bool = False) -> Any:
@@ -78,14 +65,8 @@ def usage_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def cli(conversations: Conversations, client: Client, *args: str) -> str:
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "PARLEY_TASK_QUEUE": conversations.settings.task_queue,
-    }
-    done = await asyncio.to_thread(
-        subprocess.run, [*PARLEY, *args], env=env, capture_output=True, text=True, timeout=60
-    )
+    """What ``parley ARGS`` prints against the test's worker (it must succeed)."""
+    done = await parley_against(conversations, client, *args)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -206,15 +187,5 @@ async def test_the_metric_counts_tokens_by_kind(
         metrics = httpx.get(f"http://{address}/metrics", timeout=10).text
 
     expected = reported(fake)
-    assert metric(metrics, "parley_model_tokens", kind="input") == expected.input_tokens
-    assert metric(metrics, "parley_model_tokens", kind="output") == expected.output_tokens
-
-
-def metric(metrics: str, name: str, **labels: str) -> float:
-    """The sum of the samples of ``name`` whose labels include ``labels``."""
-    total = 0.0
-    for line in metrics.splitlines():
-        match = re.match(rf"^{name}(?:_total)?(\{{[^}}]*\}})? (\S+)$", line)
-        if match and all(f'{k}="{v}"' in (match.group(1) or "") for k, v in labels.items()):
-            total += float(match.group(2))
-    return total
+    assert metric_value(metrics, "parley_model_tokens", kind="input") == expected.input_tokens
+    assert metric_value(metrics, "parley_model_tokens", kind="output") == expected.output_tokens

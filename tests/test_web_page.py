@@ -1,5 +1,5 @@
-"""The approval page in a real browser: Chromium (Playwright) against the real gateway,
-worker and Temporal dev server; the model is the only fake (a script).
+"""End to end: the approval page in a real browser: Chromium (Playwright) against the
+real gateway, worker and Temporal dev server; the model is the only fake (a script).
 
 The browser, the page, the gateway in front of the worker and the steps every page
 test takes are in tests.support.browser."""

@@ -1,13 +1,13 @@
-"""The approval page's edges a new user met (issue 19, points 6 and 9), in real Chromium
-against the real gateway, worker and Temporal dev server; the model is a script.
+"""End to end: the approval page's edges a new user met, in real Chromium against the
+real gateway, worker and Temporal dev server; the model is a script.
 
 - Respond: the user answers a call instead of the tool; the result reads "responded".
 - A subagent's call is marked "asked by subagent <name>" and decided from the parent.
 - A closed conversation (`end --force`) shows `ended`, with no decision buttons.
 - The pending panel never hides the transcript: its last message stays in view, and
   the whole transcript scrolls, while calls wait.
-- (Issue 34, points 3 and 4.) A call a reviewer rule holds offers its requester no
-  approve and says who it waits for; a reviewer on a phone (390x844) reads its title,
+- A call a reviewer rule holds offers its requester no approve and says who it waits
+  for; a reviewer on a phone (390x844) reads its title,
   expiry, arguments and buttons without scrolling, and at 1280x900 too; the list's
   status is the header's; the icon is served. The spend approval shows the tokens and
   the mark, with approve and reject only.
@@ -204,7 +204,7 @@ INSIDE = """(selector) => {
 }"""
 
 
-# --- Issue 34, points 3 and 4: offered only to whom it can work; read on a phone ------
+# --- offered only to whom it can work; read on a phone ---------------------------------
 
 CAROL_TOKEN = "carol-token-0123456789ab"
 PHONE = {"width": 390, "height": 844}

@@ -1,4 +1,4 @@
-"""The page renders the reply as it streams (issue 21, point 1), in Debian's Chromium
+"""End to end: the page renders the reply as it streams, in Debian's Chromium
 (tests.support.browser) against the real gateway and worker.
 
 What must hold: the reply's text grows on the page while the provider (the OpenAI
@@ -10,15 +10,13 @@ at no moment are two streaming replies on the page.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
 from playwright.async_api import Page, expect
 
 from tests.support import registry
 from tests.support.browser import page_gateway, screenshot, send, sign_in_and_start
-from tests.support.openai_env import THIRTY_WORDS, openai_model, serving_openai
+from tests.support.openai_env import THIRTY_WORDS, openai_model
 from tests.support.openai_fake import FakeOpenAI
 from tests.support.streaming_models import FailsMidStream
 from tests.support.transcripts import new_session
@@ -33,12 +31,6 @@ WATCH_STREAMING = """() => {
     window.maxStreaming = Math.max(window.maxStreaming, now);
   }).observe(box, { childList: true, subtree: true });
 }"""
-
-
-@pytest.fixture
-async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeOpenAI]:
-    async with serving_openai(monkeypatch, "sk-streaming-surface-0000") as running:
-        yield running
 
 
 async def test_the_reply_grows_on_the_page_while_the_provider_writes(

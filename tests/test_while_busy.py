@@ -1,5 +1,5 @@
-"""Messages while the model is thinking (issue 21, point 4): ``reject`` (the default),
-``enqueue`` and ``interrupt``, each with messages racing a slow model (``HeldModel``,
+"""Messages while the model is thinking: ``reject`` (the default), ``enqueue`` and
+``interrupt``, each with messages racing a slow model (``HeldModel``,
 a scripted model at the model boundary that sleeps until released) through a real
 worker and Temporal. No message is lost or applied twice: the transcript and the audit
 log hold each once; ``interrupt`` cancels a model call, never a running tool."""
@@ -21,10 +21,10 @@ from parley.client import ConversationRefused, Conversations
 from parley.contracts import ConversationSnapshot, ConversationState, SendMessageInput
 from parley.contracts.busy import QUEUED_MESSAGES_MAX, QueuedMessage
 from parley.contracts.errors import ConversationEnded, ErrorType, MessageTooLarge, TurnInProgress
+from parley.contracts.names import INTERRUPTED_EVENT
 from parley.contracts.payloads import PAYLOAD_CONTEXT
 from parley.storage import LocalFileStorageDriver
 from parley.workflows.rules import gate
-from parley.workflows.turn.busy import INTERRUPTED_EVENT
 from parley.workflows.turn.streaming import INTERRUPTED
 from tests.support import GATE, SLOW_STARTED, call, registry
 from tests.support.cli import assert_one_line_error, parley

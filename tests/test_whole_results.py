@@ -1,9 +1,9 @@
-"""Every result can be read whole (issue 34, point 5). A 3 MB tool result reaches the
-model (and so the transcript, ``parley show``, the page's JSON) as its first 32,000
-characters; the worker keeps it whole in the payload store, ``show`` says how to get it,
-and ``parley result --output`` and ``GET /v1/conversations/{id}/results/{call_id}`` give
-it back byte for byte, to the owner and reviewers only. (A result retention deleted
-answers 410: ``tests/test_retention_answers.py``.)"""
+"""End to end: every result can be read whole. A 3 MB tool result reaches the model (and so the
+transcript, ``parley show``, the page's JSON) as its first 32,000 characters; the worker
+keeps it whole in the payload store, ``show`` says how to get it, and ``parley result
+--output`` and ``GET /v1/conversations/{id}/results/{call_id}`` give it back byte for
+byte, to the owner and reviewers only. (A result retention deleted answers 410:
+``tests/test_retention_answers.py``.)"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The worker's one HTTP client is made by its entry point and injected (issue 20,
-point 4): the plans toolset (handed it in its ``PlansConfig``) and the notify activity
-use the client they are given, against a real plans service on 127.0.0.1."""
+"""The worker's one HTTP client is made by its entry point and injected: the plans
+toolset (handed it in its ``PlansConfig``) and the notify activity use the client they
+are given, against a real plans service on 127.0.0.1."""
 
 from __future__ import annotations
 

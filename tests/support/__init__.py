@@ -7,7 +7,8 @@
 - ``waiting`` (``eventually``) and ``ports`` (``free_port``);
 - ``processes``: real worker/gateway processes and their environment;
 - ``gateway``, ``plans``, ``dev``, ``cli``, ``browser``, ``webhook``, ``time_skipping``,
-  ``policy_tools``: servers, clients and fixtures by area;
+  ``policy_tools``, ``agui_client``, ``openai_env``, ``prometheus``: servers, clients and
+  fixtures by area (the modules with fixtures are plugins, tests/conftest.py);
 - ``liveness_tools``, ``fault_models``, ``mcp_notes_server``, ``mcp_flaky_start``,
   ``openai_fake``, ``store_tools``: loaded by worker processes or run as commands, by
   module path;

@@ -1,7 +1,8 @@
 """The official AG-UI client (``@ag-ui/client``'s ``HttpAgent``) in Node, for tests:
 the small npm project under tests/js/ installed from its lock file, and one run of
 ``agui_run.mjs`` against a gateway's ``/agui``. Client side: it speaks only HTTP to
-the gateway, as any AG-UI front end would.
+the gateway, as any AG-UI front end would. The ``agui_client`` fixture installs it once
+for the session (this module is registered as a plugin in tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -14,12 +15,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 #: The npm project: package.json pins @ag-ui/client, package-lock.json its tree.
 JS_PROJECT = Path(__file__).resolve().parents[1] / "js"
 #: Present once the project is installed.
 INSTALLED_MARK = JS_PROJECT / "node_modules" / "@ag-ui" / "client" / "package.json"
 #: Seconds one run may take, however its gateway answers.
 RUN_TIMEOUT = 120
+
+
+@pytest.fixture(scope="session")
+def agui_client() -> Path:
+    """tests/js installed (``install_agui_client``)."""
+    return install_agui_client()
 
 
 def install_agui_client() -> Path:

@@ -1,6 +1,8 @@
 """`parley dev` for the CLI tests: the real console script in a subprocess (embedded
 Temporal dev server, UI, gateway, plans service and the offline model), what it
-prints, and the helpers that run the console script against it. Client side."""
+prints, and the helpers that run the console script against it; the ``dev_server``
+fixture is one for a test module (registered as a plugin in tests/conftest.py). Client
+side."""
 
 from __future__ import annotations
 
@@ -10,11 +12,13 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from parley.cli.dev_state import state_file
+from tests.support import cli
 from tests.support.ports import free_port
 from tests.support.processes import PARLEY
 
@@ -156,22 +160,18 @@ def running_dev_server(
     assert not [pid for pid in children if alive(pid)], f"left running: {children}"
 
 
-def parley(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*PARLEY, *args], capture_output=True, text=True, env=env, timeout=120)
+@pytest.fixture(scope="module")
+def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """One ``parley dev`` for the module: its client's environment and ``FIXTURE_KEYS``."""
+    with running_dev_server(tmp_path_factory.mktemp("parley-dev")) as server:
+        yield server
 
 
 def parley_all(env: dict[str, str], *calls: list[str]) -> list[subprocess.CompletedProcess[str]]:
-    """Independent commands at once: the console script spends its first second importing."""
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-        return list(pool.map(lambda args: parley(env, *args), calls))
+    """Independent commands at once, all with ``env`` (``tests.support.cli.parley_all``)."""
+    return cli.parley_all(*((env, args) for args in calls))
 
 
 def without_paths(dev_server: dict[str, str]) -> dict[str, str]:
     """The environment of a client of the dev server (the fixture's own keys left out)."""
     return {k: v for k, v in dev_server.items() if k not in FIXTURE_KEYS}
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess[str], expected: str) -> None:
-    assert result.returncode == 1, result
-    assert expected in result.stderr, result.stderr
-    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1, result.stderr

@@ -1,9 +1,14 @@
 """A local OpenAI-protocol server (``FakeOpenAI``) that the worker's real langchain-openai
-client is pointed at, as the streaming, context, spending and AG-UI client tests use it."""
+client is pointed at. Test support, registered as a plugin in tests/conftest.py: its
+``fake`` fixture is the test's own FakeOpenAI, with the environment pointing at it; a
+module's ``pytestmark = pytest.mark.fake_openai(**options)`` (or a test's mark) passes
+options to it (``api_key``, ``context_window``, ``responder``, ``ignore_stream``,
+``chunk_delay``). A module that runs another provider defines its own ``fake``
+(``shared_server`` in tests.support.provider_runs). Client side (runs in the test)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -14,9 +19,30 @@ from parley.activities.models.openai_provider import build_openai_model
 from parley.config.settings import Settings
 from parley.tools.loading import ModelConfig
 from tests.support.openai_fake import FakeOpenAI
-from tests.support.provider_runs import THIRTY_WORDS
+from tests.support.provider_runs import THIRTY_WORDS, aim_at
 
-__all__ = ["THIRTY_WORDS", "openai_model", "serving_openai", "stored_reply"]
+__all__ = ["OPENAI_KEY", "THIRTY_WORDS", "fake", "openai_model", "serving_openai", "stored_reply"]
+
+#: The fake's key, unless a ``fake_openai`` mark names another.
+OPENAI_KEY = "sk-openai-test-0123456789"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "fake_openai(**options): the options of the test's FakeOpenAI (``fake``)"
+    )
+
+
+@pytest.fixture
+def fake(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
+    """The test's own FakeOpenAI (options from the nearest ``fake_openai`` mark), with the
+    client's key and URL variables set to its own and the default overload codes."""
+    mark = request.node.get_closest_marker("fake_openai")
+    options: dict[str, Any] = {"api_key": OPENAI_KEY, **(mark.kwargs if mark else {})}
+    with FakeOpenAI(**options) as running:
+        aim_at(monkeypatch, running)
+        monkeypatch.delenv("PARLEY_MODEL_OVERLOAD_CODES", raising=False)
+        yield running
 
 
 @asynccontextmanager

@@ -1,6 +1,7 @@
-"""Helpers for the plans tests: the reference service in a thread (``plans_service``),
-its request log and fault hooks, and reading workflow histories (attempts, payloads
-decoded for secrets). Client side."""
+"""Helpers for the plans tests: the reference service in a thread (``plans_service``, and
+the ``plans`` fixture: one for the test, with ``PLANS_KEY``; this module is registered
+as a plugin in tests/conftest.py), its request log and fault hooks, and reading workflow
+histories (attempts, payloads decoded for secrets). Client side."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from temporalio.api.history.v1 import History
 from temporalio.client import Client, WorkflowHandle
 
@@ -37,6 +39,13 @@ def plans_service(data_dir: Path, api_key: str = PLANS_KEY) -> Iterator[Backgrou
     with BackgroundServer(
         create_app(data_dir / "plans.db", api_key, enable_test_hooks=True)
     ) as running:
+        yield running
+
+
+@pytest.fixture
+def plans(tmp_path: Path) -> Iterator[BackgroundServer]:
+    """The test's own plans service (``plans_service``), its key ``PLANS_KEY``."""
+    with plans_service(tmp_path) as running:
         yield running
 
 

@@ -145,3 +145,15 @@ def tool_starts(tool_log: Path) -> list[dict]:
     if not tool_log.exists():
         return []
     return [json.loads(line) for line in tool_log.read_text().splitlines()]
+
+
+def assert_started_twice_done_once(tool_log: Path, key: str, pids: list[int] | None = None) -> None:
+    """What a worker killed in the middle of the slow write leaves: the call ``key``
+    (``conversation-<sid>:<call id>``) started on two processes (``pids``, in order,
+    when given), under the one idempotency key, and wrote once."""
+    runs = tool_starts(tool_log)
+    assert len(runs) == 2 and runs[0]["pid"] != runs[1]["pid"], runs
+    if pids is not None:
+        assert [run["pid"] for run in runs] == pids
+    assert {run["key"] for run in runs} == {key}
+    assert tool_log.with_suffix(".done").read_text().split() == [key]

@@ -1,7 +1,8 @@
 """The client side of the tests that drive a real provider client against a fake provider
 (``FakeOpenAI``, ``FakeAnthropic``, ``FakeGemini``). Test support.
 
-- ``point_at``: the environment that sends Parley's client to a fake, with its key;
+- ``point_at`` (``aim_at``, without clearing the fake): the environment that sends
+  Parley's client to a fake, with its key;
 - ``shared_server``: a module's ``server`` fixture (one fake for the module) and its
   ``fake`` fixture (that server, afresh for each test, the environment pointing at it);
 - ``worker_model``: the worker's model as a ``PARLEY_MODEL`` spec builds it;
@@ -25,6 +26,7 @@ from parley.config.settings import Settings
 from parley.contracts import ToolContext, Usage
 from parley.observability.redaction import remember_config
 from parley.tools import auto
+from parley.tools.loading import ModelAccess
 from tests.support import registry
 from tests.support.anthropic_fake import FakeAnthropic
 from tests.support.fake_provider import FakeProvider
@@ -52,6 +54,12 @@ def point_at(monkeypatch: pytest.MonkeyPatch, fake: Fake) -> Fake:
     """``fake``, cleared, with the client's key and URL variables set to its own, no
     proxy for 127.0.0.1 and the default model timeout."""
     fake.clear()
+    return aim_at(monkeypatch, fake)
+
+
+def aim_at(monkeypatch: pytest.MonkeyPatch, fake: Fake) -> Fake:
+    """``fake`` as it is, with the client's key and URL variables set to its own, no
+    proxy for 127.0.0.1 and the default model timeout."""
     key, url, others = ENVIRONMENT[type(fake)]
     monkeypatch.setenv(key, fake.api_key or "")
     monkeypatch.setenv(url, fake.base_url)
@@ -83,7 +91,7 @@ def worker_model(spec: str) -> Any:
     """The worker's model as ``PARLEY_MODEL=<spec>`` builds it."""
     settings = Settings.from_env()
     remember_config(settings)  # as the worker does at start: its keys are redacted
-    return build_chat_model(spec, settings)
+    return build_chat_model(spec, ModelAccess.from_settings(settings))
 
 
 @tool

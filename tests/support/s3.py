@@ -1,6 +1,8 @@
 """A real S3 API server for tests: ``moto`` in server mode (``moto[server]``) as its own
 process on 127.0.0.1, its buckets, and a small real HTTP proxy in front of it that
-answers chosen requests with 503s or cuts them mid-body. Client side (runs in the test).
+answers chosen requests with 503s or cuts them mid-body; the ``s3`` fixture is one
+``moto_server`` for a test module (registered as a plugin in tests/conftest.py). Client
+side (runs in the test).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import boto3
+import pytest
 
 from parley.config.settings import Settings
 from tests.support.ports import free_port
@@ -69,6 +72,13 @@ class S3Server:
     def keys(self, bucket: str) -> list[str]:
         pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket)
         return [item["Key"] for page in pages for item in page.get("Contents", [])]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """One S3 server for the module (each test makes its own buckets)."""
+    with moto_server(tmp_path_factory.mktemp("moto") / "moto.log") as server:
+        yield server
 
 
 @contextmanager

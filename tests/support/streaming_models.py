@@ -50,7 +50,7 @@ class FailsMidStream(StreamedOnly):
 
 
 class Trickle(StreamedOnly):
-    """A reply that streams while other commands come (issue 34): a message that starts
+    """A reply that streams while other commands come: a message that starts
     with ``trickle`` is answered a word (`` trickle<n>``) every ``every`` seconds until
     ``released`` holds something (then `` done``); any other message at once, with
     ``own reply: <its first line>``."""
