@@ -4,8 +4,10 @@ Activity side.
 ``call_model`` reads the provider's stream (langchain-core ``astream``) and hands the
 reply's text so far to a :class:`ReplyStreamer`, which sends what is new to the
 conversation's own workflow run by the ``stream_delta`` signal, in batches
-(``parley.contracts.limits``: the first soon after the first text, then at most every
-100 ms, at most 200 per call). A batch carries at most ``STREAM_BATCH_MAX_BYTES`` (a
+(``parley.contracts.limits``: the first soon after the first text, the next 250 ms
+later, each later one twice as long after the one before up to one a second, at most
+200 per call: every batch is a signal and history, so a long reply costs one a
+second). A batch carries at most ``STREAM_BATCH_MAX_BYTES`` (a
 longer text waits for the next ones), and a call streams at most
 ``STREAM_BYTES_PER_CALL`` in all: each signal is written into the run's history, so
 what a call streams is bounded whatever the model writes. The workflow turns each batch
@@ -25,6 +27,7 @@ from types import TracebackType
 from parley.contracts import StreamDelta
 from parley.contracts.limits import (
     STREAM_BATCH_MAX_BYTES,
+    STREAM_BATCH_MAX_SECONDS,
     STREAM_BATCH_SECONDS,
     STREAM_BATCHES_PER_CALL,
     STREAM_BYTES_PER_CALL,
@@ -50,13 +53,15 @@ class ReplyStreamer:
         *,
         first_batch: float = STREAM_FIRST_BATCH_SECONDS,
         batch: float = STREAM_BATCH_SECONDS,
+        max_batch_interval: float = STREAM_BATCH_MAX_SECONDS,
         max_batches: int = STREAM_BATCHES_PER_CALL,
         max_batch_bytes: int = STREAM_BATCH_MAX_BYTES,
         max_bytes: int = STREAM_BYTES_PER_CALL,
     ) -> None:
         self._send = send
         self._message_id = message_id
-        self._delays = (first_batch, batch)
+        self._first_batch = first_batch
+        self._interval, self._max_interval = batch, max_batch_interval
         self._max_batches = max_batches
         self._max_batch_bytes = max_batch_bytes
         self._max_bytes = max_bytes
@@ -115,12 +120,14 @@ class ReplyStreamer:
             await self._grew.wait()
             if self._done:
                 return
-            # A batch at most every interval, counted from the previous one's start (not
-            # its end), so the signal's round trip does not slow the stream down.
+            # The interval is counted from the previous batch's start (not its end), so
+            # the signal's round trip does not slow the stream down; it doubles after
+            # each batch, up to the longest.
             if self._batches == 0:
-                await asyncio.sleep(self._delays[0])
+                await asyncio.sleep(self._first_batch)
             else:
-                await asyncio.sleep(max(0.0, last_sent + self._delays[1] - clock()))
+                await asyncio.sleep(max(0.0, last_sent + self._interval - clock()))
+                self._interval = min(self._interval * 2, self._max_interval)
             self._grew.clear()
             if self._done:
                 return  # the rest goes with the reply

@@ -4,7 +4,8 @@ real gateway's ``/agui`` with a bearer token, while a provider speaking the Open
 protocol writes 30 words at 100 ms each through the real worker.
 
 What must hold for a client we did not write: the first text delta reaches it before
-the provider wrote its last word, many deltas come before the message ends, and the
+the provider wrote its last word, several deltas come before the message ends (the
+batches: 20 ms after the first word, then 250 ms, 500 ms, one a second), and the
 deltas add up to the reply stored in the conversation.
 """
 
@@ -41,7 +42,8 @@ async def test_the_official_http_agent_sees_the_reply_stream_while_the_provider_
         f"the first delta came {first_delta_at - provider.delta_times[-1]:.3f}s "
         "after the provider's last word"
     )
-    assert len([at for at, _ in contents if at < ended_at]) >= 20, len(contents)
+    # A 3 s reply: batches at about 0.02, 0.27, 0.77, 1.77 and 2.77 s.
+    assert len([at for at, _ in contents if at < ended_at]) >= 3, len(contents)
     reply = stored_reply(snapshot)
     assert "".join(event["delta"] for _, event in contents) == reply.content == THIRTY_WORDS
     assert {event["messageId"] for _, event in contents} == {reply.id}

@@ -89,13 +89,16 @@ def turn_tool_result(tool_call_id: str, name: str, result: ToolResult) -> TurnTo
 
 #: Streaming a reply (``call_model`` → its workflow, by signal): the first batch goes
 #: this soon after the first text (a reply that arrives whole in one piece is never
-#: streamed: it ends first), later ones at most every ``STREAM_BATCH_SECONDS``. Each
+#: streamed: it ends first), the second ``STREAM_BATCH_SECONDS`` after it, and each
+#: later one twice as long after the one before, up to ``STREAM_BATCH_MAX_SECONDS``: the
+#: first words show at once, and a long reply costs one signal a second. Each
 #: batch is one signal, so one model call sends at most ``STREAM_BATCHES_PER_CALL``:
 #: with ``MODEL_CALLS_PER_TURN_DEFAULT`` calls a turn spends at most 1,600 of the run's
 #: signals, inside the 10,000 Temporal allows (``handover`` moves between turns at
 #: 5,000). The text past the last batch arrives with the reply.
 STREAM_FIRST_BATCH_SECONDS = 0.02
-STREAM_BATCH_SECONDS = 0.1
+STREAM_BATCH_SECONDS = 0.25
+STREAM_BATCH_MAX_SECONDS = 1.0
 STREAM_BATCHES_PER_CALL = 200
 #: What one batch may carry (UTF-8 bytes): a longer text waits for the next batches, so
 #: no ``stream_delta`` comes near the payload store's threshold (128 KiB), and the
