@@ -18,8 +18,11 @@ dev server:
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from parley.activities.models.scripted import ScriptedChatModel
+from parley.client import ConversationRefused
+from parley.contracts.errors import ErrorType
 from tests.support import OFFERED, RUNS, ByConversation, call, registry, runs_of, script
 from tests.support.agui_client import run_agui_session
 from tests.support.gateway import ALICE_TOKEN, auth, serve_gateway
@@ -154,6 +157,38 @@ async def test_a_run_id_used_before_is_refused_before_anything_runs(parley_worke
         assert runs_of("write_record") == []
         snapshot = await conversations.state(sid, "alice")
         assert [c.tool_call_id for c in snapshot.pending] == ["c1"]  # still waits
+
+
+async def test_a_front_end_tool_whose_parameters_are_no_schema_object_is_refused(
+    parley_worker,
+) -> None:
+    """AG-UI leaves a tool's ``parameters`` untyped: a front end tool whose parameters
+    are ``true``, ``false``, a list or a string is refused in one line (422, which tool,
+    what a schema looks like) before anything runs; the gateway answers the next run."""
+    sid = new_session()
+    user = {"id": "m1", "role": "user", "content": "celebrate"}
+    async with (
+        parley_worker(registry(), script({"content": "Done."})) as conversations,
+        serve_gateway(conversations) as base,
+        httpx.AsyncClient(base_url=base, timeout=60) as http,
+    ):
+        for parameters in (True, False, ["color"], "object"):
+            tool = {"name": "show_confetti", "description": "", "parameters": parameters}
+            body = {"threadId": sid, "runId": "r1", "messages": [user], "tools": [tool]}
+            body |= {"context": [], "state": None, "forwardedProps": None}
+            answer = await http.post("/agui", json=body, headers=ALICE)
+            assert answer.status_code == 422, (parameters, answer.text)
+            error = answer.json()["error"]
+            assert error["type"] == "InvalidRequest", error
+            assert error["message"].startswith("tools[0]: parameters"), error
+            assert "JSON Schema object" in error["message"] and "\n" not in error["message"]
+        with pytest.raises(ConversationRefused) as refused:  # nothing was started
+            await conversations.state(sid, "alice")
+        assert refused.value.error_type == ErrorType.NOT_FOUND
+        body["tools"] = []
+        async with http.stream("POST", "/agui", json=body, headers=ALICE) as stream:
+            assert stream.status_code == 200
+            await stream.aread()
 
 
 CONFETTI = {

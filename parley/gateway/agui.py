@@ -125,10 +125,24 @@ STATE_DESCRIPTION = "the application's state (AG-UI state), as JSON"
 def client_tools(run: RunAgentInput) -> list[ClientTool]:
     """The front end's own tools (CopilotKit's frontend actions), offered to the model
     for this run: a call of one ends the run with it, and the client answers it."""
-    return [
-        ClientTool(name=t.name, description=t.description or "", parameters=t.parameters or {})
-        for t in run.tools or []
-    ]
+    tools = []
+    for index, tool in enumerate(run.tools or []):
+        try:
+            tools.append(
+                ClientTool(
+                    name=tool.name,
+                    description=tool.description or "",
+                    parameters={} if tool.parameters is None else tool.parameters,
+                )
+            )
+        except ValidationError as err:  # AG-UI leaves ``parameters`` untyped
+            raise ApiError(
+                422,
+                ErrorType.INVALID_REQUEST,
+                f"tools[{index}]: {describe(err.errors())}; a tool's "
+                'parameters are a JSON Schema object, such as {"type": "object"}',
+            ) from None
+    return tools
 
 
 def tool_results(run: RunAgentInput) -> list[ClientToolResult]:
