@@ -25,7 +25,7 @@ async def test_the_offline_model_streams_word_by_word_and_reports_usage() -> Non
 
     asked = [HumanMessage("hello")]
     reply = await _streamed_reply(model, asked, send, "parley-ai-offline")
-    assert len(sent) >= 4, [d.text for d in sent]  # several batches, in order
+    assert len(sent) >= 2, [d.text for d in sent]  # more than one batch, in order
     assert [d.sequence for d in sent] == list(range(1, len(sent) + 1))
     assert reply.text.startswith("".join(d.text for d in sent))
     assert reply.text == (await ScriptedChatModel().ainvoke(asked)).text
