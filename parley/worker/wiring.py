@@ -120,6 +120,20 @@ def context_budget(settings: Settings) -> ContextBudget | None:
     return ContextBudget(tokens, reply_tokens=min(settings.model_reply_tokens, tokens // 2))
 
 
+def _loaded(
+    settings: Settings,
+    registry: ToolRegistry | None,
+    model: BaseChatModel | ListedModels | None,
+    http_client: httpx.AsyncClient | None,
+) -> tuple[ToolRegistry, BaseChatModel | ListedModels]:
+    """The tools and model a caller passed, else the ones ``settings`` name."""
+    if registry is None:
+        registry = load_registry(
+            settings.tools, settings=settings, http_client=http_client, environ=os.environ
+        )
+    return registry, model if model is not None else listed_models(settings)
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -130,14 +144,7 @@ def build_worker(
 ) -> Worker:
     """The worker, wired: ``http_client`` is the one its toolsets (when it loads them)
     and its notifications use; whoever opened it closes it when the worker stops."""
-    registry = (
-        registry
-        if registry is not None
-        else load_registry(
-            settings.tools, settings=settings, http_client=http_client, environ=os.environ
-        )
-    )
-    model = model if model is not None else listed_models(settings)
+    registry, model = _loaded(settings, registry, model, http_client)
     # The worker's own environment holds the secrets its activities must keep out of
     # history and its logs out of their lines: read here, where the worker is built;
     # and so do its Settings (``parley dev`` makes the plans service's key itself).
@@ -276,14 +283,7 @@ async def run_worker(
     loaded, with the HTTP client they loaded them with; otherwise they are loaded here,
     before the cluster is contacted. The HTTP client is closed when the worker stops."""
     http_client = http_client or new_http_client()
-    registry = (
-        registry
-        if registry is not None
-        else load_registry(
-            settings.tools, settings=settings, http_client=http_client, environ=os.environ
-        )
-    )
-    model = model if model is not None else listed_models(settings)
+    registry, model = _loaded(settings, registry, model, http_client)
     client = await connect(settings, runtime=metrics_runtime(settings), role="worker")
     # The store's part of this cluster and namespace; one line per other cluster in it.
     for line in await claim_part(client, driver_of(client.data_converter)):
