@@ -132,3 +132,51 @@ async def test_expiry_is_configurable(time_skipping_env: WorkflowEnvironment) ->
         assert envelope_status(answer) == "expired"
         assert "within 1 h" in answer.content
         assert runs_in(sid, "write_record") == []
+
+
+async def test_the_deadline_timer_is_kept_across_confirmed_turns(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    """Two confirmed turns start one timer and cancel none (the timer set for the first
+    call covers the second's later deadline), and the third call, left pending, still
+    expires at its own deadline: the kept timer rings early, finds nothing due, and is
+    set again for it."""
+    env = time_skipping_env
+    second = {"content": "Again?", "tool_calls": [call("write_record", "c2", title="Q4")]}
+    third = {"content": "Once more?", "tool_calls": [call("write_record", "c3", title="Q5")]}
+    model = recording_script(
+        PROPOSE_WRITE,
+        {"content": "Written."},
+        second,
+        {"content": "Written."},
+        third,
+        AFTER_EXPIRY,
+    )
+    config = settings()
+    async with build_worker(env.client, config, registry=registry(), model=model):
+        conversations = Conversations(env.client, config)
+        sid = new_session()
+        for tool_call_id in ("c1", "c2"):
+            await conversations.send(sid, "alice", "write it")
+            await env.sleep(timedelta(hours=1))
+            done = await conversations.decide(
+                sid, "alice", [Decision(tool_call_id=tool_call_id, action="approve")]
+            )
+            assert done.status == "completed"
+        await conversations.send(sid, "alice", "write it")
+        history = await conversations.handle(sid).fetch_history()
+        kinds = [event.WhichOneof("attributes") for event in history.events]
+        assert kinds.count("timer_started_event_attributes") == 1
+        assert kinds.count("timer_canceled_event_attributes") == 0
+
+        await env.sleep(timedelta(hours=25))  # past the third call's deadline
+
+        state = await conversations.state(sid, "alice")
+        assert (state.status, state.pending) == ("idle", [])
+        assert envelope_status(tool_messages(state.transcript)["c3"]) == "expired"
+        assert [len(runs_in(sid, "write_record"))] == [2]
+        history = await conversations.handle(sid).fetch_history()
+        replayer = Replayer(
+            workflows=[ConversationWorkflow], data_converter=env.client.data_converter
+        )
+        assert (await replayer.replay_workflow(history)).replay_failure is None

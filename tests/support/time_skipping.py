@@ -36,10 +36,14 @@ def recording_script(*entries: dict[str, Any]) -> RecordingScript:
     return RecordingScript(entries=[ScriptEntry.model_validate(e) for e in entries], inputs=[])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 async def time_skipping_env(
     payload_store: LocalFileStorageDriver,
 ) -> AsyncIterator[WorkflowEnvironment]:
+    """A test server per test (it starts in well under a second): a conversation a test
+    leaves behind keeps its deadline timer (``workflows/lifecycle/deadlines.py``), and on
+    a shared server that timer ringing for a workflow whose worker is gone would hold the
+    next test's skipped clock still."""
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=temporal_test_server(),
         data_converter=data_converter(driver=payload_store),

@@ -15,7 +15,8 @@ ready one, in this order (:meth:`RunLoop.steps`, one table):
     (``audit_archive``);
 6. time to hand over (``handover``) → continue as new with the carried state.
 
-The timer that wakes the loop always matches the earliest deadline. A subagent's
+The timer that wakes the loop rings at the earliest deadline or before it (kept across
+turns, see ``deadlines``). A subagent's
 conversation begins with its task as its one message (:meth:`RunLoop.take_task`);
 :meth:`RunLoop.close` answers whatever still waits, once, and never runs it.
 """
@@ -30,7 +31,7 @@ from temporalio import workflow
 
 from parley.contracts import SubagentTask
 from parley.workflows.context import Records, View
-from parley.workflows.lifecycle.deadlines import Deadlines
+from parley.workflows.lifecycle.deadlines import DEADLINE_TIMER_KEPT, Deadlines
 from parley.workflows.lifecycle.followers import Followers
 from parley.workflows.lifecycle.handover import Handover, build_of_this_run
 from parley.workflows.lifecycle.signalled import SignalledDecisions
@@ -86,23 +87,40 @@ class RunLoop:
     async def run(self) -> None:
         steps = self.steps()
         while True:
-            # Wake also when the earliest deadline changes (a turn left calls pending, a
-            # decision cleared them), so that the timer below always matches it.
-            deadline = self._deadlines.next()
-            try:
-                await workflow.wait_condition(
-                    lambda deadline=deadline: (
-                        any(ready() for ready, _ in steps) or self._deadlines.next() != deadline
-                    ),
-                    timeout=self._deadlines.time_to_next(),
-                )
-            except TimeoutError:
-                pass
+            if workflow.patched(DEADLINE_TIMER_KEPT):
+                await self._wait_with_kept_timer(steps)
+            else:
+                await self._wait_with_timer_per_deadline(steps)
             for ready, action in steps:
                 if ready():
                     if await action():
                         return
                     break
+
+    async def _wait_with_kept_timer(self, steps: list[Step]) -> None:
+        """Until a step is ready, the kept timer rang, or a deadline came before it."""
+        deadlines = self._deadlines
+        deadlines.set_timer()
+        await workflow.wait_condition(
+            lambda: (
+                any(ready() for ready, _ in steps)
+                or deadlines.timer_rang()
+                or deadlines.timer_behind()
+            )
+        )
+
+    async def _wait_with_timer_per_deadline(self, steps: list[Step]) -> None:
+        """A history from before :data:`DEADLINE_TIMER_KEPT`: a timer per wait, cancelled
+        when the earliest deadline changes (a turn left calls pending, a decision cleared
+        them), so that it always matches it."""
+        deadline = self._deadlines.next()
+        try:
+            await workflow.wait_condition(
+                lambda: any(ready() for ready, _ in steps) or self._deadlines.next() != deadline,
+                timeout=self._deadlines.time_to_next(),
+            )
+        except TimeoutError:
+            pass
 
     def _idle(self) -> bool:
         return not self._state.turn_running
