@@ -31,9 +31,12 @@ PAYLOAD_CONTEXT = {"parley": "payload"}
 
 class Contract(BaseModel):
     """Base of every payload type. In a payload (and only there) a field left at its
-    empty default (None, or ``[]`` from ``default_factory=list``) is left out; reading
-    it back gives the default again. History does not pay for ``"error": null`` on
-    every turn."""
+    empty default is left out: None, ``[]`` from ``default_factory=list``, or a zero
+    (``False``, ``0``, ``0.0``, ``""``) that is the field's default. Reading it back
+    gives the default again. History does not pay for ``"error": null``,
+    ``"rewinds": 0`` or a usage of zero tokens on every turn. The rule this asks of a
+    contract: a field's empty default never changes meaning (a new default is a new
+    field), since an old payload that left it out is read with the new one."""
 
     @model_serializer(mode="wrap")
     def _without_empty_defaults(
@@ -44,14 +47,29 @@ class Contract(BaseModel):
             for name, field in type(self).model_fields.items():
                 if name not in data:
                     continue
-                if (field.default is None and data[name] is None) or (
-                    field.default_factory is list and data[name] == []
-                ):
+                if _is_empty_default(field.default, field.default_factory, data[name]):
                     del data[name]
             if isinstance(self, _ContentOfPayload) and "payload" in data:
                 if data.get("content") == _payload_json(data["payload"]):
                     del data["content"]  # rebuilt on reading, see _ContentOfPayload
         return data
+
+
+#: The types whose zero a payload leaves out when it is the field's default.
+_ZERO_TYPES = (bool, int, float, str)
+
+
+def _is_empty_default(default: Any, factory: Any, value: Any) -> bool:
+    if factory is list:
+        return value == []
+    if default is None:
+        return value is None
+    return (
+        type(default) in _ZERO_TYPES
+        and not default
+        and type(value) is type(default)
+        and value == default
+    )
 
 
 def _payload_json(payload: Any) -> str:
