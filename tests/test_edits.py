@@ -100,6 +100,22 @@ async def test_edits_through_the_cli_are_judged_by_the_rules(parley_worker, clie
         ]
         assert decided[-1].detail["args_hash"] == args_hash({"target": "prod-eu"})
 
+        # Both edits were made canonical by local activities: markers, no activity task.
+        history = await conversations.handle(sid).fetch_history()
+        scheduled = [
+            e.activity_task_scheduled_event_attributes.activity_type.name
+            for e in history.events
+            if e.HasField("activity_task_scheduled_event_attributes")
+        ]
+        assert "parley.canonical_args" not in scheduled
+        local = [
+            e.marker_recorded_event_attributes
+            for e in history.events
+            if e.HasField("marker_recorded_event_attributes")
+            and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+        ]
+        assert len(local) == 2
+
 
 async def test_edits_through_the_gateway_are_judged_by_the_rules(parley_worker) -> None:
     async with (

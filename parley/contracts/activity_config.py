@@ -19,7 +19,8 @@ from temporalio.common import RetryPolicy
 
 
 class ActivityOptions(TypedDict, total=False):
-    """The keyword arguments :meth:`ActivityConfig.options` gives ``execute_activity``."""
+    """The keyword arguments :meth:`ActivityConfig.options` gives ``execute_activity``
+    (:meth:`ActivityConfig.local_options`: ``execute_local_activity``)."""
 
     start_to_close_timeout: timedelta
     heartbeat_timeout: timedelta
@@ -48,6 +49,15 @@ class ActivityConfig:
         if self.heartbeat is not None:
             options["heartbeat_timeout"] = self.heartbeat
         return options
+
+    def local_options(self, *, summary: str) -> ActivityOptions:
+        """The options of one call as a local activity (``execute_local_activity``): for
+        a step of milliseconds on the worker that runs the workflow task; it cannot
+        heartbeat."""
+        assert self.heartbeat is None, "a local activity cannot heartbeat"
+        return ActivityOptions(
+            start_to_close_timeout=self.start_to_close, retry_policy=self.retry, summary=summary
+        )
 
 
 HEARTBEAT_INTERVAL = timedelta(seconds=3)

@@ -47,6 +47,10 @@ REMEMBERED_KEPT = 64
 #: The patch under which an edit is a new proposal (``canonical_args``, then the rules);
 #: histories recorded before it replay the old way (the edit ran as given).
 EDITS_ARE_PROPOSALS = "edits-are-proposals"
+#: An edit's arguments are made canonical by a local activity (milliseconds of pure
+#: validation on the worker that runs the workflow task: one marker event, no round
+#: trip through the server); histories recorded before it replay the activity.
+CANONICAL_ARGS_LOCAL = "canonical-args-local"
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,22 @@ class Decisions:
         self._ledger, self._pending, self._tally = records.ledger, records.pending, records.tally
         self._execute, self._spend, self._subagents = jobs.tools.execute, jobs.spend, jobs.subagents
 
+    async def _canonical_args(
+        self, request: CanonicalArgsInput, *, summary: str
+    ) -> CanonicalArgsOutput:
+        if workflow.patched(CANONICAL_ARGS_LOCAL):
+            run = workflow.execute_local_activity
+            options = CANONICAL_ARGS_ACTIVITY.local_options(summary=summary)
+        else:
+            run, options = (
+                workflow.execute_activity,
+                CANONICAL_ARGS_ACTIVITY.options(summary=summary),
+            )
+        output: CanonicalArgsOutput = await run(
+            CANONICAL_ARGS, request, result_type=CanonicalArgsOutput, **options
+        )
+        return output
+
     async def review_edits(self, decide: DecideInput) -> dict[str, tuple[ToolCall, Verdict]]:
         """Each edit as a new proposal: its arguments made canonical by the worker, then
         judged by the same rules (``triage``, with the editor). Any edit refused (the
@@ -84,13 +104,9 @@ class Decisions:
             if subagent is None and self._start.subagent is not None:
                 subagent = self._start.subagent.name
             try:
-                output: CanonicalArgsOutput = await workflow.execute_activity(
-                    CANONICAL_ARGS,
+                output = await self._canonical_args(
                     CanonicalArgsInput(name=call.name, args=decision.args or {}, subagent=subagent),
-                    result_type=CanonicalArgsOutput,
-                    **CANONICAL_ARGS_ACTIVITY.options(
-                        summary=f"canonical_args {call.name} (an edit of {call.tool_call_id})"
-                    ),
+                    summary=f"canonical_args {call.name} (an edit of {call.tool_call_id})",
                 )
             except ActivityError as err:
                 cause = err.cause
