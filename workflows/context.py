@@ -15,7 +15,7 @@ Each job takes the view, the records and the few jobs it calls, and nothing more
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from temporalio import workflow
 
@@ -29,8 +29,7 @@ from parley.workflows.record.transcript import Transcript
 from parley.workflows.rules.triage import Proposal
 
 
-@dataclass(frozen=True)
-class View:
+class View(NamedTuple):
     """What every job reads (never writes) of the conversation."""
 
     state: ConversationState
@@ -55,8 +54,7 @@ class View:
         )
 
 
-@dataclass(frozen=True)
-class Records:
+class Records(NamedTuple):
     """The one writer of each of the conversation's records."""
 
     ledger: Ledger

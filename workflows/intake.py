@@ -17,8 +17,7 @@ import functools
 import inspect
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel
 
@@ -30,8 +29,7 @@ from parley.workflows.record.dedup import Deduplication
 from parley.workflows.rules import gate
 
 
-@dataclass(frozen=True)
-class Admission:
+class Admission(NamedTuple):
     """What an update takes (``model``, else ``refusal``), who may send it, and whether
     a retried update id is answered with its first result (``replay``)."""
 

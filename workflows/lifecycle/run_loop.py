@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from temporalio import workflow
 
@@ -50,8 +50,7 @@ CANCEL_ENDS_THE_RUN = "cancel-ends-the-run"
 Step = tuple[Callable[[], bool], Callable[[], Awaitable[bool]]]
 
 
-@dataclass(frozen=True)
-class Between:
+class Between(NamedTuple):
     """What a conversation does between turns and across runs, each built once by
     ``ConversationWorkflow``."""
 

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from parley.contracts import (
     OnTimeout,
@@ -38,21 +37,18 @@ from parley.contracts.errors import ErrorType
 from parley.workflows.rules.membership import is_named
 
 
-@dataclass(frozen=True)
-class Refuse:
+class Refuse(NamedTuple):
     error_type: str
     message: str
     outcome: PolicyOutcome | None = None
 
 
-@dataclass(frozen=True)
-class Run:
+class Run(NamedTuple):
     outcome: PolicyOutcome
     remembered: RememberedDecision | None = None
 
 
-@dataclass(frozen=True)
-class Wait:
+class Wait(NamedTuple):
     call: PendingCall
     outcome: PolicyOutcome
 
@@ -60,8 +56,7 @@ class Wait:
 Verdict = Refuse | Run | Wait
 
 
-@dataclass(frozen=True)
-class Proposal:
+class Proposal(NamedTuple):
     """What triage needs besides the call: the conversation's catalogue, remembered
     decisions and people, the instant, and the default wait."""
 

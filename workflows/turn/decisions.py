@@ -11,8 +11,7 @@ on to its conversation, and a remembered decision is kept for later calls of its
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.messages import AIMessage
 from temporalio import workflow
@@ -53,8 +52,7 @@ EDITS_ARE_PROPOSALS = "edits-are-proposals"
 CANONICAL_ARGS_LOCAL = "canonical-args-local"
 
 
-@dataclass(frozen=True)
-class DecisionJobs:
+class DecisionJobs(NamedTuple):
     """What applying a decision runs through: the one path that runs a tool, the spend
     gate (a spending call's decision) and the subagents (their calls' decisions)."""
 

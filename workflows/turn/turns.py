@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from langchain_core.messages import AIMessage
 from temporalio import workflow
@@ -58,8 +58,7 @@ from parley.workflows.turn.usage import UsageMeter
 PARTIAL_DECISIONS_KEEP_NOTICES = "partial-decisions-keep-notices"
 
 
-@dataclass(frozen=True)
-class TurnJobs:
+class TurnJobs(NamedTuple):
     """The jobs a turn runs through, each built once by ``ConversationWorkflow``."""
 
     front_end: FrontEnd
