@@ -1,8 +1,9 @@
 """Every activity's options come from one ``ActivityConfig`` in ``parley.contracts``:
 each ``workflow.execute_activity`` call in ``workflows/`` spreads
-``**<CONFIG>.options(summary=...)`` (no timeout or retry policy written by hand, and
-always a summary for the Temporal UI), workflow code reads no settings, and the options
-carry exactly the config's timeouts and policy."""
+``**<CONFIG>.options(summary=...)`` (``execute_local_activity``: ``local_options``; no
+timeout or retry policy written by hand, and always a summary for the Temporal UI),
+workflow code reads no settings, and the options carry exactly the config's timeouts and
+policy."""
 
 from __future__ import annotations
 
@@ -45,14 +46,16 @@ CONFIGS = {
 
 
 def activity_calls() -> list[tuple[str, ast.Call]]:
-    """Every ``workflow.execute_activity(...)`` in workflow code, with where it is."""
+    """Every ``workflow.execute_activity(...)`` (or local one) in workflow code, with where
+    it is."""
     found = []
     for path in sorted(WORKFLOWS.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
-                and node.func.attr in {"execute_activity", "start_activity"}
+                and node.func.attr
+                in {"execute_activity", "start_activity", "execute_local_activity"}
             ):
                 found.append((f"{path.relative_to(WORKFLOWS)}:{node.lineno}", node))
     return found
@@ -60,7 +63,9 @@ def activity_calls() -> list[tuple[str, ast.Call]]:
 
 def test_every_activity_call_spreads_its_config_with_a_summary() -> None:
     calls = activity_calls()
-    assert len(calls) >= 7  # model, compaction, tool, canonical args, notify, archive, gc
+    # model, compaction, tool, canonical args (local, and as recorded before), notify,
+    # archive, gc
+    assert len(calls) >= 8
     for where, call in calls:
         named = {k.arg for k in call.keywords if k.arg is not None}
         assert not named & HAND_WRITTEN, f"{where} writes {named & HAND_WRITTEN} by hand"
@@ -68,7 +73,8 @@ def test_every_activity_call_spreads_its_config_with_a_summary() -> None:
         assert (
             isinstance(spread, ast.Call)
             and isinstance(spread.func, ast.Attribute)
-            and spread.func.attr == "options"
+            and spread.func.attr
+            == ("local_options" if call.func.attr == "execute_local_activity" else "options")
             and isinstance(spread.func.value, ast.Name)
             and spread.func.value.id in CONFIGS
         ), f"{where} does not spread **<CONFIG>.options(...)"

@@ -73,15 +73,18 @@ class Decisions:
         self, request: CanonicalArgsInput, *, summary: str
     ) -> CanonicalArgsOutput:
         if workflow.patched(CANONICAL_ARGS_LOCAL):
-            run = workflow.execute_local_activity
-            options = CANONICAL_ARGS_ACTIVITY.local_options(summary=summary)
-        else:
-            run, options = (
-                workflow.execute_activity,
-                CANONICAL_ARGS_ACTIVITY.options(summary=summary),
+            local: CanonicalArgsOutput = await workflow.execute_local_activity(
+                CANONICAL_ARGS,
+                request,
+                result_type=CanonicalArgsOutput,
+                **CANONICAL_ARGS_ACTIVITY.local_options(summary=summary),
             )
-        output: CanonicalArgsOutput = await run(
-            CANONICAL_ARGS, request, result_type=CanonicalArgsOutput, **options
+            return local
+        output: CanonicalArgsOutput = await workflow.execute_activity(
+            CANONICAL_ARGS,
+            request,
+            result_type=CanonicalArgsOutput,
+            **CANONICAL_ARGS_ACTIVITY.options(summary=summary),
         )
         return output
 
