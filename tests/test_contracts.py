@@ -232,3 +232,31 @@ def test_a_result_whose_content_is_its_payload_json_carries_it_once() -> None:
     other = ToolResult(status="success", content="1 row", payload=payload)
     [stored] = converter.to_payloads([other])
     assert converter.from_payloads([stored], [ToolResult]) == [other]
+
+
+def test_a_tool_result_is_carried_once_in_a_payload() -> None:
+    """A tool message whose content is its payload's JSON leaves the content out of a
+    payload and gets it back on reading; one whose content differs (a long result cut for
+    the model) keeps it; what users read (``model_dump_json``) keeps every key."""
+    from parley.contracts import PayloadConverter
+    from parley.contracts.model import CallModelInput
+
+    payload = {"written": "Q3", "note": "é"}
+    whole = ToolMessage(
+        content=json.dumps(payload, ensure_ascii=False),
+        tool_call_id="c1",
+        artifact={"status": "success", "payload": payload},
+    )
+    cut = ToolMessage(
+        content="written (cut)",
+        tool_call_id="c2",
+        artifact={"status": "success", "payload": payload},
+    )
+    request = CallModelInput(new_messages=[whole, cut])
+    [encoded] = PayloadConverter().to_payloads([request])
+    carried = json.loads(encoded.data)["new_messages"]
+    assert "content" not in carried[0] and carried[1]["content"] == "written (cut)"
+    assert encoded.data.count(b"Q3") == 2  # once per message: in each artifact
+    [back] = PayloadConverter().from_payloads([encoded], [CallModelInput])
+    assert back == request
+    assert json.loads(request.model_dump_json())["new_messages"][0]["content"] == whole.content

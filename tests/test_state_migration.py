@@ -59,10 +59,27 @@ def test_a_state_is_written_back_in_the_flat_shape_it_was_read_from() -> None:
         assert flat.pop("counters").items() <= written.pop("counters").items()
         assert set(flat.pop("recent_results")) == set(written.pop("recent_results"))
         assert written.pop("reports_sent", 0) == 0  # added since; a payload leaves out a 0
-        # Written now, a field at its zero default is left out (``Contract``).
-        assert without_zeros(written) == without_zeros(flat)
+        # Written now, a field at its zero default is left out (``Contract``), and so is a
+        # tool message's content that is its artifact's payload as JSON.
+        assert without_zeros(written) == without_zeros(without_payload_content(flat))
         [back] = converter.from_payloads([payload], [ConversationState])
         assert back == state
+
+
+def without_payload_content(flat: dict) -> dict:
+    """``flat`` with each tool message's content left out where a payload leaves it out."""
+    transcript = []
+    for message in flat["transcript"]:
+        artifact = message.get("artifact")
+        if (
+            message["type"] == "tool"
+            and isinstance(artifact, dict)
+            and "payload" in artifact
+            and message["content"] == json.dumps(artifact["payload"], ensure_ascii=False)
+        ):
+            message = {k: v for k, v in message.items() if k != "content"}
+        transcript.append(message)
+    return {**flat, "transcript": transcript}
 
 
 def without_zeros(value: object) -> object:

@@ -10,6 +10,7 @@ import pydantic_core
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     PlainSerializer,
     SerializationInfo,
     SerializerFunctionWrapHandler,
@@ -123,21 +124,54 @@ class PayloadConverter(PydanticPayloadConverter):
         CompositePayloadConverter.__init__(self, *PayloadConverter._shared)
 
 
-def _compact_message(message: BaseMessage) -> dict[str, Any]:
+def _compact_message(message: BaseMessage, info: SerializationInfo | None = None) -> dict[str, Any]:
     """A message's JSON without its empty fields (None, ``{}``, ``[]``: each one's
-    default), keeping ``content`` and ``type`` (which selects the class on the way back)."""
+    default), keeping ``content`` and ``type`` (which selects the class on the way back).
+    In a payload, a tool message whose content is its artifact's payload as JSON (a tool
+    that returned a dict) leaves the content out: :func:`_content_from_artifact` rebuilds
+    it on reading, so the result is carried once."""
     data = message.model_dump(mode="json")
-    return {
+    compact = {
         key: value
         for key, value in data.items()
         if key in ("content", "type") or value not in (None, {}, [])
     }
+    artifact = compact.get("artifact")
+    if (
+        info is not None
+        and info.context == PAYLOAD_CONTEXT
+        and compact["type"] == "tool"
+        and isinstance(artifact, dict)
+        and "payload" in artifact
+        and compact["content"] == _payload_json(artifact["payload"])
+    ):
+        del compact["content"]
+    return compact
+
+
+def _content_from_artifact(messages: Any) -> Any:
+    """The content a payload left out of a tool message (see :func:`_compact_message`)."""
+    if not isinstance(messages, list):
+        return messages
+    return [
+        {**m, "content": _payload_json(m["artifact"]["payload"])}
+        if isinstance(m, dict)
+        and "content" not in m
+        and m.get("type") == "tool"
+        and isinstance(m.get("artifact"), dict)
+        and "payload" in m["artifact"]
+        else m
+        for m in messages
+    ]
 
 
 #: LangChain messages as payloads carry them (see :func:`_compact_message`).
 Messages = Annotated[
     list[AnyMessage],
-    PlainSerializer(lambda messages: [_compact_message(m) for m in messages], when_used="json"),
+    BeforeValidator(_content_from_artifact),
+    PlainSerializer(
+        lambda messages, info: [_compact_message(m, info) for m in messages], when_used="json"
+    ),
 ]
 CompactAIMessage = Annotated[AIMessage, PlainSerializer(_compact_message, when_used="json")]
 
