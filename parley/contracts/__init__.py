@@ -8,7 +8,8 @@ LangChain messages travel inside models typed :data:`Messages` so that
 ``AIMessage.tool_calls`` survive the round trip.
 
 One module per part of the vocabulary (``names``, ``payloads``, ``tools``, ``model``,
-``limits``, ``conversation``, ``audit``, ``state``, ``usage``, ``activity_config``: every
+``limits``, ``conversation``, ``audit``, ``state``, ``usage``, ``previews``: what a call
+would change and its inverse, ``activity_config``: every
 activity's timeouts and retry policy, ``store_gc``: the store sweep's input and report);
 import from this package, which re-exports them all.
 
@@ -26,6 +27,7 @@ from parley.contracts.activity_config import (
     HEARTBEAT_TIMEOUT,
     MODEL_ACTIVITY,
     NOTIFY_ACTIVITY,
+    PREVIEW_ACTIVITY,
     STORE_GC_ACTIVITY,
     TOOL_ACTIVITY,
     ActivityConfig,
@@ -135,6 +137,13 @@ from parley.contracts.policies import (
     call_shape,
     evaluate,
 )
+from parley.contracts.previews import (
+    PREVIEW_CALL,
+    InverseCall,
+    PreviewCallInput,
+    ToolPreview,
+    preview_hash,
+)
 from parley.contracts.state import (
     ArchiveAuditInput,
     AuditWindow,
@@ -190,7 +199,9 @@ __all__ = [
     "PARLEY_USER",
     "PAYLOAD_CONTEXT",
     "PAYLOAD_PREVIEW_BYTES",
+    "PREVIEW_ACTIVITY",
     "PREVIEW_ARGS_CHARS",
+    "PREVIEW_CALL",
     "PREVIEW_CHARS",
     "REWOUND_CALL_ID",
     "RUN_TOOL",
@@ -244,6 +255,7 @@ __all__ = [
     "EventWindow",
     "EventsQuery",
     "EventsWait",
+    "InverseCall",
     "Messages",
     "NotifyInput",
     "OffsetEvent",
@@ -252,6 +264,7 @@ __all__ = [
     "PendingCall",
     "PolicyOutcome",
     "PolicyRule",
+    "PreviewCallInput",
     "RememberedDecision",
     "ResultStatus",
     "RunToolInput",
@@ -272,6 +285,7 @@ __all__ = [
     "ToolContext",
     "ToolErrorInfo",
     "ToolPolicy",
+    "ToolPreview",
     "ToolResult",
     "ToolSpec",
     "TranscriptWindow",
@@ -287,6 +301,7 @@ __all__ = [
     "evaluate",
     "message_chars",
     "model_view",
+    "preview_hash",
     "refusal_of",
     "retry_delay",
     "subagent_session_id",

@@ -100,6 +100,21 @@ CANONICAL_ARGS_ACTIVITY = ActivityConfig(
     retry=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=5),
 )
 
+PREVIEW_ACTIVITY = ActivityConfig(
+    # A tool's preview reads its target (a remote, a REST backend): it runs with the
+    # tool's own bound (``PREVIEW_TIMEOUT_SECONDS`` in ``parley.tools``, under this
+    # timeout). The activity retries a transient failure of the tool (a 503, a timeout)
+    # on its first attempts and reports it as a failed preview on its last: a preview
+    # never fails the activity, and never holds a decision for long.
+    start_to_close=timedelta(seconds=60),
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=10),
+        maximum_attempts=3,
+    ),
+)
+
 NOTIFY_ACTIVITY = ActivityConfig(
     start_to_close=timedelta(seconds=30),
     # A reviewer's webhook may be down for a while: keep trying for about an hour, then

@@ -29,6 +29,13 @@ class ToolSpec(Contract):
     #: Whether arguments the schema does not name are accepted. Off unless the tool's
     #: schema says ``additionalProperties``: an edit cannot smuggle in ``"force": true``.
     extra_args_allowed: bool = False
+    #: Whether the tool declares a preview (``parley.contracts.previews``: what a call
+    #: would change, computed before the decision) and an inverse (the call that undoes
+    #: one that ran). False by default, so an old catalogue reads as before; left out of
+    #: the catalogue's digest while False (``ToolRegistry.catalogue``), so a worker whose
+    #: tools declare neither keeps its catalogue version.
+    has_preview: bool = False
+    has_inverse: bool = False
     _validator: Any = PrivateAttr(default=None)
 
     def args_error(self, args: dict[str, Any]) -> str | None:

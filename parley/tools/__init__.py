@@ -6,6 +6,10 @@ A Parley tool is a LangChain ``BaseTool`` plus a policy:
 - ``confirm``: waits for the user's decision (the default for a bare tool);
 - ``deny``: never runs; the model is told so.
 
+and optionally a preview (what a call would change, computed before the decision) and
+an inverse (the call that undoes one that ran): ``confirm(tool, preview=...,
+compensate=...)``. The declaration API is ``parley.tools.declarations``, re-exported here.
+
 A toolset is a list of tools (``ParleyTool`` or bare ``BaseTool``), or a factory
 returning one: a callable taking nothing, or the one narrow config it declares
 (``parley.tools.loading.factory``), never the worker's Settings. The worker loads toolsets
@@ -28,26 +32,39 @@ import hashlib
 import importlib
 import itertools
 import json
-import re
-import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import pydantic
 from langchain_core.tools import BaseTool, StructuredTool
 
 from parley.config.settings import Settings
 from parley.contracts import (
     SUBAGENT_ARGS_SCHEMA,
+    InverseCall,
     PolicyRule,
     SpendBudget,
     SubagentSpec,
     ToolCatalogue,
-    ToolPolicy,
-    ToolSpec,
+    ToolContext,
+    ToolPreview,
 )
-from parley.contracts.errors import ToolInputError
+from parley.tools.declarations import (
+    CANONICAL_ROUNDS,
+    CONFUSABLE_SCRIPTS,
+    CONTEXT_ARG,
+    POLICIES,
+    PREVIEW_TIMEOUT_SECONDS,
+    ArgsPreparer,
+    Compensator,
+    ParleyTool,
+    Previewer,
+    UnstableCanonicalForm,
+    auto,
+    confirm,
+    deny,
+    identifier,
+    one_script,
+)
 from parley.tools.instructions import AgentSetup, load_agent
 from parley.tools.loading import TOOLSET_CONFIGS, FactoryInputs, call_factory
 from parley.tools.policies import load_policies
@@ -55,191 +72,28 @@ from parley.tools.policies import load_policies
 if TYPE_CHECKING:
     import httpx
 
-CONTEXT_ARG = "context"
-POLICIES: tuple[ToolPolicy, ...] = ("auto", "confirm", "deny")
-
-
-ArgsPreparer = Callable[[dict[str, Any]], dict[str, Any]]
-
-#: How many times ``prepare`` may change its own output before the form counts as
-#: unstable (a bug in the tool: the call is refused, never run in some other form).
-CANONICAL_ROUNDS = 4
-
-
-class UnstableCanonicalForm(ValueError):
-    """A tool's ``prepare`` keeps changing its own output: no form is canonical."""
-
-
-@dataclass(frozen=True)
-class ParleyTool:
-    """A tool, its policy, and optionally ``prepare``: a pure function that puts
-    validated arguments in the tool's canonical form (e.g. a whole sentence given as a
-    title becomes the title it names; a branch name loses its whitespace and its
-    ``refs/heads/``). It runs when a call is proposed or edited, before any rule or
-    person sees the arguments, so the user approves exactly what will run. The tool
-    body may normalize again only idempotently: ``canonical_args`` checks that
-    ``prepare`` settles, and ``run_tool`` that what it runs is canonical."""
-
-    tool: BaseTool
-    policy: ToolPolicy = "confirm"
-    prepare: ArgsPreparer | None = None
-
-    def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ValueError(
-                f"tool {self.tool.name!r}: policy {self.policy!r} is not one of {POLICIES}"
-            )
-
-    @property
-    def name(self) -> str:
-        return self.tool.name
-
-    @property
-    def wants_context(self) -> bool:
-        if isinstance(self.tool.args_schema, dict):
-            return False  # a JSON-schema tool (MCP): no injected arguments
-        injected = set(self.tool.get_input_schema().model_fields) - set(
-            self.tool.tool_call_schema.model_fields
-        )
-        return CONTEXT_ARG in injected
-
-    def canonical_args(self, args: dict[str, Any]) -> dict[str, Any]:
-        """``args`` in this tool's canonical form (see the class docstring). Raises
-        ``ToolInputError`` for arguments the tool cannot take, saying why, and
-        :class:`UnstableCanonicalForm` if ``prepare`` never settles."""
-        current = self._validated(args)
-        for _ in range(CANONICAL_ROUNDS):
-            if self.prepare is None:
-                return current
-            try:
-                prepared = self._validated(self.prepare(dict(current)))
-            except ToolInputError:
-                raise
-            except (ValueError, TypeError) as err:
-                raise ToolInputError(f"invalid arguments for {self.name}: {err}") from err
-            if prepared == current:
-                return current
-            current = prepared
-        raise UnstableCanonicalForm(
-            f"tool {self.name}: prepare() still changed its own output after "
-            f"{CANONICAL_ROUNDS} rounds ({args!r} -> {current!r}); a canonical form must "
-            "be a fixed point"
-        )
-
-    def _validated(self, args: dict[str, Any]) -> dict[str, Any]:
-        """The arguments the tool's schema accepts, as it reads them (pydantic coercion
-        and validators); keys it does not name are refused unless it opts in."""
-        if not isinstance(args, dict):
-            raise ToolInputError(f"the arguments of {self.name} must be a JSON object")
-        problem = self.spec().args_error(args)
-        if problem:
-            raise ToolInputError(f"invalid arguments for {self.name}: {problem}")
-        schema = self.tool.tool_call_schema
-        if isinstance(schema, dict):
-            return dict(args)  # a JSON-schema tool (MCP): the schema check is all
-        try:
-            model = schema.model_validate(args)
-        except pydantic.ValidationError as err:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()
-            )
-            raise ToolInputError(f"invalid arguments for {self.name}: {problems}") from None
-        return model.model_dump(mode="json", exclude_unset=True)
-
-    def spec(self) -> ToolSpec:
-        """What the workflow knows of this tool; built once (every proposal and every
-        run checks arguments against it)."""
-        cached = self.__dict__.get("_spec")
-        if cached is None:
-            cached = self._build_spec()
-            object.__setattr__(self, "_spec", cached)  # a frozen dataclass, built lazily
-        return cached
-
-    def _build_spec(self) -> ToolSpec:
-        call_schema = self.tool.tool_call_schema
-        schema = _without_labels(
-            call_schema if isinstance(call_schema, dict) else call_schema.model_json_schema()
-        )
-        if schema.get("description") == self.tool.description:
-            del schema["description"]  # the spec says it once
-        return ToolSpec(
-            name=self.tool.name,
-            description=self.tool.description,
-            policy=self.policy,
-            args_schema=schema,
-            # A tool opts into extra arguments through its schema (pydantic
-            # ``extra="allow"`` gives ``additionalProperties: true``).
-            extra_args_allowed=schema.get("additionalProperties") not in (None, False),
-        )
-
-
-#: Keywords whose value maps names (of properties, definitions) to schemas.
-_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-
-#: Keywords whose value is data (a default, an example), not a schema.
-_SCHEMA_VALUES = ("default", "const", "enum", "examples")
-
-
-def _without_labels(schema: Any) -> Any:
-    """A JSON schema without pydantic's ``title`` labels ("Title" for ``title``): they
-    validate nothing and the catalogue is workflow history. A property *named* title
-    stays."""
-    if isinstance(schema, list):
-        return [_without_labels(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    slim: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key == "title" and isinstance(value, str):
-            continue
-        if key in _SCHEMA_VALUES:
-            slim[key] = value  # data, not schema: kept as written
-        elif key in _SCHEMA_MAPS and isinstance(value, dict):
-            slim[key] = {name: _without_labels(sub) for name, sub in value.items()}
-        else:
-            slim[key] = _without_labels(value)
-    return slim
-
-
-def auto(tool: BaseTool) -> ParleyTool:
-    return ParleyTool(tool, "auto")
-
-
-def confirm(tool: BaseTool) -> ParleyTool:
-    return ParleyTool(tool, "confirm")
-
-
-def deny(tool: BaseTool) -> ParleyTool:
-    return ParleyTool(tool, "deny")
-
-
-def identifier(value: str) -> str:
-    """An identifier-like argument (a project, an alias, a branch) in canonical text:
-    Unicode NFKC (full-width and compatibility forms become their plain letters) and no
-    surrounding whitespace, in one script per word (:func:`one_script`). Idempotent."""
-    return one_script(unicodedata.normalize("NFKC", value).strip())
-
-
-#: Scripts whose letters look alike: a word may use one of them, not several.
-CONFUSABLE_SCRIPTS = frozenset({"LATIN", "CYRILLIC", "GREEK"})
-
-
-def one_script(value: str) -> str:
-    """``value``, unless a word of it mixes Latin, Cyrillic and Greek letters (``sеcret``
-    with a Cyrillic ``е`` looks like ``secret`` to a person and to no rule), which is
-    refused the way browsers refuse such host names. Other scripts mix freely."""
-    for word in _WORDS.findall(value):
-        scripts = {unicodedata.name(c, "?").split(" ")[0] for c in word if c.isalpha()}
-        mixed = sorted(scripts & CONFUSABLE_SCRIPTS)
-        if len(mixed) > 1:
-            raise ToolInputError(
-                f"{value!r} mixes {' and '.join(s.title() for s in mixed)} letters in "
-                f"{word!r}; write each word in one script"
-            )
-    return value
-
-
-_WORDS = re.compile(r"\w+")
+__all__ = [
+    "CANONICAL_ROUNDS",
+    "CONFUSABLE_SCRIPTS",
+    "CONTEXT_ARG",
+    "MAX_TOOLS",
+    "POLICIES",
+    "PREVIEW_TIMEOUT_SECONDS",
+    "TOOLSET_SHAPE",
+    "ArgsPreparer",
+    "Compensator",
+    "ParleyTool",
+    "Previewer",
+    "ToolRegistry",
+    "UnstableCanonicalForm",
+    "auto",
+    "confirm",
+    "deny",
+    "identifier",
+    "load_registry",
+    "load_toolset",
+    "one_script",
+]
 
 
 class ToolRegistry:
@@ -274,6 +128,35 @@ class ToolRegistry:
     def subagent(self, name: str) -> SubagentSpec | None:
         return next((s for s in self.subagents if s.name == name), None)
 
+    async def preview(
+        self, name: str, args: dict[str, Any], context: ToolContext
+    ) -> ToolPreview | None:
+        """Tool ``name``'s preview of a call with ``args`` (canonical): what it would
+        change, or a failed preview saying why not (never an exception); None if this
+        worker has no such tool or the tool declares no preview."""
+        tool = self._tools.get(name)
+        return None if tool is None else await tool.previewed(args, context)
+
+    def inverse(self, name: str, args: dict[str, Any], payload: Any) -> InverseCall | None:
+        """The call that undoes a run of ``name`` with ``args`` that returned
+        ``payload``, its arguments in its tool's canonical form; None if the tool
+        declares no inverse or that run changed nothing. A declaration that names a tool
+        this worker lacks, or arguments that tool refuses, raise (a bug in the toolset:
+        ``ValueError``, ``ToolInputError``)."""
+        tool = self._tools.get(name)
+        if tool is None or tool.compensate is None:
+            return None
+        call = tool.compensate(dict(args), payload)
+        if call is None:
+            return None
+        inverse = self._tools.get(call.name)
+        if inverse is None:
+            raise ValueError(
+                f"tool {name!r} declares its inverse as {call.name!r}, which is not "
+                "registered on this worker"
+            )
+        return InverseCall(name=call.name, args=inverse.canonical_args(call.args))
+
     def langchain_tools(self, subagent: SubagentSpec | None = None) -> list[BaseTool]:
         """The tools to bind to the chat model (deny-policy ones included: the model
         may ask, and is then told it may not), with one tool per subagent; for a
@@ -286,7 +169,7 @@ class ToolRegistry:
         """The tools as the workflow sees them, with a version digest of their specs
         (and of whether the worker notifies a webhook)."""
         specs = [t.spec() for t in self._tools.values()] + [s.spec() for s in self.subagents]
-        described = [s.model_dump(mode="json") for s in specs]
+        described = [_described(s.model_dump(mode="json")) for s in specs]
         if notifications:
             described.append({"notifications": True})
         described += [{"rule": r.model_dump(mode="json")} for r in self.rules]
@@ -311,6 +194,16 @@ class ToolRegistry:
 
     def tools(self) -> list[ParleyTool]:
         return list(self._tools.values())
+
+
+#: ``ToolSpec`` flags the catalogue's digest leaves out while False.
+UNDECLARED_FLAGS = ("has_preview", "has_inverse")
+
+
+def _described(spec: dict[str, Any]) -> dict[str, Any]:
+    """A spec as the catalogue's digest reads it: without a preview or an inverse
+    flag that is False, so a catalogue digests as it did before they existed."""
+    return {k: v for k, v in spec.items() if not (k in UNDECLARED_FLAGS and v is False)}
 
 
 def _subagent_tool(spec: SubagentSpec) -> BaseTool:

@@ -38,6 +38,7 @@ from parley.activities.http import aclose_shared_client, new_http_client
 from parley.activities.model_calls import ModelActivities
 from parley.activities.models.failover import ListedModels, build_chat_models
 from parley.activities.notifications import NotifyActivities
+from parley.activities.previews import PreviewActivities
 from parley.activities.reply_limits import ReplyLimits
 from parley.activities.store_gc import StoreGcActivities
 from parley.activities.tool_calls import ToolActivities
@@ -172,6 +173,7 @@ def build_worker(
         model_activities.compaction.compact_context,
         tool_activities.canonical_args,
         tool_activities.run_tool,
+        PreviewActivities(registry).preview_call,
         audit_archive.archive_audit,
     ]
     if settings.notify_url:
