@@ -32,6 +32,7 @@ pytest_plugins = [
     "tests.support.agui_client",
     "tests.support.browser",
     "tests.support.dev",
+    "tests.support.git_remotes",
     "tests.support.openai_env",
     "tests.support.time_skipping",
 ]

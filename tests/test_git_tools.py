@@ -54,6 +54,8 @@ def test_toolset_shape(tools: dict[str, ParleyTool]) -> None:
         "git_list_project_repositories": "auto",
         "git_prepare_worktree": "confirm",
         "git_push_branch": "confirm",
+        "git_remove_worktree": "confirm",  # the inverses (tests/test_inverses.py)
+        "git_delete_remote_branch": "confirm",
     }
     for t in tools.values():
         assert t.wants_context
@@ -157,6 +159,7 @@ async def test_push_after_prepare(tools: dict[str, ParleyTool], registry: Path) 
         "branch": "feat/x",
         "remote": "origin",
         "commit": prepared["commit"],
+        "previous": None,  # not on the remote before: the push created it
         "pushed": True,
     }
     bare = registry.parent / "remotes" / "web.git"
@@ -239,6 +242,8 @@ def test_toolset_reads_environment(
         "git_list_project_repositories",
         "git_prepare_worktree",
         "git_push_branch",
+        "git_remove_worktree",
+        "git_delete_remote_branch",
     ]
 
 

@@ -9,13 +9,15 @@ TOML for a ``.toml`` suffix) says which repositories a project has::
 
 Errors follow design.md: input the model can fix (bad slug, unknown project) is a
 ``ToolInputError``; refusals (unknown alias, protected or unprepared branch) are a
-``ToolPermissionError``; a git command failing unexpectedly is a ``GitCommandError``,
-deliberately not a ``ParleyError``, so the turn fails closed. Git runs as a subprocess
-so the worker's event loop never blocks.
+``ToolPermissionError``; a git command failing unexpectedly is a ``GitCommandError``
+(``git_commands``, where git runs as a subprocess so the worker's event loop never
+blocks), deliberately not a ``ParleyError``, so the turn fails closed.
 
-About 380 lines: the registry, the git subprocess helper, the slug rules and the three
-tools belong together; ``create_demo_projects`` (the demo ``parley dev`` sets up) is the
-only part that could leave, and it shares the git environment.
+``git_prepare_worktree`` and ``git_push_branch`` declare a preview and an inverse
+(``git_previews``: the base and branch a worktree would start from, the commits and
+diff stat a push would send; ``git_remove_worktree`` and ``git_delete_remote_branch``).
+The registry, the slug rules and the tools belong together; ``create_demo_projects``
+(the demo ``parley dev`` sets up) is the only part that could leave.
 """
 
 from __future__ import annotations
@@ -26,13 +28,24 @@ import os
 import re
 import subprocess
 import tomllib
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Annotated, Any
 
 from langchain_core.tools import InjectedToolArg, tool
 from pydantic import BaseModel, Field, StringConstraints, ValidationError, field_validator
 
+from parley.activities.toolsets.git_commands import (
+    GIT_ENV,
+    base_key,
+    is_protected,
+    normalize_branch,
+    normalized,
+    remote_head,
+    resolve,
+    run_git,
+    worktrees_of,
+)
+from parley.activities.toolsets.git_previews import GitUndo, inverse_of_prepare, inverse_of_push
 from parley.contracts import ToolContext
 from parley.contracts.errors import ToolInputError, ToolPermissionError
 from parley.tools import ParleyTool, identifier
@@ -43,24 +56,6 @@ SLUG_PATTERN = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 SLUG_MAX = 48
 # Project names and aliases become path segments under the worktrees dir.
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
-# No prompt can ever be answered on a worker; commits (if any) get a fixed identity.
-GIT_ENV = {
-    "GIT_TERMINAL_PROMPT": "0",
-    "GIT_AUTHOR_NAME": "Parley",
-    "GIT_AUTHOR_EMAIL": "parley@localhost",
-    "GIT_COMMITTER_NAME": "Parley",
-    "GIT_COMMITTER_EMAIL": "parley@localhost",
-}
-GIT_TIMEOUT = 120.0
-
-
-class GitCommandError(RuntimeError):
-    """A git command failed unexpectedly: an infrastructure failure, not the model's."""
-
-    def __init__(self, command: list[str], returncode: int | None, stderr: str) -> None:
-        self.command, self.returncode, self.stderr = command, returncode, stderr
-        super().__init__(f"{' '.join(command)} failed (exit {returncode}): {stderr.strip()}")
-
 
 # --- registry ---------------------------------------------------------------------
 
@@ -108,60 +103,6 @@ def load_registry(path: Path) -> ProjectRegistry:
     return registry
 
 
-# --- git --------------------------------------------------------------------------
-
-
-async def _git(cwd: Path, *args: str, check: bool = True) -> tuple[int, str]:
-    """Run git without blocking the loop; returns (exit code, stdout)."""
-    command = ["git", *args]
-    process = await asyncio.create_subprocess_exec(
-        *command,
-        cwd=cwd,
-        env={**os.environ, **GIT_ENV},
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), GIT_TIMEOUT)
-    except BaseException:
-        # Timed out or the activity was cancelled: don't leave git running behind us.
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-        raise
-    if check and process.returncode != 0:
-        raise GitCommandError(command, process.returncode, err.decode(errors="replace"))
-    return process.returncode or 0, out.decode(errors="replace").strip()
-
-
-async def _worktrees(repo: Path) -> dict[str, Path]:
-    """Branch name -> worktree path, from ``git worktree list`` (stale entries pruned)."""
-    await _git(repo, "worktree", "prune")
-    _, out = await _git(repo, "worktree", "list", "--porcelain")
-    found: dict[str, Path] = {}
-    for block in out.split("\n\n"):
-        fields = dict(line.partition(" ")[::2] for line in block.splitlines())
-        if fields.get("branch", "").startswith("refs/heads/"):
-            branch = fields["branch"].removeprefix("refs/heads/")
-            found[branch] = Path(fields["worktree"])  # git reports real paths
-    return found
-
-
-async def _resolve(repo: Path, rev: str) -> str | None:
-    """The commit ``rev`` names, or None; a leading "-" would be read as an option."""
-    if rev.startswith("-"):
-        return None
-    code, sha = await _git(
-        repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False
-    )
-    return sha if code == 0 else None
-
-
-def base_key(branch: str) -> str:
-    return f"branch.{branch}.parleybase"
-
-
 # --- validation -------------------------------------------------------------------
 
 
@@ -195,32 +136,14 @@ def normalize_slug(slug: str) -> str:
     )
 
 
-def normalize_branch(branch: str) -> str:
-    """A branch name as this toolset names branches: NFKC, no surrounding whitespace,
-    no ``refs/heads/`` prefix (however often repeated), lower-case (every branch it
-    prepares is ``<kind>/<slug>`` in lower case). Idempotent."""
-    value = identifier(branch)
-    while value.startswith("refs/heads/"):
-        value = value.removeprefix("refs/heads/").strip()
-    return value.lower()
-
-
-def _with(args: dict[str, Any], **normalizers: Any) -> dict[str, Any]:
-    """``args`` with each named string argument passed through its normalizer."""
-    return {
-        key: normalizers[key](value) if key in normalizers and isinstance(value, str) else value
-        for key, value in args.items()
-    }
-
-
 def canonical_list_args(args: dict[str, Any]) -> dict[str, Any]:
-    return _with(args, project=identifier)
+    return normalized(args, project=identifier)
 
 
 def canonical_prepare_args(args: dict[str, Any]) -> dict[str, Any]:
     """The worktree a call will prepare, as the rules and the user see it: the kind
     and slug validated (a bad slug is the model's to fix before anyone is asked)."""
-    return _with(
+    return normalized(
         args,
         project=identifier,
         repo_alias=identifier,
@@ -232,15 +155,16 @@ def canonical_prepare_args(args: dict[str, Any]) -> dict[str, Any]:
 
 def canonical_push_args(args: dict[str, Any]) -> dict[str, Any]:
     """The branch a call will push, as the rules and the user see it."""
-    return _with(args, project=identifier, repo_alias=identifier, branch=normalize_branch)
+    return normalized(args, project=identifier, repo_alias=identifier, branch=normalize_branch)
 
 
 # --- tools ------------------------------------------------------------------------
 
 
 def build_git_toolset(registry_path: Path, worktrees_dir: Path | None = None) -> list[ParleyTool]:
-    """The three git tools over the registry at ``registry_path``; worktrees are created
-    under ``worktrees_dir`` (default: ``worktrees`` next to the registry)."""
+    """The git tools over the registry at ``registry_path`` (the three the model works
+    with, and the two that undo them: ``git_previews``); worktrees are created under
+    ``worktrees_dir`` (default: ``worktrees`` next to the registry)."""
     registry_path = Path(registry_path).resolve()
     registry = load_registry(registry_path)  # fail at worker start, not at first call
     root = Path(worktrees_dir or registry_path.parent / "worktrees").resolve()
@@ -301,26 +225,26 @@ def build_git_toolset(registry_path: Path, worktrees_dir: Path | None = None) ->
         branch, base = f"{kind}/{slug}", normalize_branch(base_branch or repo.default_branch)
         target = root / project / repo.alias / f"{kind}-{slug}"
         async with locks.setdefault(repo.path, asyncio.Lock()):
-            existing = (await _worktrees(repo.path)).get(branch)
+            existing = (await worktrees_of(repo.path)).get(branch)
             if existing == target:
                 # Already prepared (a retried activity, or the model asking twice).
-                _, recorded = await _git(repo.path, "config", base_key(branch), check=False)
+                _, recorded = await run_git(repo.path, "config", base_key(branch), check=False)
                 base = recorded or base
-            elif existing is not None or await _resolve(repo.path, f"refs/heads/{branch}"):
+            elif existing is not None or await resolve(repo.path, f"refs/heads/{branch}"):
                 raise ToolInputError(
                     f"branch {branch!r} already exists in {repo.alias!r} outside Parley's "
                     "worktrees; choose another branch_slug"
                 )
             else:
-                base_sha = await _resolve(repo.path, base)
+                base_sha = await resolve(repo.path, base)
                 if base_sha is None:
                     raise ToolInputError(f"base branch {base!r} does not exist in {repo.alias!r}")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 add = ("worktree", "add", "--no-track", "-b", branch, str(target), base_sha)
-                await _git(repo.path, *add)
+                await run_git(repo.path, *add)
                 # Remembered so that a repeated call can report the base it was made from.
-                await _git(repo.path, "config", base_key(branch), base)
-            commit = await _resolve(repo.path, f"refs/heads/{branch}")
+                await run_git(repo.path, "config", base_key(branch), base)
+            commit = await resolve(repo.path, f"refs/heads/{branch}")
         return {"project": project, "repo_alias": repo.alias, "branch": branch,
                 "worktree": str(target), "base": base, "commit": commit,
                 "created": existing is None}  # fmt: skip
@@ -343,26 +267,33 @@ def build_git_toolset(registry_path: Path, worktrees_dir: Path | None = None) ->
         # Idempotent on the canonical arguments run_tool gives (canonical_push_args).
         project, repo = identifier(project), repo_of(project, repo_alias)
         name = normalize_branch(branch)
-        if any(fnmatchcase(name, p.lower()) for p in repo.protected_branches):
+        if is_protected(name, repo.protected_branches):
             raise ToolPermissionError(f"branch {name!r} of {repo.alias!r} is protected")
         async with locks.setdefault(repo.path, asyncio.Lock()):
-            worktree = (await _worktrees(repo.path)).get(name)
+            worktree = (await worktrees_of(repo.path)).get(name)
             # Only branches this toolset prepared may leave the machine.
             if worktree is None or worktree.parent != root / project / repo.alias:
                 raise ToolPermissionError(
                     f"branch {name!r} of {repo.alias!r} was not prepared with "
                     "git_prepare_worktree; prepare it first"
                 )
-            commit = await _resolve(repo.path, f"refs/heads/{name}")
-            await _git(worktree, "push", "--set-upstream", repo.remote, f"{name}:{name}")
+            commit = await resolve(repo.path, f"refs/heads/{name}")
+            # Where the remote branch was (None: the push creates it), for its inverse.
+            previous = await remote_head(repo.path, repo.remote, name)
+            await run_git(worktree, "push", "--set-upstream", repo.remote, f"{name}:{name}")
         return {"project": project, "repo_alias": repo.alias, "branch": name,
-                "remote": repo.remote, "commit": commit, "pushed": True}  # fmt: skip
+                "remote": repo.remote, "commit": commit, "previous": previous,
+                "pushed": True}  # fmt: skip
 
+    undo = GitUndo(repo_of, root, locks)
     return [
         ParleyTool(git_list_project_repositories, "auto", prepare=canonical_list_args),
-        ParleyTool(git_prepare_worktree, "confirm", prepare=canonical_prepare_args),
-        ParleyTool(git_push_branch, "confirm", prepare=canonical_push_args),
-    ]
+        ParleyTool(git_prepare_worktree, "confirm", prepare=canonical_prepare_args,
+                   preview=undo.preview_prepare, compensate=inverse_of_prepare),
+        ParleyTool(git_push_branch, "confirm", prepare=canonical_push_args,
+                   preview=undo.preview_push, compensate=inverse_of_push),
+        *undo.tools(),
+    ]  # fmt: skip
 
 
 @factory(GitConfig)
