@@ -52,6 +52,7 @@ def test_names_policies_and_schemas(plans: BackgroundServer) -> None:
         ("list_plans", "auto"),
         ("get_plan", "auto"),
         ("update_plan_status", "confirm"),
+        ("delete_plan", "confirm"),  # the inverse of create_plan (tests/test_inverses.py)
     ]
     for item in built:
         assert isinstance(item, ParleyTool) and item.wants_context
@@ -181,7 +182,7 @@ def test_toolset_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         toolset(PlansConfig.from_settings(Settings.from_env()))
     monkeypatch.setenv("PARLEY_PLANS_API_KEY", PLANS_KEY)
     built = toolset(PlansConfig.from_settings(Settings.from_env()))
-    assert len(built) == 4
+    assert len(built) == 5
     assert DEFAULT_PLANS_URL == "http://127.0.0.1:8765"
     assert plans_toolset.SERVICE_NAME == "the plans service"
 

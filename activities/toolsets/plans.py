@@ -13,6 +13,9 @@ title it names, and the sentence is kept in the description. Failures come from
 422/400/404/409 are ``ToolInputError`` the model can fix, 401/403 a neutral
 ``ToolPermissionError``, 408/429/5xx and connection failures a retried ``TransientError``.
 
+``create_plan`` declares a preview (the row it would write, and the user's plans of
+the same title) and an inverse, ``delete_plan`` (``plans_previews``).
+
 The reference backend is ``parley.services.plans`` (``parley plans-service``).
 """
 
@@ -24,6 +27,7 @@ import httpx
 from langchain_core.tools import InjectedToolArg, tool
 
 from parley.activities.http import JsonApiClient
+from parley.activities.toolsets.plans_previews import PlanUndo, inverse_of_create
 from parley.activities.toolsets.titles import normalize_plan_title
 from parley.contracts import ToolContext
 from parley.contracts.errors import ToolInputError
@@ -48,6 +52,21 @@ def plan_description(description: str | None, original: str, changed: bool) -> s
     if len(text) > DESCRIPTION_MAX:
         text = text[: DESCRIPTION_MAX - 1] + "…"
     return text or None
+
+
+def create_body(title: str, description: str | None, due_date: str | None) -> dict[str, Any]:
+    """The body ``create_plan`` sends (and its preview shows): the normalized title,
+    the description with the original title when it changed, the due date if given."""
+    if not title.strip():
+        raise ToolInputError("title must not be empty")
+    normalized = normalize_plan_title(title, max_length=TITLE_MAX)
+    body: dict[str, Any] = {
+        "title": normalized.title,
+        "description": plan_description(description, title, normalized.changed),
+    }
+    if due_date is not None:
+        body["due_date"] = due_date
+    return body
 
 
 def prepare_create_plan_args(args: dict[str, Any]) -> dict[str, Any]:
@@ -80,7 +99,8 @@ def build_plans_toolset(
     *,
     timeout: float = 10.0,
 ) -> list[ParleyTool]:
-    """The four plan tools against the backend at ``base_url``.
+    """The four plan tools against the backend at ``base_url``, and ``delete_plan``
+    (the inverse of ``create_plan``).
 
     ``client`` defaults to the worker's one shared ``httpx.AsyncClient``; ``timeout``
     bounds each request (seconds); a timeout is transient, retried with the same key.
@@ -106,17 +126,8 @@ def build_plans_toolset(
             due_date: Optional due date as YYYY-MM-DD.
         """
         ctx = _context(context)
-        if not title.strip():
-            raise ToolInputError("title must not be empty")
-        normalized = normalize_plan_title(title, max_length=TITLE_MAX)
-        body: dict[str, Any] = {
-            "title": normalized.title,
-            "description": plan_description(description, title, normalized.changed),
-        }
-        if due_date is not None:
-            body["due_date"] = due_date
         return await api.request(
-            "POST", "/plans", user_id=ctx.user_id, json=body,
+            "POST", "/plans", user_id=ctx.user_id, json=create_body(title, description, due_date),
             idempotency_key=ctx.idempotency_key,
         )  # fmt: skip
 
@@ -155,12 +166,15 @@ def build_plans_toolset(
             json={"status": status.strip().lower()}, idempotency_key=ctx.idempotency_key,
         )  # fmt: skip
 
+    undo = PlanUndo(api, create_body)
     return [
-        ParleyTool(create_plan, "confirm", prepare=prepare_create_plan_args),
+        ParleyTool(create_plan, "confirm", prepare=prepare_create_plan_args,
+                   preview=undo.preview_create, compensate=inverse_of_create),
         auto(list_plans),
         auto(get_plan),
         ParleyTool(update_plan_status, "confirm", prepare=prepare_status_args),
-    ]
+        undo.delete_tool(),
+    ]  # fmt: skip
 
 
 @factory(PlansConfig)

@@ -17,6 +17,10 @@ Contract:
 - ``GET /plans`` (the caller's plans, ``?status=`` filter), ``GET /plans/{id}``.
 - ``PATCH /plans/{id}`` ``{status}`` with status in draft/active/done/cancelled; an
   ``Idempotency-Key`` is accepted and replayed the same way.
+- ``DELETE /plans/{id}`` (``?expected_status=draft``: only while the plan still has that
+  status, else a 409 that says what it is now) answers ``{"id", "deleted": true}``; an
+  ``Idempotency-Key`` is accepted, and the same key answers the same again once the
+  row is gone (200, ``Idempotency-Replayed: true``). Another user's plan is a 404.
 - Errors are PostgREST-style JSON ``{"code", "message", "details", "hint"}``, request
   validation included (422).
 - ``GET /health`` needs no auth.
@@ -53,6 +57,7 @@ from parley.services.plans.store import (
     PlanStatus,
     PlanStatusUpdate,
     PlanStore,
+    _fingerprint,
     _validation_details,
     error_response,
 )
@@ -81,7 +86,7 @@ def create_app(db_path: Path, api_key: str, *, enable_test_hooks: bool = False) 
     """The plans service over the SQLite file ``db_path``, accepting ``api_key``."""
     if not api_key:
         raise ValueError("the plans service needs an API key")
-    store = PlanStore(db_path)
+    store = DeletingPlanStore(db_path)
     hooks = TestHooks()
     app = FastAPI(title="Parley reference plans service", version="1")
     app.state.store = store
@@ -195,6 +200,21 @@ def create_app(db_path: Path, api_key: str, *, enable_test_hooks: bool = False) 
             response.headers["Idempotency-Replayed"] = "true"
         return row
 
+    @app.delete("/plans/{plan_id}")
+    def delete_plan(
+        plan_id: int,
+        response: Response,
+        expected_status: PlanStatus | None = None,
+        x_parley_user: str | None = Header(default=None),
+        idempotency_key: str | None = Header(default=None),
+    ) -> dict[str, Any]:
+        user = _user(x_parley_user)
+        key = idempotency_key.strip() if idempotency_key and idempotency_key.strip() else None
+        answer, replayed = store.delete(user, plan_id, expected_status, key)
+        if replayed:
+            response.headers["Idempotency-Replayed"] = "true"
+        return answer
+
     if enable_test_hooks:
 
         @app.post("/_test/faults")
@@ -224,6 +244,40 @@ def create_app(db_path: Path, api_key: str, *, enable_test_hooks: bool = False) 
             return {"requests": 0}
 
     return app
+
+
+class DeletingPlanStore(PlanStore):
+    """The store, and deleting a plan: a conditional, idempotent delete."""
+
+    def delete(
+        self, user_id: str, plan_id: int, expected_status: str | None, key: str | None
+    ) -> tuple[dict[str, Any], bool]:
+        """``{"id", "deleted"}`` and whether it was a replay of ``key``."""
+        fingerprint = _fingerprint(f"DELETE /plans/{plan_id}", {"expected": expected_status})
+        answer = {"id": plan_id, "deleted": True}
+        with self._connect() as conn:
+            if key is not None:
+                try:
+                    replayed = self._replay(conn, user_id, key, fingerprint) is not None
+                except ApiError as err:
+                    if err.status != 404:
+                        raise  # the key was used for another request: a 409
+                    replayed = True  # the key's row is gone: this key deleted it
+                if replayed:
+                    return answer, True
+            row = self._get(conn, user_id, plan_id)
+            if expected_status is not None and row["status"] != expected_status:
+                raise ApiError(
+                    409,
+                    "PGRST409",
+                    f"plan {plan_id} is {row['status']} now, not {expected_status}: it "
+                    "changed since; not deleted",
+                    hint="read it again (GET /plans/{id}) and decide anew",
+                )
+            conn.execute("DELETE FROM plans WHERE id = ? AND user_id = ?", (plan_id, user_id))
+            if key is not None:
+                self._remember(conn, user_id, key, fingerprint, plan_id)
+        return answer, False
 
 
 def _authorize(request: Request, api_key: str) -> Response | None:
