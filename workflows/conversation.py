@@ -97,6 +97,7 @@ with workflow.unsafe.imports_passed_through():
     from parley.workflows.turn.instructions import Instructions, check_added, take_added
     from parley.workflows.turn.model_calls import ModelCaller
     from parley.workflows.turn.notifying import Notifier
+    from parley.workflows.turn.previews import Previews
     from parley.workflows.turn.proposals import Proposals
     from parley.workflows.turn.spending import SpendGate
     from parley.workflows.turn.streaming import ReplyStream
@@ -119,7 +120,7 @@ class ConversationWorkflow:
         stream, front_end = ReplyStream(events), FrontEnd(state, ledger)
         usage, failover = UsageMeter(state, events), ModelFailover(state, ledger, events)
         subagents, spend = Subagents(view, records), SpendGate(view, records)
-        tools = ToolRunner(view, records, subagents)
+        tools, previews = ToolRunner(view, records, subagents), Previews(view, records)
         self._jobs = jobs = TurnJobs(
             front_end=front_end,
             busy=Busy(view, records, stream, front_end),
@@ -131,8 +132,8 @@ class ConversationWorkflow:
             notifier=Notifier(view, ledger),
             subagents=subagents,
             spend=spend,
-            decisions=Decisions(view, records, DecisionJobs(tools, spend, subagents)),
-            proposals=Proposals(view, records, tools, front_end),
+            decisions=Decisions(view, records, DecisionJobs(tools, spend, subagents, previews)),
+            proposals=Proposals(view, records, tools, front_end, previews),
         )
         self._turns = turns = TurnEngine(view, records, jobs)
         self._handover = handover = Handover(state, start, ledger)

@@ -22,6 +22,7 @@ from parley.contracts.names import (
     TurnStatus,
 )
 from parley.contracts.payloads import Contract, Messages
+from parley.contracts.previews import ToolPreview
 from parley.contracts.tools import TurnToolResult
 from parley.contracts.usage import Usage
 
@@ -110,6 +111,8 @@ class Decision(StrictInput):
     #: The digest of the arguments the decider saw (``PendingCall.args_hash``): when
     #: given, the decision is refused if the call's arguments are no longer those.
     args_hash: str | None = None
+    #: The hash of the preview the decider saw: refused if the call's is no longer it.
+    preview_hash: str | None = None
     #: Apply this decision to later calls of the same shape (the same tool with the
     #: same arguments) for the rest of the conversation: an approve makes them run
     #: at once, a reject refuses them. Recorded in the audit log each time.
@@ -258,6 +261,10 @@ class PendingCall(ToolCall):
     #: When it was proposed: the instant the rules were evaluated at (the worker
     #: evaluates its own again with it before it runs a quorum call).
     proposed_at: datetime | None = None
+    #: What the call would change, as its tool's preview computed it when the call
+    #: became pending (``preview_call``); None for a tool without one. An approval is
+    #: of these arguments and this preview: one that changed refuses it.
+    preview: ToolPreview | None = None
 
     def interrupt_metadata(self) -> dict[str, Any]:
         """What an AG-UI interrupt carries of the call: its name and arguments, and a
@@ -268,7 +275,16 @@ class PendingCall(ToolCall):
         if self.approvals_needed > 1:
             metadata["approvals_needed"] = self.approvals_needed
             metadata["approved_by"] = [approval.by for approval in self.approvals]
+        if self.preview is not None:  # a resume may pin it (``Decision.preview_hash``)
+            metadata["preview"] = self.preview.model_dump(mode="json", exclude_none=True)
         return metadata
+
+    def waiting_message(self) -> str:
+        """An AG-UI interrupt's ``message``: what waits, and what it would change."""
+        message = f"{self.name} waits for your decision: {self.description}"
+        if self.preview is not None:
+            message += f" Preview: {self.preview.summary()}"
+        return message
 
 
 class SubagentReport(Contract):

@@ -87,6 +87,20 @@ class ToolPreview(Contract):
             args_hash=args_hash,
         )
 
+    def summary(self, chars: int = 300) -> str:
+        """One line for a message or a card's caption: why it failed, else its data as
+        compact JSON, cut to ``chars``."""
+        if self.status == "failed":
+            return f"could not be computed ({self.error or 'no reason given'})"
+        if self.refused is not None:
+            return f"refused: {self.refused}"
+        text = (
+            self.data
+            if isinstance(self.data, str)
+            else json.dumps(self.data, ensure_ascii=False, separators=(", ", ": "), default=str)
+        )
+        return text if len(text) <= chars else text[: chars - 1] + "…"
+
     @property
     def refused(self) -> str | None:
         """Why the call cannot succeed, when its preview says so (``{"refused": ...}``)."""

@@ -136,7 +136,7 @@ def interrupt_of(call: PendingCall) -> Interrupt:
     return Interrupt(
         id=call.tool_call_id,
         reason="tool_call",
-        message=f"{call.name} waits for your decision: {call.description}",
+        message=call.waiting_message(),
         tool_call_id=call.tool_call_id,
         expires_at=call.expires_at.isoformat(),
         metadata=call.interrupt_metadata(),

@@ -157,7 +157,7 @@ class EventLog:
                     Interrupt(
                         id=call.tool_call_id,
                         reason="tool_call",
-                        message=f"{call.name} waits for your decision: {call.description}",
+                        message=call.waiting_message(),
                         tool_call_id=call.tool_call_id,
                         expires_at=call.expires_at.isoformat(),
                         response_schema=decision_schema(call, catalogue),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime
 
-from parley.contracts import ConversationState, PendingCall
+from parley.contracts import ConversationState, PendingCall, ToolPreview
 from parley.workflows.record import metrics
 
 
@@ -54,6 +54,12 @@ class PendingCalls:
 
     def add(self, call: PendingCall) -> None:
         self._state.pending.append(call)
+
+    def show_preview(self, tool_call_id: str, preview: ToolPreview) -> None:
+        """The call (still pending) shows ``preview``: what it would change now."""
+        for call in self._state.pending:
+            if call.tool_call_id == tool_call_id:
+                call.preview = preview
 
     def take_all(self) -> list[PendingCall]:
         """Every call, answered now (a decision names them all)."""

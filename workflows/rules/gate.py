@@ -321,6 +321,13 @@ def check_decisions(state: ConversationState, decision: DecideInput, now: dateti
                 f"the arguments of {d.tool_call_id} are no longer the ones you decided on "
                 f"(args_hash {d.args_hash}, now {call.args_hash}); read the call again"
             )
+        if call is not None and d.preview_hash is not None and call.preview is not None:
+            if d.preview_hash != call.preview.hash:
+                problems.append(
+                    f"the preview of {d.tool_call_id} is no longer the one you decided on "
+                    f"(preview_hash {d.preview_hash}, now {call.preview.hash}); read the call "
+                    "again"
+                )
         # An edit is a new proposal: the rules judge it.
         if call is not None and d.action == "approve":
             problems += approve_refusals(state, call, decision.decided_by)

@@ -38,6 +38,7 @@ from parley.workflows.context import Records, View
 from parley.workflows.record import metrics
 from parley.workflows.rules.triage import Refuse, Run, Verdict, Wait, triage
 from parley.workflows.turn.execution import ToolRunner, TurnFailed
+from parley.workflows.turn.previews import Previews
 from parley.workflows.turn.spending import SpendGate
 from parley.workflows.turn.subagents import Subagents
 
@@ -59,6 +60,7 @@ class DecisionJobs(NamedTuple):
     tools: ToolRunner
     spend: SpendGate
     subagents: Subagents
+    previews: Previews
 
 
 class Decisions:
@@ -68,6 +70,7 @@ class Decisions:
         self._state, self._start, self._view = view.state, view.start, view
         self._ledger, self._pending, self._tally = records.ledger, records.pending, records.tally
         self._execute, self._spend, self._subagents = jobs.tools.execute, jobs.spend, jobs.subagents
+        self._previews = jobs.previews
 
     async def _canonical_args(
         self, request: CanonicalArgsInput, *, summary: str
@@ -139,6 +142,11 @@ class Decisions:
                 "calls still wait."
             )
         return reviews
+
+    async def review_previews(self, decide: DecideInput) -> None:
+        """Each approved call's preview, computed again: one that changed refuses the
+        decision, nothing applied (``previews``)."""
+        await self._previews.recheck(decide)
 
     async def apply(self, decide: DecideInput, edits: dict[str, tuple[ToolCall, Verdict]]) -> None:
         by_id = {d.tool_call_id: d for d in decide.decisions}
@@ -237,6 +245,7 @@ class Decisions:
                 detail = {"args_hash": verdict.call.args_hash, "edited": True}
                 self._ledger.audit("proposed", decided_by, call.tool_call_id, call.name, detail)
                 self._ledger.audit_policy(edited, verdict.outcome)
+                await self._previews.show([verdict.call])
             else:
                 assert isinstance(verdict, Run)
                 self._ledger.audit_policy(edited, verdict.outcome)

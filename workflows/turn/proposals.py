@@ -14,24 +14,29 @@ from langchain_core.messages import AIMessage
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from parley.contracts import PREVIEW_ARGS_CHARS, ToolCall, args_hash
+    from parley.contracts import PREVIEW_ARGS_CHARS, PendingCall, ToolCall, args_hash
     from parley.contracts.errors import ErrorType
     from parley.workflows.context import Records, View
     from parley.workflows.record.ledger import error_result
     from parley.workflows.rules.triage import Refuse, Run, invalid_call_refusal, triage
     from parley.workflows.turn.execution import ToolRunner, TurnFailed
     from parley.workflows.turn.front_end import FrontEnd
+    from parley.workflows.turn.previews import Previews
 
 
 class Proposals:
-    def __init__(self, view: View, records: Records, tools: ToolRunner, front: FrontEnd) -> None:
+    def __init__(
+        self, view: View, records: Records, tools: ToolRunner, front: FrontEnd, previews: Previews
+    ) -> None:
         self._ledger, self._pending, self._events = records.ledger, records.pending, records.events
         self._tools, self._front_end, self._proposal = tools, front, view.proposal
+        self._previews = previews
 
     async def handle(self, ai: AIMessage) -> None:
         """Sort each proposed call (canonical arguments): refused, run now, pending, or
-        held for the front end."""
+        held for the front end. The pending ones get their previews once the others ran."""
         to_run: list[tuple[ToolCall, Run]] = []
+        waiting: list[PendingCall] = []
         for broken in ai.invalid_tool_calls:  # not JSON, or arguments the tool refused
             call = ToolCall(tool_call_id=broken["id"] or "", name=broken["name"] or "unknown")
             raw = (broken["args"] or "")[:PREVIEW_ARGS_CHARS]
@@ -58,6 +63,7 @@ class Proposals:
                 to_run.append((call, verdict))
             else:
                 self._pending.add(verdict.call)
+                waiting.append(verdict.call)
         try:
             for call, run in to_run:
                 remembered = run.remembered
@@ -77,3 +83,4 @@ class Proposals:
         except TurnFailed:
             self._ledger.abandon_unanswered(ai)
             raise
+        await self._previews.show(waiting)

@@ -103,6 +103,8 @@ class TurnEngine:
             edits = (
                 await self._jobs.decisions.review_edits(decisions) if decisions is not None else {}
             )
+            if decisions is not None:
+                await self._jobs.decisions.review_previews(decisions)
             state.runs += 1
             client = client or decisions
             run_id = run_id_for(state, client.run_id if client else None)
