@@ -82,7 +82,7 @@ async def test_a_lost_response_is_retried_with_the_same_key_and_creates_one_plan
         turn = await conversations.send(sid, USER, "create a plan called Launch checklist")
         [pending] = turn.pending
         # The service commits the row, then its answer is lost (a 500 instead).
-        inject_faults(plans, {"status": 500, "lose_response": True})
+        inject_faults(plans, {"status": 500, "lose_response": True, "method": "POST"})
 
         done = await conversations.decide(sid, USER, approve(turn))
 
@@ -173,7 +173,7 @@ async def test_a_500_then_200_is_retried_to_one_plan(
     sid = new_session()
     async with parley_worker(plans_registry(plans), ScriptedChatModel()) as conversations:
         turn = await conversations.send(sid, USER, "create a plan called Budget 2026")
-        inject_faults(plans, {"status": 500})
+        inject_faults(plans, {"status": 500, "method": "POST"})
 
         done = await conversations.decide(sid, USER, approve(turn))
 
@@ -196,7 +196,9 @@ async def test_a_timeout_then_a_500_then_success_creates_one_plan(
     registry = plans_registry(plans, timeout=1.0)
     async with parley_worker(registry, ScriptedChatModel()) as conversations:
         turn = await conversations.send(sid, USER, "create a plan called Budget 2027")
-        inject_faults(plans, {"status": 0, "delay": 2.0}, {"status": 500})
+        inject_faults(
+            plans, {"status": 0, "delay": 2.0, "method": "POST"}, {"status": 500, "method": "POST"}
+        )
 
         done = await conversations.decide(sid, USER, approve(turn))
 

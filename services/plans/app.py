@@ -31,7 +31,8 @@ Test hooks, off unless ``create_app(..., enable_test_hooks=True)``:
 ``"lose_response": true`` processes the request first, then answers the fault instead,
 as when a committed write's answer is lost on the way back; ``"delay": 2`` answers
 2 s late, and with ``"status": 0`` then processes the request as usual, as a slow
-backend does after its caller gave up),
+backend does after its caller gave up; ``"method": "POST"`` keeps a fault for the next
+request of that method, letting others by, such as a preview's reads),
 ``GET /_test/requests`` lists what the service saw (method, path, user, idempotency
 key, status), ``DELETE /_test/requests`` and ``DELETE /_test/faults`` clear them.
 """
@@ -73,6 +74,8 @@ class Fault:
     lose_response: bool = False
     #: Seconds to wait before answering; with ``status`` 0, then answer as usual.
     delay: float = 0.0
+    #: Only for a request of this method (``POST``): others pass it by (a preview's GET).
+    method: str | None = None
 
 
 @dataclass
@@ -132,7 +135,7 @@ def create_app(db_path: Path, api_key: str, *, enable_test_hooks: bool = False) 
             "idempotency_key": request.headers.get("idempotency-key"),
             "status": None,
         }
-        fault = _next_fault(hooks) if enable_test_hooks else None
+        fault = _next_fault(hooks, request.method) if enable_test_hooks else None
         if fault is not None and fault.delay:
             await asyncio.sleep(fault.delay)
             if not fault.status:
@@ -308,9 +311,14 @@ def _user(header: str | None) -> str:
     return user
 
 
-def _next_fault(hooks: TestHooks) -> Fault | None:
+def _next_fault(hooks: TestHooks, method: str) -> Fault | None:
+    """The first queued fault for a request of ``method``, taken off the queue."""
     with hooks.lock:
-        return hooks.faults.popleft() if hooks.faults else None
+        for fault in hooks.faults:
+            if fault.method is None or fault.method.upper() == method:
+                hooks.faults.remove(fault)
+                return fault
+        return None
 
 
 async def _drain(response: Response) -> None:
