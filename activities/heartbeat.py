@@ -26,15 +26,20 @@ from parley.contracts.activity_config import HEARTBEAT_INTERVAL
 
 @contextlib.asynccontextmanager
 async def heartbeating() -> AsyncIterator[None]:
-    async def beat() -> None:
-        while True:
-            await asyncio.sleep(HEARTBEAT_INTERVAL.total_seconds())
-            activity.heartbeat()
+    # A timer, not a task: most blocks end before the first beat, and a timer costs
+    # its cancel only (a task costs its creation, a cancel and a wake-up to end it).
+    # Each beat runs in this context (the loop copies it), so it is this activity's.
+    loop = asyncio.get_running_loop()
+    interval = HEARTBEAT_INTERVAL.total_seconds()
+    timer: asyncio.TimerHandle
 
-    task = asyncio.create_task(beat())
+    def beat() -> None:
+        nonlocal timer
+        activity.heartbeat()
+        timer = loop.call_later(interval, beat)
+
+    timer = loop.call_later(interval, beat)
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        timer.cancel()

@@ -4,7 +4,8 @@ Activity side. The file is a JSON list; each entry is
 ``{"content": "...", "tool_calls": [{"name": ..., "args": {...}, "id": ...}]}``.
 The N-th model call of a conversation returns entry N, where N is the number of
 assistant messages already in the transcript, so a replayed or retried call returns
-the same message.
+the same message. It answers in the event loop (``_agenerate``), as a provider's async
+client does, not in a thread.
 """
 
 from __future__ import annotations
@@ -73,3 +74,10 @@ class ScriptFileChatModel(BaseChatModel):
             ],
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+    async def _agenerate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        # In the loop, as a provider's client answers: LangChain's default hands a model
+        # with no ``_agenerate`` to a thread for each call (the benchmarks' fake LLM).
+        return self._generate(messages, stop, **kw)

@@ -177,6 +177,11 @@ class PayloadStore(StorageDriver):
         part): counted apart, never listed, changed nor deleted."""
         return []
 
+    def home(self) -> str | None:
+        """The part (``<cluster>/<namespace>``) a claim that names none is looked for in
+        first: this store's own, once known (None: a store of one part, or not bound)."""
+        return None
+
     async def aclose(self) -> None:
         """Close connections the store holds open."""
 

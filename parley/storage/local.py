@@ -5,8 +5,11 @@ single-host deployments. A directory named by ``PARLEY_PAYLOAD_STORE`` (or the d
 holds a part per cluster and namespace (``clusters``), ``<cluster id>/<namespace>/``,
 each laid out as below, with its marker ``part.json``; what was written before parts
 (and what a store built on a directory alone writes) is laid out so at the top. A
-claim names its part (``part``), so any reader of the directory reads it. Layout under
-a part's root:
+claim names its part (``part``), so any reader of the directory reads it; a claim that
+names none is looked for in the reader's own part, then at the top, then in every other
+part (the transcript chain's claims leave the reader's part out, ``transcripts``): an
+object's name is its SHA-256, so wherever it is found it is the bytes claimed. Layout
+under a part's root:
 
 - ``<sha[:2]>/<sha>``: the objects (the serialized payload; its name is its SHA-256, so
   the same bytes are stored once, whichever conversations store them);
@@ -56,6 +59,21 @@ def _is_object_folder(folder: Path) -> bool:
     return len(folder.name) == 2 and set(folder.name) <= _HEX and folder.is_dir()
 
 
+def _part_roots(base: Path) -> list[Path]:
+    """Every part's root under the directory ``base`` (``<cluster>/<namespace>``)."""
+    roots = []
+    for cluster in sorted(base.iterdir()) if base.is_dir() else ():
+        if (
+            cluster.name.startswith(".")
+            or cluster.name in _UNSPLIT_FOLDERS
+            or _is_object_folder(cluster)
+            or not cluster.is_dir()  # a file, or a link to a folder gone
+        ):
+            continue
+        roots.extend(sorted(p for p in cluster.iterdir() if p.is_dir()))
+    return roots
+
+
 def _tally_objects(root: Path) -> tuple[int, int]:
     """How many objects the part at ``root`` holds, and their bytes."""
     count = size = 0
@@ -77,8 +95,11 @@ def _when(path: Path) -> datetime:
 
 def _write_atomically(path: Path, data: bytes) -> None:
     """A reader sees the whole file or none: a temporary file, then ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    except FileNotFoundError:  # the folder's first file (asked only then: a syscall less)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
@@ -115,6 +136,9 @@ class LocalFileStorageDriver(PayloadStore):
 
     def type(self) -> str:
         return "parley.local-file"
+
+    def home(self) -> str | None:
+        return self._part
 
     @property
     def root(self) -> Path:
@@ -190,17 +214,15 @@ class LocalFileStorageDriver(PayloadStore):
             digest = claim.claim_data["sha256"]
             if len(digest) != 64 or not set(digest) <= _HEX:
                 raise ValueError(f"not a stored payload name: {digest!r}")
-            # The claim's part (any reader of the directory reads any part's claims);
-            # none: written before parts, at the top.
+            # The claim's part (any reader of the directory reads any part's claims).
             part = claim.claim_data.get("part")
             root = self._base / checked_segment(part) if part else self._base
-            try:
-                blob = (root / digest[:2] / digest).read_bytes()
-            except FileNotFoundError:
+            blob = self._read(digest, root) if part else self._find(digest)
+            if blob is None:
                 raise FileNotFoundError(
                     f"payload {digest} is not in the store at {root}: every worker and "
                     "client must use the same PARLEY_PAYLOAD_STORE"
-                ) from None
+                )
             if hashlib.sha256(blob).hexdigest() != digest:
                 # As the S3 driver does: a damaged file is never taken for the payload.
                 raise ValueError(
@@ -211,6 +233,25 @@ class LocalFileStorageDriver(PayloadStore):
             payload.ParseFromString(blob)
             payloads.append(payload)
         return payloads
+
+    @staticmethod
+    def _read(digest: str, root: Path) -> bytes | None:
+        try:
+            return (root / digest[:2] / digest).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def _find(self, digest: str) -> bytes | None:
+        """A claim that names no part: this store's own part first (the transcript
+        chain's claims, ``transcripts``), then the top (written before parts), then the
+        other parts (a reader of another part, or of none: the CLI reading a chain)."""
+        for root in dict.fromkeys((self._root, self._base)):
+            if (blob := self._read(digest, root)) is not None:
+                return blob
+        for root in _part_roots(self._base):
+            if root != self._root and (blob := self._read(digest, root)) is not None:
+                return blob
+        return None
 
     # --- retention -------------------------------------------------------------------
 
@@ -314,20 +355,11 @@ class LocalFileStorageDriver(PayloadStore):
         objects, size = _tally_objects(self._base)
         if objects:
             found.append(Tally(UNSPLIT, objects, size))
-        clusters = self._base.iterdir() if self._base.is_dir() else ()
-        for cluster in sorted(clusters):
-            if (
-                cluster.name.startswith(".")
-                or cluster.name in _UNSPLIT_FOLDERS
-                or _is_object_folder(cluster)
-                or not cluster.is_dir()  # a file, or a link to a folder gone
-            ):
-                continue
-            for namespace in sorted(p for p in cluster.iterdir() if p.is_dir()):
-                objects, size = _tally_objects(namespace)
-                try:
-                    who = read_marker((namespace / MARKER).read_bytes())
-                except OSError:
-                    who = None
-                found.append(Tally.marked(f"{cluster.name}/{namespace.name}", objects, size, who))
+        for root in _part_roots(self._base):
+            objects, size = _tally_objects(root)
+            try:
+                who = read_marker((root / MARKER).read_bytes())
+            except OSError:
+                who = None
+            found.append(Tally.marked(f"{root.parent.name}/{root.name}", objects, size, who))
         return found

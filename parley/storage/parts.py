@@ -9,8 +9,10 @@ any other cluster using the store), so do ``parley dev`` and ``parley store``; a
 built on a client, and every client ``parley.client.connection.connect`` makes (a CLI
 command storing a large message, the gateway), asks that client on its first write
 (:func:`attach_client`); a store no client was attached to refuses to write. Reading
-needs no answer: every claim
-names its part, and claims written before parts name none and are read where they were.
+needs no answer: a claim names its part, or names none (written before parts, or a
+transcript claim, whose reader is of the writer's part) and is looked for in this
+store's own part first (``home``) when it is known, then at the top and in the other
+parts (``local``).
 """
 
 from __future__ import annotations
@@ -99,7 +101,12 @@ class PartitionedStore(PayloadStore):
     async def retrieve(
         self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]
     ) -> list[Payload]:
-        return await self.whole.retrieve(context, claims)  # each claim names its part
+        # A claim that names its part is read there; one that names none is looked for
+        # in this store's part first (``home``), when it is known.
+        return await (self._part or self.whole).retrieve(context, claims)
+
+    def home(self) -> str | None:
+        return self.cluster.segment if self.cluster is not None else None
 
     async def inventory(self) -> list[StoredObject]:
         return await (await self.part()).inventory()

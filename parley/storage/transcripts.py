@@ -2,12 +2,14 @@
 at the previous one, and a worker's in-memory cache of whole transcripts.
 
 Outside the workflow sandbox (worker, activities, clients); the workflow only ever sees
-the small ``ContextRef`` this module hands out.
+the small ``ContextRef`` this module hands out. A ``ContextRef``'s claim leaves out the
+part of the store it was written in when that is the store's own (``PayloadStore.home``):
+it travels in every ``call_model`` input and output, and its reader, a worker or client
+of the same cluster and namespace, looks there first (``parley.storage.local``).
 """
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from typing import TypeVar
 
@@ -22,8 +24,11 @@ from temporalio.converter import (
 )
 
 from parley.contracts import ContextRef, Messages, PayloadConverter, message_chars
+from parley.storage.base import PayloadStore
 
 _Stored = TypeVar("_Stored", bound=BaseModel)
+#: A cache key: a claim's items, sorted.
+_Key = tuple[tuple[str, str], ...]
 
 #: Each time the transcript passes a multiple of this many messages, ``call_model``
 #: writes a checkpoint (the whole transcript in one segment, no parent): a segment holds
@@ -53,14 +58,14 @@ class TranscriptStore:
     def __init__(self, driver: StorageDriver, *, cache_chars: int = TRANSCRIPT_CACHE_CHARS) -> None:
         self._driver = driver
         #: key → (the whole transcript, its size in ``message_chars``)
-        self._cache: OrderedDict[str, tuple[list[AnyMessage], int]] = OrderedDict()
+        self._cache: OrderedDict[_Key, tuple[list[AnyMessage], int]] = OrderedDict()
         self._cache_chars = cache_chars
         self._cached_chars = 0
         self._converter = PayloadConverter()
 
     @staticmethod
-    def _key(ref: ContextRef) -> str:
-        return json.dumps(dict(sorted(ref.claim.items())))
+    def _key(ref: ContextRef) -> _Key:
+        return tuple(sorted(ref.claim.items()))
 
     def _remember(self, ref: ContextRef, messages: list[AnyMessage], chars: int) -> None:
         self._forget(ref)
@@ -136,13 +141,22 @@ class TranscriptStore:
         [claim] = await self._driver.store(context, [payload])
         # The model's view keeps its compaction as the chain grows.
         compaction = parent.compaction if parent is not None else None
-        ref = ContextRef(claim=dict(claim.claim_data), length=len(whole), compaction=compaction)
+        ref = ContextRef(claim=self._short(claim), length=len(whole), compaction=compaction)
         # The chain moved on: its old head is read again only if this model call is
         # retried, so it leaves the cache to the conversations' current heads.
         if parent is not None:
             self._forget(parent)
         self._remember(ref, whole, chars)
         return ref
+
+    def _short(self, claim: StorageDriverClaim) -> dict[str, str]:
+        """``claim`` without its part when that is the store's own (see the module
+        docstring): ~55 bytes less in each of a turn's four ``call_model`` payloads."""
+        data = dict(claim.claim_data)
+        home = self._driver.home() if isinstance(self._driver, PayloadStore) else None
+        if home is not None and data.get("part") == home:
+            del data["part"]
+        return data
 
     async def _read(self, ref: ContextRef) -> TranscriptSegment:
         return await read_stored(self._driver, ref.claim, TranscriptSegment, "transcript segment")
