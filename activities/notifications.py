@@ -7,10 +7,17 @@ worker's catalogue says it has a webhook, in the background of the turn, retried
 Temporal (``NOTIFY_ACTIVITY``). The webhook gets one JSON POST::
 
     {"event": "awaiting_decision", "session_id": ..., "user_id": ...,
-     "pending": [{"tool_call_id", "name", "args", "description", "expires_at"}],
+     "pending": [{"tool_call_id", "name", "args", "description", "expires_at",
+                  "preview", ...}],
+     "text": "<one line per call, with its preview's summary>",
      "url": "<gateway>/#c=<session_id>", "run_id": "run-N",
      "links": [{"tool_call_id", "user_id", "approve", "reject", "expires_at"}],
      "awaiting": {"<tool_call_id>": ["<who may approve it>"]}}
+
+Each call is its whole ``PendingCall`` as JSON: ``preview`` is its ``ToolPreview`` (what
+it would change; bounded like a result, None for a tool without one). ``text`` is for a
+receiver that posts it on as it is (a chat's incoming webhook reads ``text``): a line
+per call, its preview cut to ``ToolPreview.summary()``.
 
 ``links`` (with ``PARLEY_LINK_SECRET``): signed one-time links (``parley.contracts.links``) that
 approve or reject one call as one person (the owner, each reviewer, or the person an
@@ -72,6 +79,7 @@ class NotifyActivities:
             "session_id": request.session_id,
             "user_id": request.user_id,
             "pending": [call.model_dump(mode="json") for call in request.pending],
+            "text": notice_text(request),
             "url": f"{self._page_url}/#c={request.session_id}",
             "run_id": request.run_id,
         }
@@ -121,6 +129,20 @@ class NotifyActivities:
                 entry["expires_at"] = call.expires_at.isoformat()
                 links.append(entry)
         return links
+
+
+def notice_text(request: NotifyInput) -> str:
+    """A line per call: who it waits for, what it is and, when it has one, its preview's
+    summary (``ToolPreview.summary``: one line, bounded)."""
+    who = request.escalated_to or request.user_id
+    lines = []
+    for call in request.pending:
+        line = f"{call.name} ({call.tool_call_id}) in {request.session_id} waits for {who}"
+        line += f": {call.description}" if call.description else ""
+        if call.preview is not None:
+            line += f" Preview: {call.preview.summary()}"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def _failure(failure: HttpError) -> ApplicationError:

@@ -251,6 +251,8 @@ class _Chat:
                 self._refused(refused)
                 if refused.error_type != ErrorType.INVALID_DECISION:
                     raise
+                # Read them again: a call whose preview changed is asked with the new one.
+                pending = self._pending() or pending
 
     def _decision_for(self, call: PendingCall) -> Decision:
         self._console.print(Text("Waiting for your decision:", style="bold yellow"))
@@ -281,8 +283,11 @@ class _Chat:
                 while not message:
                     message = self._ask("your answer for the model: ")
                 return Decision(tool_call_id=call.tool_call_id, action="respond", message=message)
-            return Decision(
-                tool_call_id=call.tool_call_id, action="approve", args_hash=call.args_hash or None
+            return Decision(  # of the arguments and the preview just printed
+                tool_call_id=call.tool_call_id,
+                action="approve",
+                args_hash=call.args_hash or None,
+                preview_hash=call.preview.hash if call.preview is not None else None,
             )
 
     def _ask_json(self, prompt: str) -> dict[str, Any]:

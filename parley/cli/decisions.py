@@ -165,7 +165,10 @@ def decide(
             )
         # The arguments each was decided on, when read here: a stale decision is
         # refused, and a call whose arguments changed is never answered by an old one.
+        # An approval is also of the preview read here (``parley show`` prints the same):
+        # one that changed since refuses it.
         seen = {p.tool_call_id: p.args_hash or None for p in pending}
+        shown = {p.tool_call_id: p.preview.hash for p in pending if p.preview is not None}
         decisions = [
             Decision(
                 tool_call_id=i,
@@ -174,6 +177,7 @@ def decide(
                 message=message,
                 remember=remember,
                 args_hash=seen.get(i),
+                preview_hash=shown.get(i) if action == "approve" else None,
             )
             for i in ids
         ]

@@ -3,7 +3,8 @@ the list of conversations and the worker's tools. Client side; plain text, never
 markup for what users or models wrote.
 
 Every message is printed whole; a tool result once (not again when the next reply
-quotes it whole); pending calls' arguments as indented JSON, never cut at any width.
+quotes it whole); pending calls' arguments as indented JSON, never cut at any width,
+and under them the call's preview, what it would change (``parley.client.previews``).
 
 The reply as it streams is ``parley.cli.live_reply``'s.
 """
@@ -19,12 +20,14 @@ from langchain_core.messages import AnyMessage
 from rich.console import Console
 from rich.text import Text
 
+from parley.client.previews import preview_lines
 from parley.contracts import (
     SPEND_CALL,
     Awaiting,
     ConversationSnapshot,
     PendingCall,
     ToolCatalogue,
+    ToolPreview,
     TurnResult,
     Usage,
 )
@@ -131,6 +134,8 @@ def print_call(call: PendingCall, console: Console) -> None:
     )
     args = json.dumps(call.args, ensure_ascii=False, indent=2, default=str)
     console.print(Text("\n".join("    " + line for line in args.splitlines())))
+    if call.preview is not None:
+        print_preview(call.preview, console)
     if call.reason:
         console.print(Text(f"    (needs approval: {call.reason})", style="dim"))
     if call.subagent is not None:
@@ -142,6 +147,16 @@ def print_call(call: PendingCall, console: Console) -> None:
         )
     if call.approvals_needed > 1:
         console.print(Text(f"    ({quorum_text(call)})", style="dim"))
+
+
+#: How each kind of a preview's line looks (``parley.client.previews``).
+_PREVIEW_STYLES = {"head": "bold", "refused": "bold red", "failed": "yellow", "note": "dim"}
+
+
+def print_preview(preview: ToolPreview, console: Console) -> None:
+    """What the call would change, under its arguments: a refused one in bold red."""
+    for line in preview_lines(preview):
+        console.print(Text("    " + line.text, style=_PREVIEW_STYLES.get(line.kind, "")))
 
 
 def quorum_text(call: PendingCall) -> str:

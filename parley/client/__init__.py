@@ -15,7 +15,9 @@ Client side (never imported by workflows). One module per job:
 - ``visibility``: listing conversations from Temporal's visibility, no worker needed;
 - ``liveness``: never wait on a task queue no worker serves;
 - ``connection``: connecting to the cluster, with a one-line answer when it cannot;
-- ``errors``: ``ConversationRefused`` and the translation of Temporal failures.
+- ``errors``: ``ConversationRefused`` and the translation of Temporal failures;
+- ``previews``: a pending call's preview as lines to read (the CLI, the link page; the
+  page's ``dom.js`` renders the same).
 """
 
 from __future__ import annotations

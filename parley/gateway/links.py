@@ -3,13 +3,16 @@ opens it from Slack, email or a pager. Client side (the gateway; no bearer token
 link's signature is its authority, for its one call, user and action).
 
 ``GET`` only shows what the link would do (link previews and mail scanners fetch links,
-and must not decide anything): the call, its arguments and a button. ``POST`` decides:
-the call must still wait with the very arguments the link names, and the link must not
-have been used; the decision is the link's user's, audited with the link's id (channel
-``link``), and it names only that call. The update id is the link's, so two clicks at
-once decide once. Every refusal is a page that says why: 403 a link Parley did not make,
-410 an expired one, 409 one already used, a call decided otherwise or whose arguments
-changed, 404 a conversation that is gone.
+and must not decide anything): the call, its arguments, its preview (what it would
+change, ``parley.client.previews``; a refused one first, in red) and a button. ``POST``
+decides: the call must still wait with the very arguments the link names, and the link
+must not have been used; an approve is of the preview the page showed (the form sends
+its hash back as ``preview_hash``: one that changed since refuses it); the decision is
+the link's user's, audited with the link's id (channel ``link``), and it names only that
+call. The update id is the link's, so two clicks at once decide once. Every refusal is
+a page that says why: 403 a link Parley did not make, 410 an expired one, 409 one
+already used, a call decided otherwise or whose arguments (or preview) changed, 404 a
+conversation that is gone.
 """
 
 from __future__ import annotations
@@ -23,7 +26,15 @@ from fastapi import APIRouter, Depends, Form
 from fastapi.responses import HTMLResponse
 
 from parley.client import ConversationRefused
-from parley.contracts import SPEND_CALL, Decision, PendingCall, TurnResult, refusal_of
+from parley.client.previews import preview_lines
+from parley.contracts import (
+    SPEND_CALL,
+    Decision,
+    PendingCall,
+    ToolPreview,
+    TurnResult,
+    refusal_of,
+)
 from parley.contracts.errors import ErrorType
 from parley.contracts.links import ApprovalLink, LinkRefused, verify
 from parley.gateway.deps import Gateway, gateway
@@ -60,10 +71,17 @@ async def show_link(token: str, gw: Gateway = Depends(gateway)) -> HTMLResponse:
         what = f"<code>{html.escape(call.name)}</code>"
         args = html.escape(json.dumps(call.args, ensure_ascii=False, indent=2))
         shown = f'<pre class="args">{args}</pre>'
+        if call.preview is not None:
+            shown += _preview_html(call.preview)
+    pinned = ""
+    if link.action == "approve" and call.preview is not None:  # the approve is of it
+        pinned = (
+            f'<input type="hidden" name="preview_hash" value="{html.escape(call.preview.hash)}">'
+        )
     body = (
         f"<p>{html.escape(link.user_id)}, this link will <strong>{link.action}</strong> "
         f"{what} in conversation <code>{html.escape(link.session_id)}</code>:</p>{shown}"
-        f'<form method="post">{reason}<div class="card-actions"><button type="submit" '
+        f'<form method="post">{pinned}{reason}<div class="card-actions"><button type="submit" '
         f'class="{link.action}">{verb}</button></div></form>'
         f'<p class="small muted">It works once, until '
         f"{link.expires_at():%Y-%m-%d %H:%M} UTC.</p>"
@@ -74,7 +92,10 @@ async def show_link(token: str, gw: Gateway = Depends(gateway)) -> HTMLResponse:
 
 @router.post("/links/{token}")
 async def use_link(
-    token: str, message: str | None = Form(default=None), gw: Gateway = Depends(gateway)
+    token: str,
+    message: str | None = Form(default=None),
+    preview_hash: str | None = Form(default=None, max_length=64),
+    gw: Gateway = Depends(gateway),
 ) -> HTMLResponse:
     try:
         link = _link(gw, token)
@@ -86,6 +107,8 @@ async def use_link(
             tool_call_id=call.tool_call_id,
             action=link.action,
             args_hash=link.args_hash,
+            # The preview the page showed: the decision is refused if it is no longer it.
+            preview_hash=(preview_hash or None) if link.action == "approve" else None,
             message=(message or "").strip() or None if link.action == "reject" else None,
         )
         result = await gw.conversations.decide(
@@ -145,6 +168,19 @@ async def _waiting_call(gw: Gateway, link: ApprovalLink) -> PendingCall:
         raise LinkRefused(409, f"this link was already used, by {used[0].actor} at {return_at}")
     raise LinkRefused(
         409, f"call {link.tool_call_id} no longer waits for a decision (it was decided or expired)"
+    )
+
+
+def _preview_html(preview: ToolPreview) -> str:
+    """The call's preview as the page shows it (text only: it comes from a tool)."""
+    head, *rest = preview_lines(preview)
+    kind = "ok" if head.kind == "head" else head.kind
+    title = "Preview: " + (head.text.removeprefix("preview:").strip() or "what it would change")
+    body = "\n".join(line.text[2:] for line in rest)
+    shown = f'<pre class="preview-body">{html.escape(body)}</pre>' if rest else ""
+    return (
+        f'<details open class="preview preview-{kind}" data-testid="preview">'
+        f'<summary class="preview-head">{html.escape(title)}</summary>{shown}</details>'
     )
 
 

@@ -6,7 +6,7 @@
 // still there after its decision was not applied, and the page says so.
 
 import { api, conversationPath, handleError } from "./api.js";
-import { el, expiryText, showError } from "./dom.js";
+import { el, expiryText, previewBlock, showError } from "./dom.js";
 import { loadList, loadSnapshot } from "./refresh.js";
 import { $, currentPending, state } from "./state.js";
 import { updateWorking } from "./transcript.js";
@@ -25,8 +25,9 @@ export function renderCards(pending) {
   for (const p of pending) {
     let card = state.cards.get(p.tool_call_id);
     const view = awaitingOf(p);
-    // Built again when what it offers changed (a quorum's approval, new arguments).
-    const sig = JSON.stringify([p.args_hash, (p.approvals || []).length, view]);
+    // Built again when what it offers changed (a quorum's approval, new arguments, a
+    // new preview).
+    const sig = JSON.stringify([p.args_hash, p.preview && p.preview.hash, (p.approvals || []).length, view]);
     if (card && card._parley.sig !== sig) {
       card.remove();
       card = null;
@@ -153,6 +154,7 @@ export function buildCard(p, view = awaitingOf(p)) {
     textarea,
     argsError,
     editedNote,
+    p.preview ? previewBlock(p.preview) : null,
     el(
       "div",
       { class: "card-actions" },
@@ -398,8 +400,6 @@ function quorumMark(call) {
   return el("p", { class: "small quorum", "data-testid": "approvals", text: quorumText(call) });
 }
 
-// An approval names the arguments it was given for (args_hash): a call whose arguments
-// changed since (an edit, under a quorum) is never approved by an old click.
 // The decision on `call` left it waiting just as it was: nothing of it was applied
 // (TurnResult.left_waiting on the server's side).
 function leftWaiting(call, turn) {
@@ -410,8 +410,12 @@ function leftWaiting(call, turn) {
   );
 }
 
+// An approval names the arguments it was given for (args_hash): a call whose arguments
+// changed since (an edit, under a quorum) is never approved by an old click. And the
+// preview the card shows (preview_hash): one that changed since refuses it.
 function approval(p) {
   const decision = { tool_call_id: p.tool_call_id, action: "approve" };
   if (p.args_hash) decision.args_hash = p.args_hash;
+  if (p.preview && p.preview.hash) decision.preview_hash = p.preview.hash;
   return decision;
 }
