@@ -20,6 +20,7 @@ from parley.contracts import (
     SendMessageInput,
     StreamDelta,
     TurnResult,
+    UndoResult,
 )
 from parley.contracts.errors import InvalidMessage, NotOwner
 from parley.workflows import intake
@@ -129,6 +130,7 @@ def test_temporal_sees_the_raw_input_and_the_handlers_own_result_type() -> None:
         "end": ([Any], ConversationSnapshot),
         "rewind": ([Any], ConversationSnapshot),
         "wait_for_events": ([Any], int),
+        "undo": ([Any], UndoResult),
     }
     signals = {name: s.arg_types for name, s in definition.signals.items()}
     assert signals["stream_delta"] == [StreamDelta] and signals["upgrade"] == []

@@ -251,7 +251,7 @@ def test_the_policy_file_takes_approvals(tmp_path) -> None:
     path.write_text('[[rule]]\nname = "two"\ntool = "push_*"\ndecide = "auto"\napprovals = 2\n')
     with pytest.raises(ValueError) as bad:
         load_policies(str(path))
-    assert "approvals apply to calls that wait" in str(bad.value)
+    assert "approvals or an undo window apply to calls that wait" in str(bad.value)
 
 
 def test_the_hint_names_only_what_the_reader_may_do() -> None:

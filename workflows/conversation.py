@@ -63,6 +63,8 @@ with workflow.unsafe.imports_passed_through():
         StreamDelta,
         SubagentReport,
         TurnResult,
+        UndoInput,
+        UndoResult,
     )
     from parley.contracts.busy import WhileBusy
     from parley.contracts.conversation import RewindInput
@@ -103,6 +105,7 @@ with workflow.unsafe.imports_passed_through():
     from parley.workflows.turn.streaming import ReplyStream
     from parley.workflows.turn.subagents import Subagents
     from parley.workflows.turn.turns import TurnEngine, TurnJobs
+    from parley.workflows.turn.undo import UndoWindow
     from parley.workflows.turn.usage import UsageMeter
 
 
@@ -121,6 +124,7 @@ class ConversationWorkflow:
         usage, failover = UsageMeter(state, events), ModelFailover(state, ledger, events)
         subagents, spend = Subagents(view, records), SpendGate(view, records)
         tools, previews = ToolRunner(view, records, subagents), Previews(view, records)
+        self._undo = undo = UndoWindow(view, records)
         self._jobs = jobs = TurnJobs(
             front_end=front_end,
             busy=Busy(view, records, stream, front_end),
@@ -132,7 +136,9 @@ class ConversationWorkflow:
             notifier=Notifier(view, ledger),
             subagents=subagents,
             spend=spend,
-            decisions=Decisions(view, records, DecisionJobs(tools, spend, subagents, previews)),
+            decisions=Decisions(
+                view, records, DecisionJobs(tools, spend, subagents, previews, undo)
+            ),
             proposals=Proposals(view, records, tools, front_end, previews),
         )
         self._turns = turns = TurnEngine(view, records, jobs)
@@ -253,6 +259,7 @@ class ConversationWorkflow:
         are answered ``expired`` and never run. Owner-checked, like every other update.
         Returns the ended conversation's latest page."""
         self._loop.end(request.user_id)  # from here on, validators refuse sends and decisions
+        self._undo.undo(UndoInput(user_id=request.user_id), every=True)  # nothing runs now
         await workflow.wait_condition(lambda: not self._state.turn_running)
         self._loop.close()
         return self._records.ledger.snapshot(StateQuery(user_id=request.user_id))
@@ -262,6 +269,20 @@ class ConversationWorkflow:
     def _validate_end(self, request: EndInput) -> None:
         if self._state.ended:
             raise ConversationEnded("this conversation has ended")
+
+    @workflow.update
+    @intake.update(intake.UNDO)
+    def undo(self, request: UndoInput) -> UndoResult:
+        """Take back approved calls still in their undo window (``undo``): none of them
+        runs, and the model is told. Taken while their turn waits."""
+        return self._undo.undo(request)
+
+    @undo.validator
+    @intake.validator(intake.UNDO)
+    def _validate_undo(self, request: UndoInput) -> None:
+        if self._state.ended:
+            raise ConversationEnded("this conversation has ended")
+        self._undo.check(request)
 
     @workflow.update
     @intake.update(intake.REWIND)

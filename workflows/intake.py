@@ -21,7 +21,14 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel
 
-from parley.contracts import ConversationState, DecideInput, EndInput, EventsWait, SendMessageInput
+from parley.contracts import (
+    ConversationState,
+    DecideInput,
+    EndInput,
+    EventsWait,
+    SendMessageInput,
+    UndoInput,
+)
 from parley.contracts.conversation import RewindInput
 from parley.contracts.errors import InvalidDecision, InvalidMessage, Refusal
 from parley.workflows.lifecycle.handover import Handover
@@ -45,6 +52,7 @@ DECIDE = Admission(DecideInput, InvalidDecision, "decider", replay=True)
 END = Admission(EndInput, InvalidMessage, "owner")
 REWIND = Admission(RewindInput, InvalidMessage, "owner")
 WAIT_FOR_EVENTS = Admission(EventsWait, InvalidMessage, "member")
+UNDO = Admission(UndoInput, InvalidDecision, "member")
 
 
 class Intake:

@@ -60,6 +60,8 @@ from parley.contracts import (
     SendMessageInput,
     StateQuery,
     TurnResult,
+    UndoInput,
+    UndoResult,
 )
 from parley.contracts.busy import WhileBusy
 from parley.contracts.conversation import RewindInput
@@ -72,8 +74,9 @@ UPDATE_FAILURES = (WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelle
 
 #: A reader's verified groups (the gateway's, from an OpenID Connect token; none: the CLI).
 Groups = Sequence[str]
-#: The request of an owner's update that ends a run (``Conversations.ending_update``).
-EndingRequest = TypeVar("EndingRequest", EndInput, RewindInput)
+#: An update under a fresh id (``Conversations.ending_update``): its request and result.
+EndingRequest = TypeVar("EndingRequest", EndInput, RewindInput, UndoInput)
+EndingResult = TypeVar("EndingResult", ConversationSnapshot, UndoResult)
 
 
 class Conversations:
@@ -224,6 +227,19 @@ class Conversations:
         signalled = request.model_copy(update={"request_id": update_id})
         raise await self._decide_by_signal(session_id, signalled)
 
+    async def undo(
+        self, session_id: str, user_id: str, tool_call_ids: Sequence[str] = (), groups: Groups = ()
+    ) -> UndoResult:
+        """Take back approved calls in their undo window (none named: all ``user_id`` may
+        undo): none runs, the model is told; a call that already ran is refused."""
+        user_id, ids, groups = checked_user(user_id), list(tool_call_ids), sorted(set(groups))
+        return await self.ending_update(
+            session_id,
+            ConversationWorkflow.undo,
+            UndoInput(user_id=user_id, tool_call_ids=ids, groups=groups),
+            "An undo needs a running worker; without one the call cannot run either.",
+        )
+
     async def _any_worker_lately(self) -> bool:
         """Whether a worker has polled the task queue lately; if Temporal does not say,
         assume one has (the call itself will then say what is wrong)."""
@@ -355,13 +371,12 @@ class Conversations:
     async def ending_update(
         self,
         session_id: str,
-        update: Callable[[ConversationWorkflow, EndingRequest], Awaitable[ConversationSnapshot]],
+        update: Callable[[ConversationWorkflow, EndingRequest], Awaitable[EndingResult]],
         request: EndingRequest,
         no_worker_hint: str,
-    ) -> ConversationSnapshot:
-        """An owner's update that ends a run (``end``, ``rewind``), under a fresh update
-        id: a worker that does not answer is ``no_worker_hint``, a run that has ended is
-        refused as ended."""
+    ) -> EndingResult:
+        """An update under a fresh id (``end``, ``rewind``, ``undo``): no worker answering
+        is ``no_worker_hint``, a run that has ended is refused as ended."""
         update_id = f"{update.__name__}-{uuid.uuid4().hex[:16]}"
         try:
             return await self._liveness.watch(
@@ -376,8 +391,7 @@ class Conversations:
 
     async def force_end(self, session_id: str, user_id: str, reason: str | None = None) -> None:
         """Terminate the conversation's workflow, whatever its state and with no worker.
-        Only its owner may: the owner is read from the ``ParleyUser`` search attribute,
-        which Temporal serves without a worker. Pending calls never run."""
+        Only its owner may (``ParleyUser``, served without a worker). Nothing pending runs."""
         user_id = checked_user(user_id)
         handle = self.handle(session_id)
         try:
@@ -411,8 +425,7 @@ class Conversations:
 
     async def closed(self, session_id: str) -> bool:
         """Whether the conversation's workflow has closed (ended, terminated, timed out):
-        read from Temporal, no worker needed (a closed workflow's queries still answer
-        from its last state)."""
+        read from Temporal, no worker needed (its queries still answer from its end)."""
         try:
             description = await self.handle(session_id).describe()
         except RPCError:

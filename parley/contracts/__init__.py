@@ -44,16 +44,12 @@ from parley.contracts.conversation import (
     Decision,
     Delegation,
     EndInput,
-    EventPage,
-    EventsQuery,
-    EventsWait,
     NotifyInput,
-    OffsetEvent,
     OnTimeout,
     PendingCall,
     RememberedDecision,
+    ScheduledCall,
     SendMessageInput,
-    StateQuery,
     SubagentRef,
     SubagentReport,
     SubagentTask,
@@ -144,6 +140,7 @@ from parley.contracts.previews import (
     ToolPreview,
     preview_hash,
 )
+from parley.contracts.queries import EventPage, EventsQuery, EventsWait, OffsetEvent, StateQuery
 from parley.contracts.state import (
     ArchiveAuditInput,
     AuditWindow,
@@ -170,6 +167,7 @@ from parley.contracts.tools import (
     ToolSpec,
     TurnToolResult,
 )
+from parley.contracts.undo import UndoInput, UndoResult
 from parley.contracts.usage import Usage
 
 __all__ = [
@@ -269,6 +267,7 @@ __all__ = [
     "ResultStatus",
     "RunToolInput",
     "RunToolOutput",
+    "ScheduledCall",
     "SendMessageInput",
     "SpendBudget",
     "StateQuery",
@@ -292,6 +291,8 @@ __all__ = [
     "TurnResult",
     "TurnStatus",
     "TurnToolResult",
+    "UndoInput",
+    "UndoResult",
     "Usage",
     "already_decided",
     "args_hash",

@@ -46,6 +46,8 @@ class AuditEntry(Contract):
         "instructions_added",
         "instructions_changed",
         "model_failover",
+        "scheduled",
+        "undone",
     ]
     actor: str
     tool_call_id: str | None = None

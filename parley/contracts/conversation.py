@@ -189,16 +189,6 @@ class RewindInput(StrictInput):
     seen_context: ContextRef | None = None
 
 
-class EventsWait(StrictInput):
-    """``wait_for_events``: return once the event log has an event after ``after``."""
-
-    user_id: str
-    after: int = -1
-    #: The reader's verified groups, as on ``DecideInput`` (a member of a reviewer
-    #: ``group:<name>`` reads the conversation). Empty (left out): none.
-    groups: list[str] = Field(default_factory=list, max_length=64)
-
-
 class ToolCall(Contract):
     """A tool call as the workflow handles it, from the model's proposal to its answer."""
 
@@ -265,6 +255,9 @@ class PendingCall(ToolCall):
     #: became pending (``preview_call``); None for a tool without one. An approval is
     #: of these arguments and this preview: one that changed refuses it.
     preview: ToolPreview | None = None
+    #: Its rule's undo window: once approved, the call waits this long before it runs,
+    #: and the approver or the owner may undo it meanwhile (``parley.contracts.undo``).
+    undo_seconds: int | None = None
 
     def interrupt_metadata(self) -> dict[str, Any]:
         """What an AG-UI interrupt carries of the call: its name and arguments, and a
@@ -285,6 +278,17 @@ class PendingCall(ToolCall):
         if self.preview is not None:
             message += f" Preview: {self.preview.summary()}"
         return message
+
+
+class ScheduledCall(Contract):
+    """An approved call in its undo window: it runs at ``runs_at`` unless undone first."""
+
+    tool_call_id: str
+    name: str
+    runs_at: datetime
+    approved_by: str
+    #: Who undid it (the approver or the owner), once someone did.
+    undone_by: str | None = None
 
 
 class SubagentReport(Contract):
@@ -411,40 +415,5 @@ class ConversationSnapshot(Contract):
     subagent_usage: Usage = Field(default_factory=Usage)
     #: For each pending call, who it waits for and what the reader may do about it.
     awaiting: list[Awaiting] = Field(default_factory=list)
-
-
-class StateQuery(StrictInput):
-    user_id: str
-    #: The first message of the page (absolute); None: the page that ends with the latest.
-    transcript_offset: int | None = None
-    transcript_limit: int = Field(default=200, ge=0, le=1_000)
-    audit_offset: int | None = None
-    audit_limit: int = Field(default=200, ge=0, le=1_000)
-    #: The reader's verified groups, as on ``EventsWait``.
-    groups: list[str] = Field(default_factory=list, max_length=64)
-
-
-class EventsQuery(StrictInput):
-    user_id: str
-    after: int = -1
-    limit: int = Field(default=500, ge=1, le=5_000)
-    #: The reader's verified groups, as on ``EventsWait``.
-    groups: list[str] = Field(default_factory=list, max_length=64)
-
-
-class OffsetEvent(Contract):
-    """One AG-UI event (a JSON object) and its offset in the conversation's event log."""
-
-    offset: int
-    event: dict[str, Any]
-
-
-class EventPage(Contract):
-    """Events with offset > ``after``; pass ``next_after`` as ``after`` to read on.
-    ``first_kept`` is the oldest offset still held: a reader behind it missed events."""
-
-    events: list[OffsetEvent]
-    next_after: int
-    first_kept: int = 0
-    #: The offset of the conversation's latest event (-1: none yet).
-    latest: int = -1
+    #: Approved calls that wait out their undo window (run at ``runs_at``, unless undone).
+    scheduled: list[ScheduledCall] = Field(default_factory=list)

@@ -37,6 +37,11 @@ STREAM_DISCARDED_EVENT = "parley.stream_discarded"
 COMPACTED_EVENT = "parley.compacted"
 #: Queued messages joined the turn in flight (``value.messageIds``).
 INTERRUPTED_EVENT = "parley.interrupted"
+#: An approved call waits out its undo window (``value``: ``tool_call_id``, ``name``,
+#: ``runs_at``, ``approved_by``); it runs at ``runs_at`` unless undone first.
+CALL_SCHEDULED_EVENT = "parley.call_scheduled"
+#: A call in its undo window was undone (``value``: ``tool_call_id``, ``name``, ``by``).
+CALL_UNDONE_EVENT = "parley.call_undone"
 #: The store's garbage collection workflow: what the Schedule starts by name.
 STORE_GC_WORKFLOW = "ParleyStoreGc"
 #: The signal by which ``call_model`` streams its reply's text to its own workflow.

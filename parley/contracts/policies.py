@@ -85,6 +85,9 @@ class PolicyRule(Contract):
     #: requester never counts) approved the same canonical arguments; above 1 it implies
     #: ``requires_reviewer``.
     approvals: int = Field(default=1, ge=1, le=16)
+    #: For ``confirm``: an approved call waits this long (a durable timer) before it
+    #: runs, and the approver or the owner may undo it meanwhile (``parley undo``).
+    undo_seconds: int | None = Field(default=None, ge=1, le=24 * 3600)
 
     @field_validator("hours")
     @classmethod
@@ -115,9 +118,11 @@ class PolicyRule(Contract):
         if self.on_timeout == "escalate" and not self.escalate_to:
             raise ValueError("on_timeout 'escalate' needs 'escalate_to'")
         timed = self.timeout_seconds is not None or self.on_timeout != "expire"
-        if (timed or self.requires_reviewer or self.approvals > 1) and self.decide != "confirm":
+        waits = timed or self.requires_reviewer or self.approvals > 1 or self.undo_seconds
+        if waits and self.decide != "confirm":
             raise ValueError(
-                "a timeout, a reviewer or approvals apply to calls that wait (decide 'confirm')"
+                "a timeout, a reviewer, approvals or an undo window apply to calls that wait "
+                "(decide 'confirm')"
             )
         return self
 
@@ -246,6 +251,7 @@ class PolicyOutcome(Contract):
     escalate_to: str | None = None
     requires_reviewer: bool = False
     approvals: int = 1
+    undo_seconds: int | None = None
 
     def reason(self) -> str:
         if self.remembered:
@@ -269,6 +275,7 @@ def evaluate(
                 escalate_to=rule.escalate_to,
                 requires_reviewer=rule.requires_reviewer or rule.approvals > 1,
                 approvals=rule.approvals,
+                undo_seconds=rule.undo_seconds,
             )
     return PolicyOutcome(policy=default)
 

@@ -40,6 +40,7 @@ from parley.contracts.conversation import (
     Delegation,
     PendingCall,
     RememberedDecision,
+    ScheduledCall,
     SubagentReport,
     SubagentTask,
     ToolCall,
@@ -222,6 +223,8 @@ class ConversationState(Contract):
     ended: bool = False
     transcript: TranscriptWindow = Field(default_factory=TranscriptWindow)
     pending: list[PendingCall] = Field(default_factory=list)
+    #: Approved calls in their undo window (``parley.workflows.turn.undo``).
+    scheduled: list[ScheduledCall] = Field(default_factory=list)
     audit: AuditWindow = Field(default_factory=AuditWindow)
     events: EventWindow = Field(default_factory=EventWindow)
     runs: int = 0

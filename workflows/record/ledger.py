@@ -295,6 +295,7 @@ class Ledger:
             last_turn=s.last_turn,
             usage=s.tree_usage(),
             subagent_usage=s.delegations.usage(),
+            scheduled=[c for c in s.scheduled if c.undone_by is None],
         )
 
     def escalated_snapshot(self, tool_call_ids: set[str]) -> ConversationSnapshot:

@@ -122,6 +122,7 @@ def triage(
         edited_by=edited_by,
         approvals_needed=outcome.approvals,
         proposed_at=context.now,
+        undo_seconds=outcome.undo_seconds,
     )
     return Wait(pending, outcome)
 

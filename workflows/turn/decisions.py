@@ -41,6 +41,7 @@ from parley.workflows.turn.execution import ToolRunner, TurnFailed
 from parley.workflows.turn.previews import Previews
 from parley.workflows.turn.spending import SpendGate
 from parley.workflows.turn.subagents import Subagents
+from parley.workflows.turn.undo import UndoWindow
 
 #: How many remembered decisions a conversation keeps (the oldest go first).
 REMEMBERED_KEPT = 64
@@ -61,6 +62,7 @@ class DecisionJobs(NamedTuple):
     spend: SpendGate
     subagents: Subagents
     previews: Previews
+    undo: UndoWindow
 
 
 class Decisions:
@@ -70,7 +72,7 @@ class Decisions:
         self._state, self._start, self._view = view.state, view.start, view
         self._ledger, self._pending, self._tally = records.ledger, records.pending, records.tally
         self._execute, self._spend, self._subagents = jobs.tools.execute, jobs.spend, jobs.subagents
-        self._previews = jobs.previews
+        self._previews, self._undo = jobs.previews, jobs.undo
 
     async def _canonical_args(
         self, request: CanonicalArgsInput, *, summary: str
@@ -161,6 +163,7 @@ class Decisions:
         passed_on: dict[str, list[Decision]] = {}
         #: A subagent's calls are audited once it applied (or refused) the decisions.
         passed_calls: list[tuple[PendingCall, dict[str, Any]]] = []
+        self._undo.schedule(self._windows(own, by_id, edits), decide.decided_by)
         try:
             for call in pending:
                 decision = by_id[call.tool_call_id]
@@ -207,6 +210,31 @@ class Decisions:
                     "decision_refused", decide.decided_by, call.tool_call_id, call.name, detail
                 )
 
+    def _windows(
+        self,
+        calls: list[PendingCall],
+        by_id: dict[str, Decision],
+        edits: dict[str, tuple[ToolCall, Verdict]],
+    ) -> list[tuple[ToolCall, int]]:
+        """The calls this decision lets run whose rule gives them an undo window."""
+        windows: list[tuple[ToolCall, int]] = []
+        for call in calls:
+            action, edit = by_id[call.tool_call_id].action, edits.get(call.tool_call_id)
+            if call.name == SPEND_CALL:
+                continue
+            if action == "approve" and call.undo_seconds:
+                if len(call.approvals) + 1 >= call.approvals_needed:  # the quorum is met
+                    windows.append((call, call.undo_seconds))
+            elif action == "edit" and edit is not None and isinstance(edit[1], Run):
+                if edit[1].outcome.undo_seconds:
+                    windows.append((edit[0], edit[1].outcome.undo_seconds))
+        return windows
+
+    async def _run_approved(self, call: ToolCall, **approval: Any) -> None:
+        """An approved call runs, after its undo window if it has one (``undo``)."""
+        if await self._undo.wait_out(call):
+            await self._execute(call, **approval)
+
     def _remember(self, call: PendingCall, decision: Decision, decided_by: str) -> None:
         """Later calls of this shape take this decision without asking (bounded)."""
         remembered = RememberedDecision(
@@ -233,7 +261,7 @@ class Decisions:
         elif decision.action == "approve" and call.approvals_needed > 1:
             await self._approve_quorum(call, decided_by)
         elif decision.action == "approve":
-            await self._execute(call, approved_by=decided_by, edited_by=call.edited_by)
+            await self._run_approved(call, approved_by=decided_by, edited_by=call.edited_by)
         elif decision.action == "edit" and edit is None:  # recorded before the patch
             edited = ToolCall(tool_call_id=call.tool_call_id, name=call.name, args=decision.args)
             await self._execute(edited, approved_by=decided_by, edited_by=decided_by)
@@ -249,7 +277,7 @@ class Decisions:
             else:
                 assert isinstance(verdict, Run)
                 self._ledger.audit_policy(edited, verdict.outcome)
-                await self._execute(edited, approved_by=decided_by, edited_by=decided_by)
+                await self._run_approved(edited, approved_by=decided_by, edited_by=decided_by)
         elif decision.action == "reject":
             reason = ""
             said = (decision.message or "").strip()
@@ -276,7 +304,7 @@ class Decisions:
         if len(approvals) < call.approvals_needed:
             self._pending.add(call.model_copy(update={"approvals": approvals}))
             return
-        await self._execute(
+        await self._run_approved(
             call,
             approved_by=decided_by,
             edited_by=call.edited_by,
