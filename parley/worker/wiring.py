@@ -56,6 +56,7 @@ from parley.storage.results import WholeResults
 from parley.storage.schedule import ensure_gc_schedule
 from parley.tools import ToolRegistry, load_registry
 from parley.tools.loading import ModelAccess
+from parley.worker.code_cache import share_workflow_code
 from parley.worker.deploys import make_current_if_none
 from parley.workflows.conversation import ConversationWorkflow
 from parley.workflows.store_gc import StoreGcWorkflow
@@ -152,6 +153,7 @@ def build_worker(
     remember_secrets(os.environ)
     remember_config(settings)
     attach_client(client)  # the store's part is the cluster's this client reaches
+    share_workflow_code()  # the sandbox runs each workflow module per instance: compile once
     transcripts = TranscriptStore(driver_of(client.data_converter))
     model_activities = ModelActivities(
         model,
