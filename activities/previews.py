@@ -1,4 +1,5 @@
-"""The ``preview_call`` activity: what a pending call would change. Activity side.
+"""The ``preview_call`` activity: what a pending call would change; and ``inverse_call``:
+the call that takes back one that ran. Activity side.
 
 The workflow runs it when a call becomes pending (and again after an edit) for a tool
 whose spec says ``has_preview``; its result is shown with the call and its hash is part
@@ -18,9 +19,12 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from parley.contracts import (
+    INVERSE_CALL,
     PREVIEW_ACTIVITY,
     PREVIEW_CALL,
     WORKFLOW_ID_PREFIX,
+    InverseAnswer,
+    InverseCallInput,
     PreviewCallInput,
     ToolContext,
     ToolPreview,
@@ -58,6 +62,27 @@ class PreviewActivities:
                 extra={"tool_call_id": request.tool_call_id, "tool": request.name},
             )
         return preview
+
+    @activity.defn(name=INVERSE_CALL)
+    async def inverse_call(self, request: InverseCallInput) -> InverseAnswer:
+        """The inverse of a call that ran (``ParleyTool.compensate``), its arguments in
+        its tool's canonical form; or why there is none (an answer, never a failure)."""
+        registered = self._registry.get(request.name)
+        if registered is None:
+            return InverseAnswer(reason=f"tool {request.name!r} is not on this worker")
+        if registered.compensate is None:
+            return InverseAnswer(reason=f"{request.name} declares no inverse")
+        if request.subagent is not None:
+            spec = self._registry.subagent(request.subagent)
+            if spec is None or not spec.allows(request.name):
+                return InverseAnswer(reason=f"subagent {request.subagent!r} may not use it")
+        try:
+            inverse = self._registry.inverse(request.name, request.args, request.payload)
+        except (ValueError, TypeError) as err:  # a toolset's bug, said in one line
+            return InverseAnswer(reason=f"its inverse cannot be made: {err}")
+        if inverse is None:
+            return InverseAnswer(reason="that run changed nothing to take back")
+        return InverseAnswer(inverse=inverse)
 
     def _refusal(self, request: PreviewCallInput) -> str | None:
         """Why this worker gives no preview of this call: a tool it lacks or that

@@ -131,6 +131,7 @@ def test_temporal_sees_the_raw_input_and_the_handlers_own_result_type() -> None:
         "rewind": ([Any], ConversationSnapshot),
         "wait_for_events": ([Any], int),
         "undo": ([Any], UndoResult),
+        "revert": ([Any], TurnResult),
     }
     signals = {name: s.arg_types for name, s in definition.signals.items()}
     assert signals["stream_delta"] == [StreamDelta] and signals["upgrade"] == []

@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         EventPage,
         EventsQuery,
         EventsWait,
+        RevertInput,
         SendMessageInput,
         StateQuery,
         StreamDelta,
@@ -101,6 +102,7 @@ with workflow.unsafe.imports_passed_through():
     from parley.workflows.turn.notifying import Notifier
     from parley.workflows.turn.previews import Previews
     from parley.workflows.turn.proposals import Proposals
+    from parley.workflows.turn.reverts import Reverts
     from parley.workflows.turn.spending import SpendGate
     from parley.workflows.turn.streaming import ReplyStream
     from parley.workflows.turn.subagents import Subagents
@@ -140,6 +142,7 @@ class ConversationWorkflow:
                 view, records, DecisionJobs(tools, spend, subagents, previews, undo)
             ),
             proposals=Proposals(view, records, tools, front_end, previews),
+            reverts=Reverts(view, records),
         )
         self._turns = turns = TurnEngine(view, records, jobs)
         self._handover = handover = Handover(state, start, ledger)
@@ -283,6 +286,22 @@ class ConversationWorkflow:
         if self._state.ended:
             raise ConversationEnded("this conversation has ended")
         self._undo.check(request)
+
+    @workflow.update
+    @intake.update(intake.REVERT)
+    async def revert(self, request: RevertInput) -> TurnResult:
+        """Propose the inverse of a call that ran (``reverts``): refused, saying why, if
+        it has none; else a turn in which the gate sorts it like any call."""
+        self._jobs.reverts.check(request)  # again: a turn may have started since
+        self._records.tally.turn()
+        return await self._turns.run(revert=request)
+
+    @revert.validator
+    @intake.validator(intake.REVERT)
+    def _validate_revert(self, request: RevertInput) -> None:
+        if self._state.ended:
+            raise ConversationEnded("this conversation has ended")
+        self._jobs.reverts.check(request)
 
     @workflow.update
     @intake.update(intake.REWIND)

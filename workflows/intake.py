@@ -26,6 +26,7 @@ from parley.contracts import (
     DecideInput,
     EndInput,
     EventsWait,
+    RevertInput,
     SendMessageInput,
     UndoInput,
 )
@@ -53,6 +54,7 @@ END = Admission(EndInput, InvalidMessage, "owner")
 REWIND = Admission(RewindInput, InvalidMessage, "owner")
 WAIT_FOR_EVENTS = Admission(EventsWait, InvalidMessage, "member")
 UNDO = Admission(UndoInput, InvalidDecision, "member")
+REVERT = Admission(RevertInput, InvalidDecision, "member")
 
 
 class Intake:

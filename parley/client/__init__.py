@@ -16,6 +16,7 @@ Client side (never imported by workflows). One module per job:
 - ``liveness``: never wait on a task queue no worker serves;
 - ``connection``: connecting to the cluster, with a one-line answer when it cannot;
 - ``errors``: ``ConversationRefused`` and the translation of Temporal failures;
+- ``reverts``: ``revert``, a call that ran taken back by its tool's inverse;
 - ``previews``: a pending call's preview as lines to read (the CLI, the link page; the
   page's ``dom.js`` renders the same).
 """

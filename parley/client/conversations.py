@@ -57,6 +57,7 @@ from parley.contracts import (
     EventPage,
     EventsQuery,
     EventsWait,
+    RevertInput,
     SendMessageInput,
     StateQuery,
     TurnResult,
@@ -75,8 +76,8 @@ UPDATE_FAILURES = (WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelle
 #: A reader's verified groups (the gateway's, from an OpenID Connect token; none: the CLI).
 Groups = Sequence[str]
 #: An update under a fresh id (``Conversations.ending_update``): its request and result.
-EndingRequest = TypeVar("EndingRequest", EndInput, RewindInput, UndoInput)
-EndingResult = TypeVar("EndingResult", ConversationSnapshot, UndoResult)
+EndingRequest = TypeVar("EndingRequest", EndInput, RewindInput, UndoInput, RevertInput)
+EndingResult = TypeVar("EndingResult", ConversationSnapshot, UndoResult, TurnResult)
 
 
 class Conversations:
@@ -424,8 +425,7 @@ class Conversations:
         return unreadable(session_id, description, self._liveness.no_worker_line(), pending_ids)
 
     async def closed(self, session_id: str) -> bool:
-        """Whether the conversation's workflow has closed (ended, terminated, timed out):
-        read from Temporal, no worker needed (its queries still answer from its end)."""
+        """Whether the conversation's workflow has closed: read from Temporal, no worker."""
         try:
             description = await self.handle(session_id).describe()
         except RPCError:

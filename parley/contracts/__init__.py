@@ -25,6 +25,7 @@ from parley.contracts.activity_config import (
     CANONICAL_ARGS_ACTIVITY,
     HEARTBEAT_INTERVAL,
     HEARTBEAT_TIMEOUT,
+    INVERSE_ACTIVITY,
     MODEL_ACTIVITY,
     NOTIFY_ACTIVITY,
     PREVIEW_ACTIVITY,
@@ -167,7 +168,14 @@ from parley.contracts.tools import (
     ToolSpec,
     TurnToolResult,
 )
-from parley.contracts.undo import UndoInput, UndoResult
+from parley.contracts.undo import (
+    INVERSE_CALL,
+    InverseAnswer,
+    InverseCallInput,
+    RevertInput,
+    UndoInput,
+    UndoResult,
+)
 from parley.contracts.usage import Usage
 
 __all__ = [
@@ -181,6 +189,8 @@ __all__ = [
     "COMPACT_CONTEXT",
     "HEARTBEAT_INTERVAL",
     "HEARTBEAT_TIMEOUT",
+    "INVERSE_ACTIVITY",
+    "INVERSE_CALL",
     "KEPT_AUDIT_ENTRIES",
     "KEPT_EVENTS",
     "KEPT_TRANSCRIPT_CHARS",
@@ -253,7 +263,9 @@ __all__ = [
     "EventWindow",
     "EventsQuery",
     "EventsWait",
+    "InverseAnswer",
     "InverseCall",
+    "InverseCallInput",
     "Messages",
     "NotifyInput",
     "OffsetEvent",
@@ -265,6 +277,7 @@ __all__ = [
     "PreviewCallInput",
     "RememberedDecision",
     "ResultStatus",
+    "RevertInput",
     "RunToolInput",
     "RunToolOutput",
     "ScheduledCall",

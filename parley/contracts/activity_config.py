@@ -100,6 +100,12 @@ CANONICAL_ARGS_ACTIVITY = ActivityConfig(
     retry=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=5),
 )
 
+INVERSE_ACTIVITY = ActivityConfig(
+    # A call's inverse from the worker's registry: pure, milliseconds (a local activity).
+    start_to_close=timedelta(seconds=30),
+    retry=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=5),
+)
+
 PREVIEW_ACTIVITY = ActivityConfig(
     # A tool's preview reads its target (a remote, a REST backend): it runs with the
     # tool's own bound (``PREVIEW_TIMEOUT_SECONDS`` in ``parley.tools``, under this

@@ -48,6 +48,7 @@ class AuditEntry(Contract):
         "model_failover",
         "scheduled",
         "undone",
+        "revert_proposed",
     ]
     actor: str
     tool_call_id: str | None = None

@@ -1,12 +1,20 @@
-"""The ``undo`` update: take back an approved call that waits out its undo window (its
-rule's ``undo_seconds``; ``ScheduledCall``). Both sides import this module; no I/O."""
+"""Taking a call back: the ``undo`` update (an approved call that waits out its undo
+window, its rule's ``undo_seconds``; ``ScheduledCall``) and the ``revert`` update (a call
+that ran, by its tool's declared inverse: ``inverse_call`` finds it on a worker, and it
+is proposed through the gate like any call). Both sides import this module; no I/O."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from pydantic import Field
 
 from parley.contracts.conversation import StrictInput
 from parley.contracts.payloads import Contract
+from parley.contracts.previews import InverseCall
+
+#: Finds a call's inverse on a worker (``activities.previews``).
+INVERSE_CALL = "parley.inverse_call"
 
 
 class UndoInput(StrictInput):
@@ -23,3 +31,29 @@ class UndoResult(Contract):
     """The calls the ``undo`` took back: none of them runs, and the model is told."""
 
     undone: list[str]
+
+
+class RevertInput(StrictInput):
+    """The ``revert`` update: propose the inverse of a call that ran."""
+
+    user_id: str
+    tool_call_id: str
+    #: The sender's verified groups, as on ``UndoInput``.
+    groups: list[str] = Field(default_factory=list, max_length=64)
+
+
+class InverseCallInput(Contract):
+    """``inverse_call``: a call that ran (its canonical arguments and its result's
+    payload), whose inverse the worker's registry computes."""
+
+    name: str
+    args: dict[str, Any]
+    payload: Any = None
+    subagent: str | None = None
+
+
+class InverseAnswer(Contract):
+    """The inverse of a call (``inverse``, its arguments canonical), or why there is none."""
+
+    inverse: InverseCall | None = None
+    reason: str | None = None

@@ -170,12 +170,14 @@ def build_worker(
         results=WholeResults(driver_of(client.data_converter)),
     )
     audit_archive = AuditArchiveActivities(AuditArchive(driver_of(client.data_converter)))
+    previews = PreviewActivities(registry)
     activities: list[Callable[..., Any]] = [
         model_activities.call_model,
         model_activities.compaction.compact_context,
         tool_activities.canonical_args,
         tool_activities.run_tool,
-        PreviewActivities(registry).preview_call,
+        previews.preview_call,
+        previews.inverse_call,
         audit_archive.archive_audit,
     ]
     if settings.notify_url:

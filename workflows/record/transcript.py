@@ -45,6 +45,11 @@ class Transcript:
         self._window.messages.append(ai)
         self._window.model_context = context
 
+    def add_proposal(self, ai: AIMessage) -> None:
+        """A call Parley proposes itself (a revert's inverse): unsent, so the next model
+        call carries it into the stored chain like the results after it."""
+        self._window.messages.append(ai)
+
     def add_result(self, message: ToolMessage) -> None:
         """A tool call's answer (the ledger's ``answer`` is the one caller)."""
         self._window.messages.append(message)

@@ -32,9 +32,13 @@ class Proposals:
         self._tools, self._front_end, self._proposal = tools, front, view.proposal
         self._previews = previews
 
-    async def handle(self, ai: AIMessage) -> None:
+    async def handle(
+        self, ai: AIMessage, *, proposer: str = "model", detail: dict[str, str] | None = None
+    ) -> None:
         """Sort each proposed call (canonical arguments): refused, run now, pending, or
-        held for the front end. The pending ones get their previews once the others ran."""
+        held for the front end. The pending ones get their previews once the others ran.
+        ``proposer`` and ``detail`` go on each ``proposed`` entry (a revert's inverse is
+        proposed by the person who asked for it)."""
         to_run: list[tuple[ToolCall, Run]] = []
         waiting: list[PendingCall] = []
         for broken in ai.invalid_tool_calls:  # not JSON, or arguments the tool refused
@@ -51,8 +55,8 @@ class Proposals:
             if self._front_end.owns(call.name):
                 self._front_end.hold(call)
                 continue
-            detail = {"args_hash": args_hash(call.args)}
-            self._ledger.audit("proposed", "model", call.tool_call_id, call.name, detail)
+            proposed = {"args_hash": args_hash(call.args), **(detail or {})}
+            self._ledger.audit("proposed", proposer, call.tool_call_id, call.name, proposed)
             verdict = triage(call, proposal)
             self._ledger.audit_policy(call, verdict.outcome)
             if isinstance(verdict, Refuse):

@@ -27,7 +27,9 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from parley.contracts import (
     CallModelInput,
     DecideInput,
+    InverseCall,
     PendingCall,
+    RevertInput,
     ToolCall,
     TurnResult,
     Usage,
@@ -48,6 +50,7 @@ from parley.workflows.turn.instructions import Instructions
 from parley.workflows.turn.model_calls import ModelCaller
 from parley.workflows.turn.notifying import Notifier
 from parley.workflows.turn.proposals import Proposals
+from parley.workflows.turn.reverts import Reverts
 from parley.workflows.turn.spending import SpendGate
 from parley.workflows.turn.streaming import ReplyStream
 from parley.workflows.turn.subagents import Subagents
@@ -72,6 +75,7 @@ class TurnJobs(NamedTuple):
     subagents: Subagents
     spend: SpendGate
     decisions: Decisions
+    reverts: Reverts
     proposals: Proposals
 
 
@@ -92,6 +96,7 @@ class TurnEngine:
         subagent_news: bool = False,
         client: ClientRequest | None = None,
         opening: Callable[[], None] | None = None,
+        revert: RevertInput | None = None,
     ) -> TurnResult:
         """Run until the turn rests; the running flag is set for exactly that long
         (:meth:`_turn`). Edits that the rules refuse raise ``InvalidDecision`` before
@@ -105,6 +110,7 @@ class TurnEngine:
             )
             if decisions is not None:
                 await self._jobs.decisions.review_previews(decisions)
+            inverse = await self._jobs.reverts.inverse_of(revert) if revert else None
             state.runs += 1
             client = client or decisions
             run_id = run_id_for(state, client.run_id if client else None)
@@ -119,7 +125,8 @@ class TurnEngine:
             if opening is not None:
                 opening()
             set_status(state, "running")
-            result = await self._rest(decisions, edits, expired or [], subagent_news)
+            reverting = (revert, inverse) if revert and inverse else None
+            result = await self._rest(decisions, edits, expired or [], subagent_news, reverting)
         result.usage = self._jobs.usage.turn
         result.notice = self._jobs.failover.notice
         if result.status != "failed":  # a failed run announced it before its RUN_ERROR
@@ -166,10 +173,17 @@ class TurnEngine:
         edits: dict[str, tuple[ToolCall, Verdict]],
         expired: list[PendingCall],
         subagent_news: bool,
+        revert: tuple[RevertInput, InverseCall] | None = None,
     ) -> TurnResult:
         """Apply what the turn was started with, then call the model until it rests; a
         failure fails the turn closed (nothing else runs, subagents are stopped)."""
         try:
+            if revert is not None:  # Parley proposes the inverse; the gate sorts it
+                request, inverse = revert
+                ai = self._jobs.reverts.propose(request, inverse)
+                self._records.transcript.add_proposal(ai)
+                reverts = {"reverts": request.tool_call_id}
+                await self._jobs.proposals.handle(ai, proposer=request.user_id, detail=reverts)
             if decisions is not None:
                 await self._jobs.decisions.apply(decisions, edits)
             for call in expired:
