@@ -2,7 +2,9 @@
 
 Messages go through ``send``; when calls wait for a decision, each is shown with its
 whole arguments and the user answers approve / edit / reject / respond (or a / e / r /
-s); all decisions go to the workflow at once. ``/show`` prints the conversation,
+s); all decisions go to the workflow at once. An approved call whose rule gives it an
+undo window is printed as soon as it is scheduled ("runs in 25 s … undo: parley undo
+…"), and chat waits out the window with its turn. ``/show`` prints the conversation,
 ``/quit`` (or end of input, or Ctrl-C) leaves. Reads plain lines from stdin, so it can be
 scripted too.
 
@@ -36,6 +38,7 @@ from parley.cli.rendering import (
     print_snapshot,
     render_turn,
 )
+from parley.cli.schedule import watch_windows
 from parley.client import ConversationRefused, Conversations, check_identity, connect
 from parley.config.settings import Settings
 from parley.contracts import Decision, DecisionAction, PendingCall, StateQuery, TurnResult
@@ -237,14 +240,28 @@ class _Chat:
         follows is written as it streams."""
         while True:
             decisions = [self._decision_for(call) for call in pending]
+            # A call with an undo window is printed as soon as it is scheduled, with how
+            # to undo it; the turn (and this prompt) waits out the window.
+            windows = {c.tool_call_id for c in pending if c.undo_seconds}
+            runs = [d.tool_call_id for d in decisions if d.action in ("approve", "edit")]
             try:
                 return self._call(
-                    send_following(
+                    watch_windows(
                         self._conv,
                         self._session,
                         self._user,
-                        functools.partial(self._conv.decide, self._session, self._user, decisions),
-                        live,
+                        [i for i in runs if i in windows],
+                        functools.partial(
+                            send_following,
+                            self._conv,
+                            self._session,
+                            self._user,
+                            functools.partial(
+                                self._conv.decide, self._session, self._user, decisions
+                            ),
+                            live,
+                        ),
+                        self._console,
                     )
                 )
             except ConversationRefused as refused:

@@ -1,5 +1,6 @@
 """The decision commands: ``approve``, ``reject``, ``respond`` and ``edit``, each one
-``Decision`` per pending call sent through ``parley.client``. Client side.
+``Decision`` per pending call sent through ``parley.client``; and ``undo``, which takes
+back approved calls still in their undo window. Client side.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from parley.cli.app import (
     run_async,
 )
 from parley.cli.rendering import quorum_text
+from parley.cli.schedule import watch_windows
 from parley.client import ConversationRefused
 from parley.contracts import (
     AuditEntry,
@@ -31,6 +33,7 @@ from parley.contracts import (
     Decision,
     DecisionAction,
     PendingCall,
+    ScheduledCall,
     StateQuery,
     TurnResult,
     already_decided,
@@ -59,7 +62,9 @@ def approve(
     remember: Remember = False,
     as_json: AsJson = False,
 ) -> None:
-    """Approve pending tool calls: they run now."""
+    """Approve pending tool calls: they run now, or, when their rule gives them an undo
+    window (undo_seconds), once it is over: each such call is printed as soon as it is
+    scheduled ("runs in 25 s … undo: parley undo …") and the command waits for the run."""
     decide(
         session,
         user,
@@ -181,7 +186,17 @@ def decide(
             )
             for i in ids
         ]
-        result = await conv.decide(session, user, decisions)
+        # Calls whose rule gives them an undo window: the decision answers only after it,
+        # so each is printed as soon as it is scheduled (how to undo it, meanwhile).
+        windowed = [] if as_json else [p.tool_call_id for p in pending if p.undo_seconds]
+        result = await watch_windows(
+            conv,
+            session,
+            user,
+            [i for i in windowed if i in ids and action in ("approve", "edit")],
+            lambda: conv.decide(session, user, decisions),
+            out,
+        )
         left = [p for p in pending if p.tool_call_id in ids and result.left_waiting(p)]
         if left:  # refused on the way (by a subagent): say so, never "decided"
             after = await conv.state(session, user)
@@ -200,6 +215,40 @@ def decide(
         return
     result, awaiting = outcome
     print_turn(result, as_json, session, user, awaiting=awaiting)
+
+
+def undo(
+    session: Session,
+    user: User,
+    call_ids: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--call",
+            "-c",
+            metavar="CALL_ID",
+            help="A call to undo (repeatable); none: every call you may undo.",
+        ),
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Take back approved calls still in their undo window (a rule's undo_seconds): they
+    never run, and the model is told who undid them. Only the call's approver or the
+    conversation's owner may; a call that already ran (or has no window) is refused.
+    parley show lists the calls in their window."""
+
+    async def work() -> tuple[list[str], list[ScheduledCall]]:
+        conv = await conversations(session, user)
+        waiting = (await conv.state(session, user)).scheduled
+        return (await conv.undo(session, user, call_ids or ())).undone, waiting
+
+    undone, waiting = run_async(work)
+    if as_json:
+        print(json.dumps({"undone": undone}, indent=2))
+        return
+    names = {s.tool_call_id: s.name for s in waiting}
+    for call_id in undone:
+        name = f" {names[call_id]}" if call_id in names else ""
+        out.print(Text(f"undone: {call_id}{name} will not run (the model is told)"))
 
 
 def repeat_of(

@@ -20,6 +20,7 @@ from langchain_core.messages import AnyMessage
 from rich.console import Console
 from rich.text import Text
 
+from parley.cli.schedule import print_scheduled
 from parley.client.previews import preview_lines
 from parley.contracts import (
     SPEND_CALL,
@@ -147,6 +148,14 @@ def print_call(call: PendingCall, console: Console) -> None:
         )
     if call.approvals_needed > 1:
         console.print(Text(f"    ({quorum_text(call)})", style="dim"))
+    if call.undo_seconds:
+        console.print(
+            Text(
+                f"    (once approved it waits {call.undo_seconds} s before it runs, and may be "
+                "undone meanwhile: parley undo)",
+                style="dim",
+            )
+        )
 
 
 #: How each kind of a preview's line looks (``parley.client.previews``).
@@ -176,7 +185,7 @@ def print_snapshot(
 ) -> None:
     """A conversation: status, a page of the transcript (each message whole, each tool
     result once), the audit log if asked, the pending calls (the hint for ``user``, the
-    reader, by default the owner)."""
+    reader, by default the owner) and the approved calls in their undo window."""
     console.print(
         Text.assemble(
             (snapshot.session_id, "bold"), f" ({snapshot.user_id}): status {snapshot.status}"
@@ -203,6 +212,13 @@ def print_snapshot(
         session=snapshot.session_id if hint else None,
         user=(user or snapshot.user_id) if hint else None,
         awaiting=snapshot.awaiting,
+    )
+    print_scheduled(
+        snapshot.scheduled,
+        console,
+        session=snapshot.session_id if hint else None,
+        user=(user or snapshot.user_id) if hint else None,
+        owner=snapshot.user_id,
     )
 
 
@@ -388,4 +404,6 @@ def print_catalogue(
             after = f" after {rule.timeout_seconds:g} s" if rule.timeout_seconds else ""
             target = f" to {rule.escalate_to}" if rule.escalate_to else ""
             timeout = f"; undecided{after}: {rule.on_timeout}{target}"
-        console.print(Text(f"  {rule.name}: {rule.tool}{condition} -> {rule.decide}{timeout}"))
+        undo = f"; undo window {rule.undo_seconds} s" if rule.undo_seconds else ""
+        line = f"  {rule.name}: {rule.tool}{condition} -> {rule.decide}{timeout}{undo}"
+        console.print(Text(line))

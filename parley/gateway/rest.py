@@ -1,6 +1,6 @@
-"""The REST routes under ``/v1``: who am I, listing, state, messages, decisions and a
-conversation's event stream. Client side (talks to Temporal through
-``parley.client.Conversations``).
+"""The REST routes under ``/v1``: who am I, listing, state, messages, decisions, the
+undo of an approved call in its undo window, and a conversation's event stream. Client
+side (talks to Temporal through ``parley.client.Conversations``).
 
 The user id is the token's (``deps.current_user``), never the body's. Another user's
 conversation answers 404, exactly as a missing one does.
@@ -13,12 +13,12 @@ import uuid
 from collections.abc import Awaitable
 from typing import Any
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from parley.client import ConversationRefused
-from parley.contracts import ConversationStatus, Decision, StateQuery, TurnResult
+from parley.contracts import ConversationStatus, Decision, StateQuery, TurnResult, UndoResult
 from parley.contracts.busy import WhileBusy
 from parley.contracts.errors import ErrorType
 from parley.gateway.deps import Gateway, current_groups, current_user, gateway, guarded, session
@@ -203,6 +203,28 @@ async def post_decisions(
         return gw.conversations.decide(session_id, user_id, decisions, groups=groups)
 
     return await respond_to_turn(gw, request, session_id, user_id, call, groups)
+
+
+@router.post(
+    "/v1/conversations/{session_id}/calls/{call_id}/undo",
+    tags=["conversations"],
+    response_model=UndoResult,
+)
+async def undo_call(
+    session_id: str = Depends(session),
+    call_id: str = Path(min_length=1, max_length=128, description="The approved call's id."),
+    user_id: str = Depends(current_user),
+    groups: tuple[str, ...] = Depends(current_groups),
+    gw: Gateway = Depends(gateway),
+) -> UndoResult:
+    """Take back an approved call still in its undo window (its rule's
+    ``undo_seconds``; the conversation's ``scheduled``): it never runs, and the model is
+    told who undid it. Only its approver or the conversation's owner may; a call not in
+    a window (it ran, was undone, or had none) is 422, an ended conversation 409. The
+    decision's own request answers once its turn is over, with the call "undone"."""
+    return await guarded(
+        session_id, gw.conversations.undo(session_id, user_id, [call_id], groups=groups)
+    )
 
 
 @router.get(

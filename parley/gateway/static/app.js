@@ -9,6 +9,7 @@
 //   refresh.js               reading the snapshot and the list again (EVENTS.SNAPSHOT, ...)
 //   transcript.js, list.js   views that need no other view
 //   approvals.js, stream.js  the approval cards; the live events
+//   undo.js                  approved calls in their undo window (countdown, Undo)
 //   conversation.js, auth.js opening, rendering and sending; signing in and out
 //   app.js                   listens to the events and wires the page
 // A module that must reach one above it announces an event instead of importing it.

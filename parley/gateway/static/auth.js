@@ -47,6 +47,7 @@ export function signOut(hint) {
   }
   forgetOidcToken();
   state.token = null;
+  state.userId = null;
   state.started = false;
   stopStream();
   clearInterval(state.listTimer);
@@ -58,6 +59,7 @@ export function signOut(hint) {
 export async function loadMe() {
   try {
     const me = await api("GET", "/v1/me");
+    state.userId = (me && me.user_id) || null;
     $("me").textContent = me && me.user_id ? `signed in as ${me.user_id}` : "";
     $("sign-out").hidden = false;
   } catch (err) {

@@ -9,6 +9,7 @@ import { loadList, loadSnapshot, scheduleRefresh } from "./refresh.js";
 import { $, isEnded, SESSION_RE, state } from "./state.js";
 import { kickStream, startStream, stopStream } from "./stream.js";
 import { countHumans, renderTranscript, setStatus, updateWorking } from "./transcript.js";
+import { renderScheduled } from "./undo.js";
 
 export function openConversation(sid) {
   if (!SESSION_RE.test(sid)) {
@@ -61,6 +62,7 @@ export function renderChat() {
   // A closed conversation offers no decision, and takes no message.
   const ended = isEnded(snap);
   renderCards(snap && !ended ? snap.pending || [] : []);
+  renderScheduled(snap); // approved calls in their undo window, then what became of them
   const input = $("message-input");
   input.disabled = ended;
   if (ended) input.placeholder = "This conversation has ended: open a new one to go on.";

@@ -13,6 +13,7 @@ export const $ = (id) => document.getElementById(id);
 
 export const state = {
   token: null,
+  userId: null, // the signed-in user (GET /v1/me), once read
   started: false,
   sid: null, // the open conversation
   snapshot: null, // its latest snapshot (null: not created yet)
