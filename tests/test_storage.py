@@ -85,3 +85,9 @@ async def test_conversations_taking_turns_read_from_memory_while_they_fit(
     tight = CountingDriver(tmp_path / "tight")
     await take_turns(TranscriptStore(tight, cache_chars=700), conversations=50, turns=5)
     assert tight.reads > 0  # still correct (each load checked its length), from the store
+    # Many short conversations: the number of heads is bounded too (a worker's workflow
+    # cache), whatever their characters.
+    few = CountingDriver(tmp_path / "few")
+    store = TranscriptStore(few, cache_chars=2_000, cache_entries=20)
+    await take_turns(store, conversations=50, turns=5)
+    assert few.reads > 0 and len(store._cache) == 20

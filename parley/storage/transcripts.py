@@ -46,20 +46,31 @@ class TranscriptSegment(BaseModel):
 #: How much transcript text (``message_chars``) a worker keeps in memory: the chains'
 #: heads of the conversations it serves, the least recently used going first.
 TRANSCRIPT_CACHE_CHARS = 64 * 1024 * 1024
+#: At most this many conversations' transcripts (the worker passes its workflow cache's).
+TRANSCRIPT_CACHE_ENTRIES = 1000
 
 
 class TranscriptStore:
     """Reads and extends transcript chains through a ``StorageDriver``, with an
     in-memory cache of whole transcripts (segments are immutable, so it never goes
-    stale), bounded by their size (``cache_chars``), not their number: one entry per
-    conversation, its chain's head, so the conversations a worker serves at once read
-    from memory as long as their transcripts fit."""
+    stale), bounded by their size (``cache_chars``) and their number
+    (``cache_entries``): one entry per conversation, its chain's head, so the
+    conversations a worker serves at once read from memory as long as their transcripts
+    fit. The number matters for many short conversations, whose messages weigh far more
+    as Python objects than their characters say: the worker passes its workflow cache's
+    size, beyond which a conversation is replayed anyway."""
 
-    def __init__(self, driver: StorageDriver, *, cache_chars: int = TRANSCRIPT_CACHE_CHARS) -> None:
+    def __init__(
+        self,
+        driver: StorageDriver,
+        *,
+        cache_chars: int = TRANSCRIPT_CACHE_CHARS,
+        cache_entries: int = TRANSCRIPT_CACHE_ENTRIES,
+    ) -> None:
         self._driver = driver
         #: key → (the whole transcript, its size in ``message_chars``)
         self._cache: OrderedDict[_Key, tuple[list[AnyMessage], int]] = OrderedDict()
-        self._cache_chars = cache_chars
+        self._cache_chars, self._cache_entries = cache_chars, cache_entries
         self._cached_chars = 0
         self._converter = PayloadConverter()
 
@@ -71,7 +82,9 @@ class TranscriptStore:
         self._forget(ref)
         self._cache[self._key(ref)] = (messages, chars)
         self._cached_chars += chars
-        while self._cached_chars > self._cache_chars and len(self._cache) > 1:
+        while len(self._cache) > 1 and (
+            self._cached_chars > self._cache_chars or len(self._cache) > self._cache_entries
+        ):
             _, (_, dropped) = self._cache.popitem(last=False)
             self._cached_chars -= dropped
 

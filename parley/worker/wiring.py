@@ -154,7 +154,9 @@ def build_worker(
     remember_config(settings)
     attach_client(client)  # the store's part is the cluster's this client reaches
     share_workflow_code()  # the sandbox runs each workflow module per instance: compile once
-    transcripts = TranscriptStore(driver_of(client.data_converter))
+    transcripts = TranscriptStore(
+        driver_of(client.data_converter), cache_entries=settings.max_cached_workflows
+    )
     model_activities = ModelActivities(
         model,
         registry,
