@@ -8,7 +8,7 @@ command exits 1 with one clear line on stderr. ``TEMPORAL_ADDRESS`` and
 
 The commands live by area: ``servers`` (dev, gateway, plans-service, worker, deploy),
 ``tools``, ``conversations`` (send, show, list, events, end, chat), ``decisions``
-(approve, reject, respond, edit, undo), ``results`` (result: one call's whole result) and
+(approve, reject, respond, edit, undo, revert), ``results`` (result: one call's whole result) and
 ``audit`` (export, verify); what they share is
 ``parley.cli.app``. They are registered here, in the order ``parley --help`` lists them. Printing is
 ``parley.cli.rendering``; the interactive loop is ``parley.cli.chat``. ``forks`` (fork,
@@ -21,7 +21,7 @@ from __future__ import annotations
 from parley.cli.app import app, fail, out, warn
 from parley.cli.audit import audit
 from parley.cli.conversations import chat, end, events, list_, send, show
-from parley.cli.decisions import approve, edit, reject, respond, undo
+from parley.cli.decisions import approve, edit, reject, respond, revert, undo
 from parley.cli.forks import fork_, rewind_
 from parley.cli.results import result
 from parley.cli.servers import deploy, dev, gateway, plans_service, worker
@@ -40,6 +40,7 @@ app.command()(reject)
 app.command()(respond)
 app.command()(edit)
 app.command()(undo)
+app.command()(revert)
 app.command()(show)
 app.command()(result)
 app.command("list")(list_)

@@ -1,6 +1,7 @@
 """The decision commands: ``approve``, ``reject``, ``respond`` and ``edit``, each one
-``Decision`` per pending call sent through ``parley.client``; and ``undo``, which takes
-back approved calls still in their undo window. Client side.
+``Decision`` per pending call sent through ``parley.client``; ``undo``, which takes
+back approved calls still in their undo window; and ``revert``, which proposes the
+inverse of a call that ran. Client side.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from parley.cli.app import (
 from parley.cli.rendering import quorum_text
 from parley.cli.schedule import watch_windows
 from parley.client import ConversationRefused
+from parley.client.reverts import revert as propose_inverse
 from parley.contracts import (
     AuditEntry,
     Awaiting,
@@ -249,6 +251,26 @@ def undo(
     for call_id in undone:
         name = f" {names[call_id]}" if call_id in names else ""
         out.print(Text(f"undone: {call_id}{name} will not run (the model is told)"))
+
+
+def revert(
+    session: Session,
+    user: User,
+    call_id: Annotated[
+        str, typer.Option("--call", "-c", metavar="CALL_ID", help="The call that ran.")
+    ],
+    as_json: AsJson = False,
+) -> None:
+    """Take back a call that ran by its tool's declared inverse (create_plan: delete the
+    plan): Parley proposes it (call id revert-CALL_ID) and the gate sorts it like any
+    call, so it usually waits for its own approval. A call whose tool declares no
+    inverse, that did not run successfully, or that was reverted already is refused."""
+
+    async def work() -> TurnResult:
+        conv = await conversations(session, user)
+        return await propose_inverse(conv, session, user, call_id)
+
+    print_turn(run_async(work), as_json, session, user)
 
 
 def repeat_of(

@@ -417,3 +417,5 @@ class ConversationSnapshot(Contract):
     awaiting: list[Awaiting] = Field(default_factory=list)
     #: Approved calls that wait out their undo window (run at ``runs_at``, unless undone).
     scheduled: list[ScheduledCall] = Field(default_factory=list)
+    #: The catalogue's tools that declare an inverse: surfaces offer to revert their calls.
+    revertible_tools: list[str] = Field(default_factory=list)

@@ -1,6 +1,7 @@
 """The REST routes under ``/v1``: who am I, listing, state, messages, decisions, the
-undo of an approved call in its undo window, and a conversation's event stream. Client
-side (talks to Temporal through ``parley.client.Conversations``).
+undo of an approved call in its undo window, the revert of a call that ran, and a
+conversation's event stream. Client side (talks to Temporal through
+``parley.client.Conversations``).
 
 The user id is the token's (``deps.current_user``), never the body's. Another user's
 conversation answers 404, exactly as a missing one does.
@@ -18,6 +19,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from parley.client import ConversationRefused
+from parley.client.reverts import revert
 from parley.contracts import ConversationStatus, Decision, StateQuery, TurnResult, UndoResult
 from parley.contracts.busy import WhileBusy
 from parley.contracts.errors import ErrorType
@@ -225,6 +227,27 @@ async def undo_call(
     return await guarded(
         session_id, gw.conversations.undo(session_id, user_id, [call_id], groups=groups)
     )
+
+
+@router.post(
+    "/v1/conversations/{session_id}/calls/{call_id}/revert",
+    tags=["conversations"],
+    response_model=TurnResult,
+)
+async def revert_call(
+    session_id: str = Depends(session),
+    call_id: str = Path(min_length=1, max_length=128, description="The id of a call that ran."),
+    user_id: str = Depends(current_user),
+    groups: tuple[str, ...] = Depends(current_groups),
+    gw: Gateway = Depends(gateway),
+) -> TurnResult:
+    """Take back a call that ran by its tool's declared inverse: Parley proposes it (call
+    id ``revert-<call_id>``) and the gate sorts it like any call, so the turn usually
+    rests ``awaiting_approval`` of it. The owner or a reviewer may. A call whose tool
+    declares no inverse, that did not run successfully, or that was reverted already is
+    422; calls still waiting for a decision or a turn in flight 409, an ended conversation
+    409."""
+    return await guarded(session_id, revert(gw.conversations, session_id, user_id, call_id, groups))
 
 
 @router.get(

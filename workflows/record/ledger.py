@@ -296,6 +296,7 @@ class Ledger:
             usage=s.tree_usage(),
             subagent_usage=s.delegations.usage(),
             scheduled=[c for c in s.scheduled if c.undone_by is None],
+            revertible_tools=[t.name for t in s.tools.tools if t.has_inverse] if s.tools else [],
         )
 
     def escalated_snapshot(self, tool_call_ids: set[str]) -> ConversationSnapshot:

@@ -1,10 +1,15 @@
 // The chat view's parts that need no other view: the status badge, the working
-// indicator and the transcript.
+// indicator and the transcript (with "Revert" under a result whose tool declares an
+// inverse: POST …/calls/{id}/revert, whose proposal then waits as any pending call).
 
-import { conversationPath, errorOf, handleError } from "./api.js";
+import { api, conversationPath, errorOf, handleError } from "./api.js";
 import { compactJSON, el, statusText, textOf } from "./dom.js";
 import { emit, EVENTS } from "./events.js";
+import { loadSnapshot } from "./refresh.js";
 import { $, isEnded, state } from "./state.js";
+
+// The call id Parley gives the inverse it proposes for call `<id>`.
+const REVERT_PREFIX = "revert-";
 
 export function setStatus(status) {
   const badge = $("status");
@@ -99,6 +104,9 @@ export function renderTranscript({ toBottom = false } = {}) {
       out[0].append(retryButton(base + i, textOf(m.content)));
     }
     nodes.push(...out);
+    // Revert is offered at rest too (the workflow refuses it while calls wait or a turn
+    // runs). Whoever reads the transcript is the owner or a reviewer: both may revert.
+    if (retry && revertible(m, snap, names)) nodes.push(revertLine(m.tool_call_id, m.name));
   });
 
   // What the event stream has shown and the snapshot does not have yet.
@@ -156,6 +164,44 @@ function retryButton(index, text) {
   });
   button.addEventListener("click", () => emit(EVENTS.RETRY, index, text));
   return button;
+}
+
+// A result that succeeded, of a tool that declares an inverse (the snapshot's
+// `revertible_tools`; a snapshot without that list leaves it to the workflow, which
+// refuses a tool with none, saying so), not itself an inverse, and not reverted yet.
+function revertible(m, snap, names) {
+  if (!m || m.type !== "tool" || !m.tool_call_id || m.tool_call_id.startsWith(REVERT_PREFIX)) return false;
+  const artifact = m.artifact && typeof m.artifact === "object" ? m.artifact : {};
+  if ((artifact.status || m.status || "success") !== "success") return false;
+  if (names.has(REVERT_PREFIX + m.tool_call_id)) return false;
+  const tools = snap && snap.revertible_tools;
+  return !Array.isArray(tools) || tools.includes(m.name || names.get(m.tool_call_id));
+}
+
+function revertLine(toolCallId, name) {
+  const button = el("button", {
+    type: "button",
+    class: "link-button revert",
+    "data-testid": "revert",
+    "data-tool-call-id": toolCallId,
+    title: `Propose the inverse of this ${name || "call"}: it waits for its own approval`,
+    text: "Revert",
+  });
+  button.addEventListener("click", () => revertCall(button, toolCallId));
+  return el("p", { class: "muted small revert-line" }, button);
+}
+
+async function revertCall(button, toolCallId) {
+  const sid = state.sid;
+  button.disabled = true;
+  try {
+    await api("POST", `${conversationPath(sid)}/calls/${encodeURIComponent(toolCallId)}/revert`);
+  } catch (err) {
+    handleError(err);
+    button.disabled = false;
+  } finally {
+    if (state.sid === sid) loadSnapshot(); // the inverse's approval card, as any pending call
+  }
 }
 
 export const countHumans = (messages) => messages.filter((m) => m && m.type === "human").length;
