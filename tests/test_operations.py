@@ -277,7 +277,9 @@ async def test_sigterm_drains_the_gateway_and_a_follower_resumes_on_another(
         # The turn's stream goes on (its tool runs): the gateway waits for it, and takes
         # no new connection meanwhile.
         assert gw_a.poll() is None and not deciding.done()
-        with pytest.raises(httpx.ConnectError):
+        # Refused, or (on a busy machine, taken by the kernel's backlog before the
+        # listener closed) dropped unanswered: either way no new request is served.
+        with pytest.raises((httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError)):
             await http.get(f"{url_a}/healthz")
 
         resumed = {**AUTH, "Last-Event-ID": str(end.id)}
