@@ -13,6 +13,9 @@ Client side (never imported by workflows). One module per job:
 - ``results``: one tool call's result, whole (``whole_result``: ``parley result``,
   ``GET …/results/{call_id}``), however much of it the model read;
 - ``visibility``: listing conversations from Temporal's visibility, no worker needed;
+- ``inbox``: every call waiting on a user across conversations (no worker needed), and
+  identical calls decided at once, each in its own conversation;
+- ``policy_evidence``: the audit and call arguments ``parley policies suggest`` reads;
 - ``liveness``: never wait on a task queue no worker serves;
 - ``connection``: connecting to the cluster, with a one-line answer when it cannot;
 - ``errors``: ``ConversationRefused`` and the translation of Temporal failures;
