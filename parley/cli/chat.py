@@ -4,9 +4,12 @@ Messages go through ``send``; when calls wait for a decision, each is shown with
 whole arguments and the user answers approve / edit / reject / respond (or a / e / r /
 s); all decisions go to the workflow at once. An approved call whose rule gives it an
 undo window is printed as soon as it is scheduled ("runs in 25 s … undo: parley undo
-…"), and chat waits out the window with its turn. ``/show`` prints the conversation,
-``/quit`` (or end of input, or Ctrl-C) leaves. Reads plain lines from stdin, so it can be
-scripted too.
+…"), and chat waits out the window with its turn, reading on meanwhile: ``/undo`` takes
+the call back there and then (any other line waits for the next prompt). ``/revert``
+proposes the inverse of a call that ran, asked for like any pending call
+(``parley.cli.chat_calls``). ``/show`` prints the conversation, ``/help`` lists the
+commands, ``/quit`` (or end of input, or Ctrl-C) leaves. Reads plain lines from stdin
+(``parley.cli.chat_input``), so it can be scripted too.
 
 A line sent while a turn runs (one started elsewhere, or before chat was left with
 Ctrl-C) is refused, unless chat runs with ``--while-busy``; the refusal offers
@@ -25,12 +28,14 @@ import asyncio
 import functools
 import json
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.text import Text
 
+from parley.cli.chat_calls import UNDO_HERE, CallCommands, print_help
+from parley.cli.chat_input import LineInput
 from parley.cli.following import message_fate
 from parley.cli.live_reply import LiveReply, OwnRun, new_run_id, send_following
 from parley.cli.rendering import (
@@ -40,6 +45,7 @@ from parley.cli.rendering import (
 )
 from parley.cli.schedule import watch_windows
 from parley.client import ConversationRefused, Conversations, check_identity, connect
+from parley.client.reverts import revert
 from parley.config.settings import Settings
 from parley.contracts import Decision, DecisionAction, PendingCall, StateQuery, TurnResult
 from parley.contracts.errors import ErrorType
@@ -57,6 +63,8 @@ SHOWN_MESSAGES = 20
 INTERRUPTED = 130
 #: The commands that send a line with a ``while_busy`` of their own.
 BUSY_COMMANDS = {"/enqueue": "enqueue", "/interrupt": "interrupt"}
+#: The descriptor chat reads its lines from (``LineInput``).
+STDIN = 0
 BUSY_HINT = (
     "/enqueue sends it as the next turn, /interrupt sends it into the turn in flight "
     "(or /enqueue TEXT, /interrupt TEXT)"
@@ -118,6 +126,8 @@ class _Chat:
         #: The last line refused because a turn was running (``/enqueue`` sends it).
         self._refused_line: str | None = None
         self._conv = Conversations(self._call(connect(settings)), settings)
+        self._input = LineInput(STDIN, console.file)
+        self._calls = CallCommands(self._conv, session, user, console)
 
     def _call(self, work: Coroutine[Any, Any, T]) -> T:
         """Run one call to Temporal to its end (Ctrl-C stops it: KeyboardInterrupt)."""
@@ -125,7 +135,7 @@ class _Chat:
 
     def _ask(self, prompt: str) -> str:
         try:
-            return input(prompt).strip()
+            return self._input.ask(prompt).strip()
         except EOFError:
             raise _Closed from None
 
@@ -134,7 +144,8 @@ class _Chat:
             Text.assemble(
                 "Chatting in ",
                 (self._session, "bold"),
-                f" as {self._user}. /show shows the conversation, /quit leaves.",
+                f" as {self._user}. /show shows the conversation, /help lists the "
+                "commands, /quit leaves.",
             )
         )
         try:
@@ -147,32 +158,76 @@ class _Chat:
                     text = self._ask("you> ")
                     if text in ("/quit", "/exit"):
                         return 0
-                    if text == "/show":
-                        self._show()
+                    answer = self._answer(text, live)
+                    if not isinstance(answer, TurnResult):
+                        pending = answer  # nothing ran: the calls that wait, if any
                         continue
-                    if not text:
-                        continue
-                    text, while_busy = self._busy_command(text)
-                    if not text:
-                        continue
-                    try:
-                        result = self._call(self._send(text, live, while_busy))
-                    except ConversationRefused as refused:
-                        live.finish_line()
-                        self._refused(refused)
-                        if refused.error_type == ErrorType.TURN_IN_PROGRESS:
-                            self._refused_line = text
-                            self._console.print(Text(BUSY_HINT))
-                        if refused.error_type == ErrorType.DECISIONS_OWED:
-                            pending = self._pending()
-                        continue
-                    self._refused_line = None
+                    result = answer
                 render_turn(result, self._console, reply_streamed=live.streamed_whole(result.reply))
                 if result.status == "failed":
                     self._console.print(Text.assemble(("turn failed: ", "red"), result.error or ""))
                 pending = result.pending
         except _Closed:
             return 0
+
+    def _answer(self, text: str, live: LiveReply) -> TurnResult | list[PendingCall]:
+        """What a line at the ``you>`` prompt does: a command, or a message sent. The
+        turn it ran, else the calls that wait for a decision (none, mostly)."""
+        if text == "/show":
+            self._show()
+            return []
+        if text == "/help":
+            print_help(self._console)
+            return []
+        if not text:
+            return []
+        command, _, argument = text.partition(" ")
+        if command in ("/revert", "/undo"):
+            return self._on_calls(command, argument.strip(), live)
+        text, while_busy = self._busy_command(text)
+        if not text:
+            return []
+        try:
+            result = self._call(self._send(text, live, while_busy))
+        except ConversationRefused as refused:
+            live.finish_line()
+            self._refused(refused)
+            if refused.error_type == ErrorType.TURN_IN_PROGRESS:
+                self._refused_line = text
+                self._console.print(Text(BUSY_HINT))
+            if refused.error_type == ErrorType.DECISIONS_OWED:
+                return self._pending()
+            return []
+        self._refused_line = None
+        return result
+
+    def _on_calls(
+        self, command: str, argument: str, live: LiveReply
+    ) -> TurnResult | list[PendingCall]:
+        """``/revert`` (the turn that proposes the inverse, which then waits for its
+        decision like any call) and ``/undo``; a refusal is its one line."""
+        try:
+            if command == "/undo":
+                self._call(self._calls.undo(argument))
+                return []
+            call_id = self._call(self._calls.revert_target(argument))
+            if call_id is None:
+                return []
+            return self._call(
+                send_following(
+                    self._conv,
+                    self._session,
+                    self._user,
+                    lambda: revert(self._conv, self._session, self._user, call_id),
+                    live,
+                )
+            )
+        except ConversationRefused as refused:
+            live.finish_line()
+            self._refused(refused)
+            if refused.error_type == ErrorType.DECISIONS_OWED:
+                return self._pending()
+            return []
 
     def _busy_command(self, text: str) -> tuple[str, str | None]:
         """The line to send and its ``while_busy``: ``/enqueue`` and ``/interrupt`` send
@@ -241,27 +296,31 @@ class _Chat:
         while True:
             decisions = [self._decision_for(call) for call in pending]
             # A call with an undo window is printed as soon as it is scheduled, with how
-            # to undo it; the turn (and this prompt) waits out the window.
+            # to undo it; the turn waits out the window, and chat reads ``/undo`` meanwhile.
             windows = {c.tool_call_id for c in pending if c.undo_seconds}
             runs = [d.tool_call_id for d in decisions if d.action in ("approve", "edit")]
+            windowed = [i for i in runs if i in windows]
+            deciding = functools.partial(
+                send_following,
+                self._conv,
+                self._session,
+                self._user,
+                functools.partial(self._conv.decide, self._session, self._user, decisions),
+                live,
+            )
             try:
                 return self._call(
-                    watch_windows(
-                        self._conv,
-                        self._session,
-                        self._user,
-                        [i for i in runs if i in windows],
-                        functools.partial(
-                            send_following,
+                    self._undoable(
+                        watch_windows(
                             self._conv,
                             self._session,
                             self._user,
-                            functools.partial(
-                                self._conv.decide, self._session, self._user, decisions
-                            ),
-                            live,
+                            windowed,
+                            deciding,
+                            self._console,
+                            note=UNDO_HERE,
                         ),
-                        self._console,
+                        reading=bool(windowed),
                     )
                 )
             except ConversationRefused as refused:
@@ -270,6 +329,37 @@ class _Chat:
                     raise
                 # Read them again: a call whose preview changed is asked with the new one.
                 pending = self._pending() or pending
+
+    async def _undoable(self, deciding: Awaitable[T], *, reading: bool) -> T:
+        """``deciding`` (a decision's turn); while it waits out an undo window
+        (``reading``), lines are read as they come: ``/undo`` acts at once, any other
+        line waits for the next prompt."""
+        if not reading:
+            return await deciding
+        task = asyncio.ensure_future(deciding)
+        try:
+            while not task.done():
+                line = asyncio.ensure_future(self._input.next_line())
+                await asyncio.wait({task, line}, return_when=asyncio.FIRST_COMPLETED)
+                if not line.done():
+                    line.cancel()
+                    await asyncio.wait({line})
+                    break
+                text = line.result()
+                if text is None:
+                    break  # input ended: the turn is waited for, then chat leaves
+                command, _, argument = text.strip().partition(" ")
+                if command != "/undo":
+                    self._input.hold(text)
+                    continue
+                try:
+                    await self._calls.undo(argument.strip())
+                except ConversationRefused as refused:
+                    self._refused(refused)
+            return await task
+        except BaseException:
+            task.cancel()  # Ctrl-C: stop waiting (the decision goes on in Temporal)
+            raise
 
     def _decision_for(self, call: PendingCall) -> Decision:
         self._console.print(Text("Waiting for your decision:", style="bold yellow"))

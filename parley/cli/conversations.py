@@ -317,9 +317,12 @@ def chat(
     """Talk to a conversation; answer approval prompts with approve/edit/reject/respond
     (a/e/r/s).
 
-    /show shows the conversation; /enqueue and /interrupt send a line refused because a
-    turn was running (or the text after them) as the next turn or into the turn in
-    flight; /quit, Ctrl-D or Ctrl-C leaves."""
+    /show shows the conversation; /revert lists the calls that ran and can be taken
+    back, /revert N (a message number of /show) or /revert CALL_ID proposes the call's
+    inverse, asked for like any pending call; /undo [CALL_ID] takes back approved calls
+    in their undo window (also while chat waits one out); /enqueue and /interrupt send a
+    line refused because a turn was running (or the text after them) as the next turn
+    or into the turn in flight; /help lists these; /quit, Ctrl-D or Ctrl-C leaves."""
     mode = while_busy.value if while_busy else None
     try:
         code = run_chat(session, user, settings(), console=out, while_busy=mode)

@@ -84,10 +84,13 @@ async def watch_windows(
     expected: Collection[str],
     deciding: Callable[[], Awaitable[T]],
     console: Console,
+    *,
+    note: str | None = None,
 ) -> T:
     """``deciding()`` (a decision's update), while the calls of ``expected`` (ids whose
     rule gives them an undo window) are printed, each once, as soon as the state shows
-    them scheduled. Nothing expected: just ``deciding()``."""
+    them scheduled (with ``note`` under each: chat's own way to undo it). Nothing
+    expected: just ``deciding()``."""
     if not expected:
         return await deciding()
     task: asyncio.Task[T] = asyncio.ensure_future(deciding())
@@ -103,6 +106,8 @@ async def watch_windows(
                 if call.tool_call_id in expected and call.tool_call_id not in shown:
                     shown.add(call.tool_call_id)
                     console.print(Text(scheduled_line(call, session, user)))
+                    if note:
+                        console.print(Text(note, style="dim"))
             await asyncio.wait({task}, timeout=WATCH_EVERY_SECONDS)
     except BaseException:
         task.cancel()  # Ctrl-C: stop waiting (the decision goes on in Temporal)

@@ -70,13 +70,17 @@ async def turn_stream(
     call: Callable[[], Awaitable[TurnResult]],
     run_id: str | None = None,
     groups: Sequence[str] = (),
+    mark: Callable[[StreamItems], StreamItems] | None = None,
 ) -> StreamingResponse:
     """The turn's events as Server-Sent Events. A refused request answers its HTTP
     error (404 another user's conversation, 409 not now, 422 an invalid decision...)
     before the stream, and its 200, begin: the stream starts with the run's first
-    event, once the conversation has taken the request."""
+    event, once the conversation has taken the request. ``mark``: what passes the
+    events on (AG-UI's marks each result revertible or not, ``agui_reverts``)."""
     cursor = await current_offset(gateway, session_id, user_id, groups)
     events = turn_events(gateway, session_id, user_id, call, cursor, run_id, groups)
+    if mark is not None:
+        events = mark(events)
     try:
         first = await anext(events)
     except StopAsyncIteration:

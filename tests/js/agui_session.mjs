@@ -11,7 +11,7 @@
 //   "toolResult": text answering every tool call of the agent's last assistant message,
 //   "resume": "approve" | "reject" (every pending interrupt of that agent),
 //   nothing: run with what the agent holds (a reloaded agent: no messages)};
-// "tools" (front-end tools) may go with any step.
+// "tools" (front-end tools) and "forwardedProps" may go with any step.
 import { HttpAgent } from "@ag-ui/client";
 
 const [url, token, threadId, stepsJson] = process.argv.slice(2);
@@ -43,6 +43,7 @@ for (const [step, spec] of steps.entries()) {
     }
   }
   if (spec.tools) parameters.tools = spec.tools;
+  if (spec.forwardedProps) parameters.forwardedProps = spec.forwardedProps;
   if (spec.context) parameters.context = spec.context;
   if (spec.state) agent.setState(spec.state);
   if (spec.resume) {

@@ -1,0 +1,188 @@
+"""Reverts and undos over AG-UI (``POST /agui``). Client side (the gateway).
+
+A result says whether its call may be reverted: every ``TOOL_CALL_RESULT`` of an
+``/agui`` run carries ``metadata: {"parley": {"revertible": true|false}}`` (true: it
+succeeded, its tool declares an inverse, it is no inverse itself and was not reverted
+yet; whether the run changed anything only the worker knows, and a revert says so).
+
+A client asks with the run's ``forwardedProps``, AG-UI's application-specific
+passthrough, under the key ``parley`` (any other key is the client's own and ignored):
+
+- ``{"parley": {"revert": "<call id>"}}``: the revert's turn, as ``POST
+  …/calls/{id}/revert`` runs it. Parley proposes the inverse (call id
+  ``revert-<id>``), which the gate sorts like any call: it mostly ends the run as an
+  interrupt, answered by a resume like any other. The run's messages are not sent.
+- ``{"parley": {"undo": "<call id>" | ["<call id>", …] | []}}``: takes back approved
+  calls in their undo window (``[]``: every one the caller may undo). Nothing runs: the
+  stream is ``RUN_STARTED`` and ``RUN_FINISHED`` whose ``result`` is ``{"undone":
+  [...]}``, outside the event log; the decision's own run ends with the call undone.
+
+Either is refused before any stream: 422 for a malformed request (one line saying
+what to send) or for a call that cannot be reverted or is not in a window, 409 while
+calls wait for a decision or a turn runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ag_ui.core import (
+    RunAgentInput,
+    RunFinishedEvent,
+    RunFinishedSuccessOutcome,
+    RunStartedEvent,
+)
+from fastapi.responses import StreamingResponse
+
+from parley.client import ConversationRefused
+from parley.client.reverts import may_revert, proposed_calls
+from parley.contracts import StateQuery
+from parley.contracts.errors import ErrorType
+from parley.gateway.deps import Gateway
+from parley.gateway.errors import ApiError, refused
+from parley.gateway.streams import StreamItems, sse
+
+#: The key of ``forwardedProps`` (and of a result's ``metadata``) that is Parley's.
+PARLEY_KEY = "parley"
+#: What a ``forwardedProps.parley`` object may hold, as a refusal says it.
+FORWARDED_SHAPE = (
+    'forwardedProps.parley is {"revert": CALL_ID} (propose the inverse of a call that '
+    'ran) or {"undo": CALL_ID or [CALL_ID, ...]} (take back calls in their undo window; '
+    "[]: all of yours)"
+)
+#: The longest call id a request may name (as the REST routes take it).
+MAX_CALL_ID = 128
+
+
+@dataclass(frozen=True)
+class CallRequest:
+    """A run that asks to revert one call, or to undo calls in their window."""
+
+    revert: str | None = None
+    undo: tuple[str, ...] | None = None
+
+
+def call_request(run: RunAgentInput) -> CallRequest | None:
+    """The run's ``forwardedProps.parley`` request, or None when it has none. A
+    malformed one is refused (422) in one line that says what to send."""
+    props = run.forwarded_props
+    if not isinstance(props, dict) or PARLEY_KEY not in props:
+        return None
+    ours = props[PARLEY_KEY]
+    if not isinstance(ours, dict) or len(ours) != 1 or not set(ours) <= {"revert", "undo"}:
+        raise _malformed(f"{FORWARDED_SHAPE}; got {_keys(ours)}")
+    if run.resume:
+        raise _malformed(
+            "a run either answers its interrupts (resume) or asks for a revert or an undo "
+            "(forwardedProps.parley), not both"
+        )
+    if "revert" in ours:
+        return CallRequest(revert=_call_id(ours["revert"], "revert"))
+    undo = ours["undo"]
+    ids = undo if isinstance(undo, list) else [undo]
+    return CallRequest(undo=tuple(_call_id(call_id, "undo") for call_id in ids))
+
+
+def _call_id(value: Any, key: str) -> str:
+    if isinstance(value, str) and 0 < len(value) <= MAX_CALL_ID:
+        return value
+    raise _malformed(
+        f"forwardedProps.parley.{key} must name a call by its id (a string of 1 to "
+        f"{MAX_CALL_ID} characters); {FORWARDED_SHAPE}"
+    )
+
+
+def _keys(value: Any) -> str:
+    if isinstance(value, dict):
+        return "the keys " + ", ".join(sorted(map(str, value))) if value else "no key"
+    return f"a JSON {type(value).__name__}"
+
+
+def _malformed(message: str) -> ApiError:
+    return ApiError(422, ErrorType.INVALID_REQUEST, message)
+
+
+async def undo_run(
+    gw: Gateway,
+    session_id: str,
+    user_id: str,
+    run: RunAgentInput,
+    call_ids: Sequence[str],
+    groups: Sequence[str] = (),
+) -> StreamingResponse:
+    """The undo, then its run's two events (no offsets: nothing enters the log); a
+    refusal answers its HTTP error before any stream."""
+    try:
+        result = await gw.conversations.undo(session_id, user_id, call_ids, groups=groups)
+    except ConversationRefused as refusal:
+        raise refused(refusal, session_id) from None
+    events = [
+        RunStartedEvent(thread_id=run.thread_id, run_id=run.run_id),
+        RunFinishedEvent(
+            thread_id=run.thread_id,
+            run_id=run.run_id,
+            outcome=RunFinishedSuccessOutcome(),
+            result={"undone": result.undone},
+        ),
+    ]
+
+    async def items() -> StreamItems:
+        for event in events:
+            yield None, event.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    return sse(items(), bounded=True)
+
+
+class RevertMarks:
+    """Gives each ``TOOL_CALL_RESULT`` of a stream its ``metadata.parley.revertible``,
+    from the conversation's state as the caller reads it (read at the first result, and
+    again for a call it does not name)."""
+
+    def __init__(
+        self, gw: Gateway, session_id: str, user_id: str, groups: Sequence[str] = ()
+    ) -> None:
+        self._gw = gw
+        self._session_id = session_id
+        self._query = StateQuery(user_id=user_id, audit_limit=0, groups=sorted(set(groups)))
+        #: Tool names by call id: proposed in the stream, or in the state read.
+        self._names: dict[str, str] = {}
+        self._tools: list[str] | None = None
+
+    async def marked(self, items: StreamItems) -> StreamItems:
+        """``items``, each result marked."""
+        try:
+            async for offset, event in items:
+                kind = event.get("type")
+                if kind == "TOOL_CALL_START" and event.get("toolCallName"):
+                    self._names[str(event.get("toolCallId"))] = str(event["toolCallName"])
+                elif kind == "TOOL_CALL_RESULT":
+                    event = await self._mark(event)
+                yield offset, event
+        finally:
+            await items.aclose()  # type: ignore[attr-defined]
+
+    async def _mark(self, event: dict[str, Any]) -> dict[str, Any]:
+        call_id = str(event.get("toolCallId") or "")
+        if self._tools is None or call_id not in self._names:
+            try:
+                await self._read()
+            except ConversationRefused:
+                return event  # unknown now: the result goes unmarked
+        assert self._tools is not None
+        try:
+            status = json.loads(event.get("content") or "").get("status")
+        except (ValueError, AttributeError):
+            status = None
+        name = self._names.get(call_id, "")
+        revertible = may_revert(call_id, name, status, self._tools, self._names)
+        metadata = {**(event.get("metadata") or {}), PARLEY_KEY: {"revertible": revertible}}
+        return {**event, "metadata": metadata}
+
+    async def _read(self) -> None:
+        conversations = self._gw.conversations
+        snapshot = await conversations.state(self._session_id, self._query.user_id, self._query)
+        self._tools = list(snapshot.revertible_tools)
+        self._names = {**proposed_calls(snapshot), **self._names}
