@@ -9,10 +9,15 @@ decides: the call must still wait with the very arguments the link names, and th
 must not have been used; an approve is of the preview the page showed (the form sends
 its hash back as ``preview_hash``: one that changed since refuses it); the decision is
 the link's user's, audited with the link's id (channel ``link``), and it names only that
-call. The update id is the link's, so two clicks at once decide once. Every refusal is
-a page that says why: 403 a link Parley did not make, 410 an expired one, 409 one
-already used, a call decided otherwise or whose arguments (or preview) changed, 404 a
-conversation that is gone.
+call. The update id is the link's and the preview's, so two clicks at once on one page
+decide once. Every refusal is a page that says why: 403 a link Parley did not make, 410
+an expired one, 409 one already used, a call decided otherwise or whose arguments
+changed, 404 a conversation that is gone.
+
+An approval refused because the preview changed (the target moved on between the page
+and the click) ran nothing and does not use the link up: the page says so, shows what
+the call would change now, and offers to approve that (the same link, pinned to the new
+preview: a new update id), or to decide on the conversation's approval page.
 """
 
 from __future__ import annotations
@@ -103,24 +108,29 @@ async def use_link(
         return _page(refused.status, "This link cannot decide", refused.reason)
     try:
         call = await _waiting_call(gw, link)
+        # The preview the page showed: the decision is refused if it is no longer it.
+        pinned = (preview_hash or None) if link.action == "approve" else None
         decision = Decision(
             tool_call_id=call.tool_call_id,
             action=link.action,
             args_hash=link.args_hash,
-            # The preview the page showed: the decision is refused if it is no longer it.
-            preview_hash=(preview_hash or None) if link.action == "approve" else None,
+            preview_hash=pinned,
             message=(message or "").strip() or None if link.action == "reject" else None,
         )
         result = await gw.conversations.decide(
             link.session_id,
             link.user_id,
             [decision],
-            update_id=f"link-{link.link_id}",
+            # A refused approval of one preview leaves the link for the next one.
+            update_id=f"link-{link.link_id}" + (f"-{pinned[:16]}" if pinned else ""),
             run={"link": link.link_id},
         )
     except LinkRefused as refused:
         return _page(refused.status, "This link cannot decide", refused.reason, link=link)
     except ConversationRefused as refusal:
+        moved = await _moved_preview(gw, link, preview_hash)
+        if moved is not None:
+            return _preview_changed(link, moved)
         return _page(409, "This link cannot decide", refusal.message, link=link)
     if result.left_waiting(call):
         why = await _refusal_of(gw, link)
@@ -134,6 +144,36 @@ async def _refusal_of(gw: Gateway, link: ApprovalLink) -> str:
     snapshot = await gw.conversations.state(link.session_id, link.user_id)
     why = refusal_of(snapshot.audit, {link.tool_call_id})
     return f"The decision was refused: {why}." if why else "The decision was not applied."
+
+
+async def _moved_preview(gw: Gateway, link: ApprovalLink, shown: str | None) -> PendingCall | None:
+    """The link's call, if it still waits with a preview other than the one the page
+    showed (``shown``): the approval was refused for that."""
+    if link.action != "approve" or not shown:
+        return None
+    try:
+        call = await _waiting_call(gw, link)
+    except (LinkRefused, ConversationRefused):
+        return None
+    return call if call.preview is not None and call.preview.hash != shown else None
+
+
+def _preview_changed(link: ApprovalLink, call: PendingCall) -> HTMLResponse:
+    """The approval was refused because what the call would change moved on: nothing
+    ran, and the person sees what it would change now, to approve that or not."""
+    assert call.preview is not None
+    body = (
+        f"<p>Nothing ran: what <code>{html.escape(call.name)}</code> would change is no "
+        "longer what the page showed you (its target moved on since), so your approval "
+        "was refused. It still waits for a decision. This is what it would change now:</p>"
+        f"{_preview_html(call.preview)}"
+        '<form method="post"><input type="hidden" name="preview_hash" '
+        f'value="{html.escape(call.preview.hash)}"><div class="card-actions">'
+        '<button type="submit" class="approve">Approve what it would change now</button>'
+        '</div></form><p class="small muted">Or decide otherwise (reject, edit) on the '
+        "conversation's approval page.</p>"
+    )
+    return _page(409, "The preview changed", body, raw=True, link=link)
 
 
 def _link(gw: Gateway, token: str) -> ApprovalLink:

@@ -34,7 +34,8 @@ as when a committed write's answer is lost on the way back; ``"delay": 2`` answe
 backend does after its caller gave up; ``"method": "POST"`` keeps a fault for the next
 request of that method, letting others by, such as a preview's reads),
 ``GET /_test/requests`` lists what the service saw (method, path, user, idempotency
-key, status), ``DELETE /_test/requests`` and ``DELETE /_test/faults`` clear them.
+key, status, and whether a write was answered from its key: ``replayed``),
+``DELETE /_test/requests`` and ``DELETE /_test/faults`` clear them.
 """
 
 from __future__ import annotations
@@ -149,6 +150,8 @@ def create_app(db_path: Path, api_key: str, *, enable_test_hooks: bool = False) 
                 response = _fault_response(fault)
         if enable_test_hooks:
             entry["status"] = response.status_code
+            # An idempotent write answered from its key: no second effect.
+            entry["replayed"] = response.headers.get("idempotency-replayed") == "true"
             with hooks.lock:
                 hooks.requests.append(entry)
         return response
