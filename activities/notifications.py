@@ -17,7 +17,8 @@ Temporal (``NOTIFY_ACTIVITY``). The webhook gets one JSON POST::
 Each call is its whole ``PendingCall`` as JSON: ``preview`` is its ``ToolPreview`` (what
 it would change; bounded like a result, None for a tool without one). ``text`` is for a
 receiver that posts it on as it is (a chat's incoming webhook reads ``text``): a line
-per call, its preview cut to ``ToolPreview.summary()``.
+per call, its preview cut to ``ToolPreview.summary()``, and its judge's verdict
+(``JudgeVerdict.label()``) when its rule has a judge.
 
 ``links`` (with ``PARLEY_LINK_SECRET``): signed one-time links (``parley.contracts.links``) that
 approve or reject one call as one person (the owner, each reviewer, or the person an
@@ -141,6 +142,8 @@ def notice_text(request: NotifyInput) -> str:
         line += f": {call.description}" if call.description else ""
         if call.preview is not None:
             line += f" Preview: {call.preview.summary()}"
+        if call.judged is not None:  # its rule's judge: "(escalated by judge: ...)"
+            line += f" ({call.judged.label()})"
         lines.append(line)
     return "\n".join(lines)
 

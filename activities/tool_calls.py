@@ -101,6 +101,34 @@ class ToolActivities:
                 non_retryable=True,
             )
 
+    def _check_judge(self, request: RunToolInput) -> None:
+        """A call approved by a judge (``judge:<model>``) runs only if this worker's own
+        rules give that call to that judge, alone: no quorum, no reviewer, no ``deny``."""
+        if not (request.approved_by or "").startswith("judge:"):
+            return
+        at = request.proposed_at or datetime.now(UTC)
+        rule = next(
+            (r for r in self._registry.rules if r.matches(request.name, request.args, at)), None
+        )
+        denied = any(
+            r.decide == "deny" and r.matches(request.name, request.args, at)
+            for r in self._registry.rules
+        )
+        if (
+            rule is None
+            or rule.judge is None
+            or f"judge:{rule.judge_model}" != request.approved_by
+            or rule.approvals > 1
+            or rule.requires_reviewer
+            or denied
+        ):
+            raise ApplicationError(
+                f"refused to run {request.name}: {request.approved_by} may not approve it "
+                "under this worker's rules",
+                type=ErrorType.TOOL_FAILED,
+                non_retryable=True,
+            )
+
     def _tool(self, name: str, subagent: str | None) -> ParleyTool:
         """The registered tool, if this worker has it and the subagent (if any) may use
         it: the workflow's catalogue came from some worker; this one's word wins."""
@@ -172,6 +200,7 @@ class ToolActivities:
                 non_retryable=True,
             )
         self._check_quorum(registered, request)
+        self._check_judge(request)
         self._check_canonical(registered, request)
         args = dict(request.args)
         if registered.wants_context:

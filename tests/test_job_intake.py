@@ -17,6 +17,7 @@ from parley.contracts import (
     ConversationSnapshot,
     EndInput,
     EventsWait,
+    RememberedDecision,
     SendMessageInput,
     StreamDelta,
     TurnResult,
@@ -132,10 +133,18 @@ def test_temporal_sees_the_raw_input_and_the_handlers_own_result_type() -> None:
         "wait_for_events": ([Any], int),
         "undo": ([Any], UndoResult),
         "revert": ([Any], TurnResult),
+        "revoke_grant": ([Any], RememberedDecision),
     }
     signals = {name: s.arg_types for name, s in definition.signals.items()}
     assert signals["stream_delta"] == [StreamDelta] and signals["upgrade"] == []
-    assert set(signals) == {"upgrade", "decide_signal", "stream_delta", "subagent_report"}
+    assert set(signals) == {
+        "upgrade",
+        "decide_signal",
+        "stream_delta",
+        "subagent_report",
+        "subagent_window",
+        "undo_signal",
+    }
     # Each handler and validator begins with the prologue.
     handlers = [*definition.updates.values(), *definition.signals.values()]
     assert {h.fn.__code__.co_filename for h in handlers} == {intake.__file__}

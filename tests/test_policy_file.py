@@ -122,7 +122,8 @@ MISTAKES = [
         "[[rules]]",
         "unknown table 'rules' (did you mean [[rule]]?); write each rule as a [[rule]] "
         "table, each subagent as a [[subagent]] table, the spending mark as one [budget] "
-        "table and the agent as one [agent] table",
+        "table, the grants' lifetimes as one [grants] table, the agent as one [agent] "
+        "table and each MCP tool's preview as a [[preview]] table",
     ),
 ]
 

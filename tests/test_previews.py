@@ -252,10 +252,10 @@ def test_the_catalogue_says_which_tools_preview_and_keeps_its_version(
     )  # fmt: skip
     assert specs["git_list_project_repositories"].has_preview is False
     assert specs["git_delete_remote_branch"].has_inverse is False
-    # A tool that declares neither digests as before the flags existed.
+    # A tool that declares neither (and no MCP server) digests as before the flags existed.
     bare_spec = ToolRegistry([confirm(write_note)]).catalogue()
     old = bare_spec.tools[0].model_dump(mode="json")
-    del old["has_preview"], old["has_inverse"]
+    del old["has_preview"], old["has_inverse"], old["server"]
     digest = hashlib.sha256(json.dumps([old], sort_keys=True).encode()).hexdigest()[:16]
     assert bare_spec.version == digest
     # A spec written before the flags reads with both False.

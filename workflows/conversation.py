@@ -9,6 +9,7 @@ update-with-start on the first message. The user talks to it through updates:
   returns the ``TurnResult`` of the turn it resumes;
 - ``end`` closes the conversation once the turn in flight is done;
 - ``rewind`` keeps the first N messages and goes on in a new run (``rewind``: forks too);
+- ``revoke_grant`` forgets a remembered decision (``grants``): its shape's next call asks;
 - ``wait_for_events`` returns once the AG-UI event log has an event after a given
   offset (a blocking read for the gateway's one subscription per conversation; the
   events themselves are read with the ``events`` query, so they do not enter history);
@@ -68,18 +69,22 @@ with workflow.unsafe.imports_passed_through():
         UndoResult,
     )
     from parley.contracts.busy import WhileBusy
-    from parley.contracts.conversation import RewindInput
+    from parley.contracts.conversation import RememberedDecision, RewindInput
     from parley.contracts.errors import (
         ConversationEnded,
         ConversationHandingOver,
         InvalidDecision,
         InvalidMessage,
     )
+    from parley.contracts.grants import RevokeGrantInput
     from parley.contracts.names import (
         CONVERSATION_WORKFLOW,
         DECIDE_SIGNAL,
         SUBAGENT_REPORT_SIGNAL,
+        SUBAGENT_WINDOW_SIGNAL,
+        UNDO_SIGNAL,
     )
+    from parley.contracts.undo import SubagentWindow
     from parley.workflows import intake
     from parley.workflows.context import Records, View
     from parley.workflows.lifecycle.deadlines import Deadlines
@@ -97,7 +102,9 @@ with workflow.unsafe.imports_passed_through():
     from parley.workflows.turn.execution import ToolRunner
     from parley.workflows.turn.failover import ModelFailover
     from parley.workflows.turn.front_end import FrontEnd
+    from parley.workflows.turn.grants import Grants
     from parley.workflows.turn.instructions import Instructions, check_added, take_added
+    from parley.workflows.turn.judging import Judge
     from parley.workflows.turn.model_calls import ModelCaller
     from parley.workflows.turn.notifying import Notifier
     from parley.workflows.turn.previews import Previews
@@ -127,6 +134,8 @@ class ConversationWorkflow:
         subagents, spend = Subagents(view, records), SpendGate(view, records)
         tools, previews = ToolRunner(view, records, subagents), Previews(view, records)
         self._undo = undo = UndoWindow(view, records)
+        notifier = Notifier(view, ledger)
+        judge = Judge(view, records, tools, undo, notifier)
         self._jobs = jobs = TurnJobs(
             front_end=front_end,
             busy=Busy(view, records, stream, front_end),
@@ -135,13 +144,13 @@ class ConversationWorkflow:
             model=ModelCaller(ledger, events, usage, failover),
             stream=stream,
             instructions=Instructions(state, start, ledger),  # the system message
-            notifier=Notifier(view, ledger),
+            notifier=notifier,
             subagents=subagents,
             spend=spend,
             decisions=Decisions(
-                view, records, DecisionJobs(tools, spend, subagents, previews, undo)
+                view, records, DecisionJobs(tools, spend, subagents, previews, undo, judge)
             ),
-            proposals=Proposals(view, records, tools, front_end, previews),
+            proposals=Proposals(view, records, tools, front_end, previews, judge),
             reverts=Reverts(view, records),
         )
         self._turns = turns = TurnEngine(view, records, jobs)
@@ -159,6 +168,7 @@ class ConversationWorkflow:
         self._loop = RunLoop(view, records, jobs, between)
         self._rewinder = Rewinder(view, records, front_end, handover)
         self._intake = intake.Intake(state, handover, records.dedup)
+        self._grants = Grants(view, records)
 
     # --- run: the conversation's lifetime -------------------------------------------
 
@@ -275,10 +285,11 @@ class ConversationWorkflow:
 
     @workflow.update
     @intake.update(intake.UNDO)
-    def undo(self, request: UndoInput) -> UndoResult:
+    async def undo(self, request: UndoInput) -> UndoResult:
         """Take back approved calls still in their undo window (``undo``): none of them
-        runs, and the model is told. Taken while their turn waits."""
-        return self._undo.undo(request)
+        runs, and the model is told. Taken while their turn waits; a subagent's are
+        passed on to its conversation."""
+        return await self._undo.take_back(request)
 
     @undo.validator
     @intake.validator(intake.UNDO)
@@ -302,6 +313,20 @@ class ConversationWorkflow:
         if self._state.ended:
             raise ConversationEnded("this conversation has ended")
         self._jobs.reverts.check(request)
+
+    @workflow.update
+    @intake.update(intake.REVOKE_GRANT)
+    def revoke_grant(self, request: RevokeGrantInput) -> RememberedDecision:
+        """Forget a remembered decision (``grants``): the next call of its shape asks
+        again. Audited ``grant_revoked``; returns the grant revoked."""
+        return self._grants.revoke(request)
+
+    @revoke_grant.validator
+    @intake.validator(intake.REVOKE_GRANT)
+    def _validate_revoke_grant(self, request: RevokeGrantInput) -> None:
+        if self._state.ended:
+            raise ConversationEnded("this conversation has ended")
+        self._grants.check(request)
 
     @workflow.update
     @intake.update(intake.REWIND)
@@ -361,6 +386,19 @@ class ConversationWorkflow:
         """A subagent at work came to rest waiting for decisions: applied by the turn
         that waits for it, or between turns (``subagents``)."""
         self._jobs.subagents.receive(report)
+
+    @workflow.signal(name=SUBAGENT_WINDOW_SIGNAL)
+    @intake.signal()
+    def subagent_window(self, window: SubagentWindow) -> None:
+        """A subagent's calls in their undo window, listed here to be undone from here
+        (``undo``)."""
+        self._undo.mirror(window)
+
+    @workflow.signal(name=UNDO_SIGNAL)
+    @intake.signal()
+    def undo_signal(self, request: UndoInput) -> None:
+        """In a subagent's conversation: an undo its parent passed on (``undo``)."""
+        self._undo.undo_passed_on(request)
 
     # --- queries ----------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from parley.contracts import (
 )
 from parley.contracts.conversation import RewindInput
 from parley.contracts.errors import InvalidDecision, InvalidMessage, Refusal
+from parley.contracts.grants import RevokeGrantInput
 from parley.workflows.lifecycle.handover import Handover
 from parley.workflows.record.dedup import Deduplication
 from parley.workflows.rules import gate
@@ -55,6 +56,7 @@ REWIND = Admission(RewindInput, InvalidMessage, "owner")
 WAIT_FOR_EVENTS = Admission(EventsWait, InvalidMessage, "member")
 UNDO = Admission(UndoInput, InvalidDecision, "member")
 REVERT = Admission(RevertInput, InvalidDecision, "member")
+REVOKE_GRANT = Admission(RevokeGrantInput, InvalidDecision, "member")
 
 
 class Intake:

@@ -15,9 +15,12 @@ servers that have a tool of the same name cannot both be loaded without it.
 Each tool becomes a ``confirm`` tool: it waits for the user's decision, whatever the
 server's annotations say (they are hints from the server, not a policy). The policy
 file (``PARLEY_POLICIES``) makes some ``auto`` or ``deny`` like any other tool, per
-tool and per argument. A tool runs in the ``run_tool`` activity like the others, and
-what the server answers is mapped here onto the error table that ``tool_failure``
-applies (``mcp_failure``):
+tool and per argument. A tool has no preview unless the policy file names one: a
+``[[preview]]`` table giving a read-only tool of the same server, whose answer is the
+preview (``parley.tools.mcp_previews``; it reads the ``readOnlyHint`` annotation the
+adapter keeps in the tool's ``metadata``). A tool runs in the ``run_tool`` activity
+like the others, and what the server answers is mapped here onto the error table that
+``tool_failure`` applies (``mcp_failure``):
 
 - an ``isError`` result is a ``ToolException`` with the server's text: the model reads
   it as an input error;
@@ -53,7 +56,7 @@ from mcp.shared.exceptions import McpError
 from mcp.types import CONNECTION_CLOSED
 
 from parley.contracts.errors import ToolPermissionError, TransientError, is_transient_status
-from parley.tools import ParleyTool, confirm
+from parley.tools import SERVER_METADATA, ParleyTool, confirm
 from parley.tools.loading import McpConfig, factory, read_config_file
 
 #: How long the worker waits, at start, for the servers to list their tools.
@@ -136,23 +139,49 @@ def load_mcp_tools(servers: list[McpServer]) -> list[BaseTool]:
 
 
 async def _list_all(servers: list[McpServer]) -> list[list[BaseTool] | BaseException]:
-    from langchain_mcp_adapters.tools import load_mcp_tools as list_tools
-
     async def listing(server: McpServer) -> list[BaseTool]:
-        listed = list_tools(
-            None,
-            connection=server.connection,  # type: ignore[arg-type]
-            server_name=server.name,
-            tool_name_prefix=server.tool_name_prefix,
-            # An isError result is raised, so mcp_failure makes it a tool error.
-            handle_tool_errors=False,
-        )
+        listed = _served_tools(server)
         try:
             return await asyncio.wait_for(listed, LOAD_SECONDS)
         except TimeoutError:
             raise TimeoutError(f"no answer in {LOAD_SECONDS:.0f} s") from None
 
     return await asyncio.gather(*(listing(s) for s in servers), return_exceptions=True)
+
+
+async def _served_tools(server: McpServer) -> list[BaseTool]:
+    """The server's tools, listed in one session whose ``initialize`` answer says the
+    server's version: each tool carries ``name@version`` (``SERVER_METADATA``, then
+    ``ToolSpec.server``), so a remembered decision is for that version (``grants``).
+    Each later call opens its own session from the same connection."""
+    from langchain_mcp_adapters.sessions import create_session
+    from langchain_mcp_adapters.tools import convert_mcp_tool_to_langchain_tool
+
+    described: list[Any] = []
+    async with create_session(server.connection) as session:  # type: ignore[arg-type]
+        info = await session.initialize()
+        cursor: str | None = None
+        while True:
+            page = await session.list_tools(cursor=cursor)
+            described.extend(page.tools)
+            cursor = page.nextCursor
+            if not cursor:
+                break
+    served = {SERVER_METADATA: f"{server.name}@{info.serverInfo.version}"}
+    tools = []
+    for mcp_tool in described:
+        tool = convert_mcp_tool_to_langchain_tool(
+            None,
+            mcp_tool,
+            connection=server.connection,  # type: ignore[arg-type]
+            server_name=server.name,
+            tool_name_prefix=server.tool_name_prefix,
+            # An isError result is raised, so mcp_failure makes it a tool error.
+            handle_tool_errors=False,
+        )
+        tool.metadata = {**(tool.metadata or {}), **served}
+        tools.append(tool)
+    return tools
 
 
 def _collision(tool: str, first: McpServer, second: McpServer) -> str:

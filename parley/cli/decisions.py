@@ -25,6 +25,7 @@ from parley.cli.app import (
     print_turn,
     run_async,
 )
+from parley.cli.grants import RememberFor
 from parley.cli.rendering import quorum_text
 from parley.cli.schedule import watch_windows
 from parley.client import ConversationRefused
@@ -62,6 +63,7 @@ def approve(
         ),
     ] = None,
     remember: Remember = False,
+    remember_for: RememberFor = None,
     as_json: AsJson = False,
 ) -> None:
     """Approve pending tool calls: they run now, or, when their rule gives them an undo
@@ -73,7 +75,8 @@ def approve(
         "approve",
         call_ids,
         tool_pattern=all_matching,
-        remember=remember,
+        remember=remember or remember_for is not None,
+        remember_seconds=remember_for,
         as_json=as_json,
     )
 
@@ -84,10 +87,21 @@ def reject(
     call_ids: CallIds = None,
     message: Message = None,
     remember: Remember = False,
+    remember_for: RememberFor = None,
     as_json: AsJson = False,
 ) -> None:
     """Reject pending tool calls: they never run (optional --message with the reason)."""
-    decide(session, user, "reject", call_ids, message=message, remember=remember, as_json=as_json)
+    remembered = remember or remember_for is not None
+    decide(
+        session,
+        user,
+        "reject",
+        call_ids,
+        message=message,
+        remember=remembered,
+        remember_seconds=remember_for,
+        as_json=as_json,
+    )
 
 
 def respond(
@@ -128,6 +142,7 @@ def decide(
     args: dict[str, Any] | None = None,
     tool_pattern: str | None = None,
     remember: bool = False,
+    remember_seconds: int | None = None,
     as_json: bool,
 ) -> None:
     if tool_pattern is not None and call_ids:
@@ -183,6 +198,7 @@ def decide(
                 args=args,
                 message=message,
                 remember=remember,
+                remember_seconds=remember_seconds,
                 args_hash=seen.get(i),
                 preview_hash=shown.get(i) if action == "approve" else None,
             )

@@ -71,6 +71,8 @@ def render_turn(result: TurnResult, console: Console, *, reply_streamed: bool = 
         if item.content and not _quoted_whole(item.content, result.reply):
             line.append(f": {item.content}")
         console.print(line)
+        if item.judged is not None:
+            console.print(Text(f"    ({item.judged.label()})", style="dim"))
     if result.reply and not reply_streamed:
         console.print(Text(result.reply))
 
@@ -139,6 +141,8 @@ def print_call(call: PendingCall, console: Console) -> None:
         print_preview(call.preview, console)
     if call.reason:
         console.print(Text(f"    (needs approval: {call.reason})", style="dim"))
+    if call.judged is not None:
+        console.print(Text(f"    ({call.judged.label()})", style="dim"))
     if call.subagent is not None:
         console.print(
             Text(
@@ -405,5 +409,9 @@ def print_catalogue(
             target = f" to {rule.escalate_to}" if rule.escalate_to else ""
             timeout = f"; undecided{after}: {rule.on_timeout}{target}"
         undo = f"; undo window {rule.undo_seconds} s" if rule.undo_seconds else ""
+        if rule.judge is not None:
+            undo += (
+                f"; judged first by {rule.judge_model} (in doubt: {rule.on_doubt or 'escalate'})"
+            )
         line = f"  {rule.name}: {rule.tool}{condition} -> {rule.decide}{timeout}{undo}"
         console.print(Text(line))

@@ -15,6 +15,7 @@ from parley.cli.dev_state import running_dev
 from parley.cli.rendering import print_catalogue
 from parley.tools import load_registry
 from parley.tools.instructions import AgentSetup
+from parley.worker.wiring import load_judges
 
 
 def tools(as_json: AsJson = False) -> None:
@@ -28,6 +29,7 @@ def tools(as_json: AsJson = False) -> None:
         config = dev.apply_to(config, os.environ)
     try:
         registry = load_registry(config.tools, settings=config, environ=os.environ)
+        load_judges(registry, config)  # each rule's judge_model loads, as on the worker
     except ValueError as problem:
         raise fail(str(problem)) from None
     catalogue = registry.catalogue()

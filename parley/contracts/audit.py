@@ -49,13 +49,17 @@ class AuditEntry(Contract):
         "scheduled",
         "undone",
         "revert_proposed",
+        "grant_revoked",
+        "grant_lapsed",
+        "judged",
     ]
     actor: str
     tool_call_id: str | None = None
     name: str | None = None
     detail: dict[str, Any] = Field(default_factory=dict)
     #: How a ``decided`` entry's decision reached the conversation: ``update`` (a
-    #: client's ``decide`` update), ``signal`` (``decide_signal``) or ``remembered``.
+    #: client's ``decide`` update), ``signal`` (``decide_signal``), ``remembered``,
+    #: ``link`` (a signed approval link) or ``judge`` (a rule's judge).
     channel: str | None = None
     #: The audit chain (docs/design.md, "The audit chain"): the hash of the entry before
     #: this one (entry 0: :meth:`genesis`), and :meth:`chained_hash` of this one. None

@@ -15,6 +15,8 @@ from pydantic import (
 
 from parley.contracts.audit import AuditArchiveRef, AuditEntry
 from parley.contracts.busy import WhileBusy
+from parley.contracts.grants import RememberedDecision
+from parley.contracts.judging import JudgeVerdict
 from parley.contracts.model import ClientContext, ClientTool, ClientToolResult, ContextRef
 from parley.contracts.names import (
     ConversationStatus,
@@ -117,9 +119,18 @@ class Decision(StrictInput):
     #: same arguments) for the rest of the conversation: an approve makes them run
     #: at once, a reject refuses them. Recorded in the audit log each time.
     remember: bool = False
+    #: How long a remembered decision lasts, in seconds (with ``remember`` only); None:
+    #: the policy file's ``[grants] remember_seconds``, else the rest of the conversation.
+    #: Never longer than the file's ``max_remember_seconds``.
+    remember_seconds: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _complete(self) -> Decision:
+        if self.remember_seconds is not None and not self.remember:
+            raise ValueError(
+                f"remember_seconds of {self.tool_call_id} goes with remember; set remember "
+                "to keep this decision for later calls"
+            )
         if self.action == "edit" and self.args is None:
             raise ValueError(f"edit of {self.tool_call_id} needs new args")
         if self.action != "edit" and self.args is not None:
@@ -258,6 +269,8 @@ class PendingCall(ToolCall):
     #: Its rule's undo window: once approved, the call waits this long before it runs,
     #: and the approver or the owner may undo it meanwhile (``parley.contracts.undo``).
     undo_seconds: int | None = None
+    #: Its rule's judge's verdict (``parley.contracts.judging``), shown on every surface.
+    judged: JudgeVerdict | None = None
 
     def interrupt_metadata(self) -> dict[str, Any]:
         """What an AG-UI interrupt carries of the call: its name and arguments, and a
@@ -270,6 +283,8 @@ class PendingCall(ToolCall):
             metadata["approved_by"] = [approval.by for approval in self.approvals]
         if self.preview is not None:  # a resume may pin it (``Decision.preview_hash``)
             metadata["preview"] = self.preview.model_dump(mode="json", exclude_none=True)
+        if self.judged is not None:
+            metadata["judged"] = self.judged.model_dump(mode="json", exclude_none=True)
         return metadata
 
     def waiting_message(self) -> str:
@@ -277,6 +292,8 @@ class PendingCall(ToolCall):
         message = f"{self.name} waits for your decision: {self.description}"
         if self.preview is not None:
             message += f" Preview: {self.preview.summary()}"
+        if self.judged is not None:
+            message += f" ({self.judged.label()})"
         return message
 
 
@@ -289,6 +306,9 @@ class ScheduledCall(Contract):
     approved_by: str
     #: Who undid it (the approver or the owner), once someone did.
     undone_by: str | None = None
+    #: In a parent's list: the call waits in this subagent's conversation, which runs
+    #: it (told by ``subagent_window``); an undo of it is passed on there.
+    subagent: SubagentRef | None = None
 
 
 class SubagentReport(Contract):
@@ -305,15 +325,6 @@ class SubagentReport(Contract):
     #: Set when the subagent refused the decisions its parent passed on (why, in one
     #: line): the parent records them refused, never decided.
     refused: str | None = None
-
-
-class RememberedDecision(Contract):
-    """A decision the user asked to remember (``Decision.remember``)."""
-
-    shape: str
-    policy: Literal["auto", "deny"]
-    decided_by: str
-    tool_call_id: str
 
 
 class TurnResult(Contract):
@@ -419,3 +430,5 @@ class ConversationSnapshot(Contract):
     scheduled: list[ScheduledCall] = Field(default_factory=list)
     #: The catalogue's tools that declare an inverse: surfaces offer to revert their calls.
     revertible_tools: list[str] = Field(default_factory=list)
+    #: The remembered decisions (grants) in force, oldest first (``parley grants``).
+    remembered: list[RememberedDecision] = Field(default_factory=list)

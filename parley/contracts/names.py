@@ -51,6 +51,10 @@ STREAM_DELTA_SIGNAL = "stream_delta"
 CONVERSATION_WORKFLOW = "ConversationWorkflow"
 DECIDE_SIGNAL = "decide_signal"
 SUBAGENT_REPORT_SIGNAL = "subagent_report"
+#: A subagent's calls in their undo window, told to its parent as the list changes; and
+#: an undo the parent passes on to the subagent's conversation.
+SUBAGENT_WINDOW_SIGNAL = "subagent_window"
+UNDO_SIGNAL = "undo_signal"
 
 #: Matched against the whole string (``\A``/``\Z``): ``$`` would accept "abc\n".
 SESSION_ID_PATTERN = re.compile(r"\A[A-Za-z0-9._-]{1,128}\Z")

@@ -39,6 +39,9 @@ from parley.contracts.payloads import Contract
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
+#: A rule's judge (``PolicyRule.judge``): left out of its digest when unset.
+JUDGE_FIELDS = ("judge", "judge_model", "judge_instructions", "on_doubt")
+
 #: The name of the pending call that asks whether a conversation may go on spending.
 SPEND_CALL = "parley_continue_spending"
 
@@ -88,6 +91,17 @@ class PolicyRule(Contract):
     #: For ``confirm``: an approved call waits this long (a durable timer) before it
     #: runs, and the approver or the owner may undo it meanwhile (``parley undo``).
     undo_seconds: int | None = Field(default=None, ge=1, le=24 * 3600)
+    #: For ``confirm``: a judge decides first (``"model"``: ``judge_model``, a model as
+    #: ``PARLEY_MODEL`` names one, run apart from the agent by ``parley.judge_call``),
+    #: told what to check by ``judge_instructions``. Its approve runs the call (never one
+    #: under a quorum or a reviewer: there it is an opinion shown with the call); its
+    #: deny rejects it with its reason; its escalate, or no verdict, is ``on_doubt``:
+    #: the call waits for a person (``escalate_to`` is told, if named) or is rejected
+    #: (None: ``escalate``; left out of the rule's payload, as every unset field).
+    judge: Literal["model"] | None = None
+    judge_model: str | None = Field(default=None, min_length=1)
+    judge_instructions: str | None = Field(default=None, max_length=2000)
+    on_doubt: Literal["escalate", "deny"] | None = None
 
     @field_validator("hours")
     @classmethod
@@ -124,7 +138,24 @@ class PolicyRule(Contract):
                 "a timeout, a reviewer, approvals or an undo window apply to calls that wait "
                 "(decide 'confirm')"
             )
+        if self.judge is None:
+            if self.judge_model or self.judge_instructions or self.on_doubt:
+                raise ValueError(
+                    'judge_model, judge_instructions and on_doubt need judge = "model"'
+                )
+        elif self.decide != "confirm":
+            raise ValueError("a judge decides calls that wait (decide 'confirm')")
+        elif not self.judge_model:
+            raise ValueError(
+                'judge = "model" needs judge_model (a model as PARLEY_MODEL names one)'
+            )
         return self
+
+    def described(self) -> dict[str, Any]:
+        """The rule as the catalogue's version digests it: the judge's fields only when
+        set, so a rule without a judge digests as it did before they existed."""
+        unset = {k for k in JUDGE_FIELDS if getattr(self, k) is None}
+        return self.model_dump(mode="json", exclude=unset)
 
     def matches(self, tool: str, args: dict[str, Any], at: datetime) -> bool:
         if not fnmatch.fnmatchcase(tool, self.tool):

@@ -14,6 +14,8 @@ from pydantic import (
     PrivateAttr,
 )
 
+from parley.contracts.grants import GrantLimits
+from parley.contracts.judging import JudgeVerdict
 from parley.contracts.names import ResultStatus, ToolPolicy
 from parley.contracts.payloads import Contract, _ContentOfPayload
 from parley.contracts.policies import PolicyRule, SpendBudget
@@ -36,6 +38,10 @@ class ToolSpec(Contract):
     #: tools declare neither keeps its catalogue version.
     has_preview: bool = False
     has_inverse: bool = False
+    #: The MCP server that serves the tool, as ``name@version`` (its ``initialize``
+    #: answer's ``serverInfo``); None for a built-in tool, and then left out of the
+    #: catalogue's digest. A remembered decision is for this version (``grants``).
+    server: str | None = None
     _validator: Any = PrivateAttr(default=None)
 
     def args_error(self, args: dict[str, Any]) -> str | None:
@@ -109,6 +115,8 @@ class ToolCatalogue(Contract):
     subagents: list[SubagentSpec] = Field(default_factory=list)
     #: The policy file's ``[budget]``: when a conversation's model use waits for a decision.
     spend: SpendBudget | None = None
+    #: The policy file's ``[grants]``: how long a remembered decision lasts.
+    grants: GrantLimits | None = None
 
     def get(self, name: str) -> ToolSpec | None:
         return next((t for t in self.tools if t.name == name), None)
@@ -243,3 +251,5 @@ class TurnToolResult(_ContentOfPayload):
     content_chars: int | None = None
     #: The size of the payload (JSON bytes), when it was left out.
     payload_omitted_bytes: int | None = None
+    #: The verdict of the call's judge (its rule's ``judge``), when one decided it.
+    judged: JudgeVerdict | None = None

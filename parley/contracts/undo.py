@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import Field
 
-from parley.contracts.conversation import StrictInput
+from parley.contracts.conversation import ScheduledCall, StrictInput
 from parley.contracts.payloads import Contract
 from parley.contracts.previews import InverseCall
 
@@ -25,6 +25,22 @@ class UndoInput(StrictInput):
     tool_call_ids: list[str] = Field(default_factory=list, max_length=64)
     #: The sender's verified groups, as on ``EventsWait`` (a member reads and undoes).
     groups: list[str] = Field(default_factory=list, max_length=64)
+
+
+class SubagentWindow(Contract):
+    """The ``subagent_window`` signal: a subagent's calls in their undo window, told to
+    its parent each time the list changes, so that the parent lists them and passes an
+    undo of them on (``undo_signal``, an ``UndoInput``)."""
+
+    #: The parent's call that handed the subagent its task.
+    tool_call_id: str
+    #: The calls that wait in their window now (``undone_by`` set: undone, not yet
+    #: answered).
+    scheduled: list[ScheduledCall] = Field(default_factory=list)
+    #: The calls that left their window since the last signal: they ran or were undone.
+    left: list[str] = Field(default_factory=list)
+    #: Of ``left``, the ones that were undone (and never ran).
+    undone: list[str] = Field(default_factory=list)
 
 
 class UndoResult(Contract):

@@ -5,6 +5,8 @@ The ``threadId`` is the session id. With ``resume``, its entries answer the pend
 calls (each interrupt is one call); otherwise the last message, a user message, is
 sent as the conversation's next message. A run with neither is a client reconnecting
 (``reconnect``): it gets the thread's messages and open interrupts, and nothing runs.
+A run whose ``forwardedProps.parley`` asks for a revert or an undo does that instead,
+and each tool result says whether its call may be reverted (``agui_reverts``).
 
 The client's ``runId`` names the run in the conversation's event log too (refused, 422,
 if another run of the conversation had it), and its ``context`` and ``state`` are shown
@@ -29,6 +31,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
 from parley.client import ConversationRefused
+from parley.client.reverts import revert
 from parley.contracts import (
     ClientContext,
     ClientRun,
@@ -39,6 +42,7 @@ from parley.contracts import (
     TurnResult,
 )
 from parley.contracts.errors import ErrorType
+from parley.gateway.agui_reverts import RevertMarks, call_request, undo_run
 from parley.gateway.deps import Gateway, current_groups, current_user, gateway, session
 from parley.gateway.errors import ApiError, describe, refused
 from parley.gateway.reconnect import reconnect_events
@@ -67,7 +71,12 @@ async def agui(
     ``true``/``false``); otherwise the last message, a user message, is sent. A
     refused run answers its error before any stream: 409 for new input while calls
     wait for a decision, 422 ``InvalidDecision`` for an invalid resume (nothing is
-    decided). A retried request replays the run that answered it. An OpenID Connect
+    decided). With ``forwardedProps: {"parley": {"revert": CALL_ID}}`` the run proposes
+    the inverse of a call that ran (mostly ending in its interrupt); with ``{"parley":
+    {"undo": CALL_ID or [...]}}`` it takes back calls in their undo window (its
+    ``RUN_FINISHED`` result: ``{"undone": [...]}``). Each ``TOOL_CALL_RESULT`` says in
+    ``metadata.parley.revertible`` whether its call may be reverted. A retried request
+    replays the run that answered it. An OpenID Connect
     token's groups count its user in as a reviewer ``group:<name>`` (reading, deciding)."""
     try:
         body = await request.json()
@@ -80,12 +89,20 @@ async def agui(
             422, ErrorType.INVALID_REQUEST, f"not a RunAgentInput: {describe(err.errors())}"
         ) from None
     session_id = session(run.thread_id)
-    if not run.resume and not run.messages:
+    asked = call_request(run)
+    if asked is None and not run.resume and not run.messages:
         return sse(_items(await reconnect_events(gw, session_id, user_id, run.run_id, groups)))
     client_run = ClientRun(
         run_id=run.run_id, context=client_context(run), client_tools=client_tools(run)
     )
-    if run.resume:
+    if asked is not None and asked.undo is not None:
+        return await undo_run(gw, session_id, user_id, run, asked.undo, groups)
+    if asked is not None and asked.revert is not None:
+        call_id = asked.revert
+
+        def call() -> Awaitable[TurnResult]:
+            return revert(gw.conversations, session_id, user_id, call_id, groups)
+    elif run.resume:
         decisions = decisions_from_resume(body["resume"])
         await _answers_every_interrupt(gw, session_id, user_id, decisions, groups)
 
@@ -110,7 +127,10 @@ async def agui(
                 session_id, user_id, text, message_id=message_id, run=client_run
             )
 
-    return await turn_stream(gw, session_id, user_id, call, run_id=run.run_id, groups=groups)
+    marks = RevertMarks(gw, session_id, user_id, groups)
+    return await turn_stream(
+        gw, session_id, user_id, call, run_id=run.run_id, groups=groups, mark=marks.marked
+    )
 
 
 async def _items(items: list[StreamItem]) -> StreamItems:

@@ -4,9 +4,11 @@ Temporal through ``parley.client.Conversations``).
 - ``rest``: the ``/v1`` routes (state, messages, decisions, a conversation's events);
 - ``agui``: ``POST /agui``, the AG-UI protocol's runs and resumes;
 - ``streams``: turns and conversations as AG-UI Server-Sent Events;
+- ``inbox``: every call waiting on the caller, and identical calls decided at once;
 - ``forks``: fork and rewind a conversation (``/v1/conversations/{id}/fork|rewind``);
 - ``links``: signed one-time approval links, opened without a bearer token;
 - ``audit``: the audit log's chained export;
+- ``grants``: a conversation's remembered decisions, listed and revoked;
 - ``errors``: one JSON error shape, ``{"error": {"type", "message"}}``;
 - ``schemas``: the OpenAPI document's error, response and ``/agui`` models;
 - ``guard``: authentication and a body-size limit, before any body is read;
@@ -31,7 +33,18 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from parley.client import Conversations
-from parley.gateway import agui, audit, forks, health, links, rest, results, sign_in
+from parley.gateway import (
+    agui,
+    audit,
+    forks,
+    grants,
+    health,
+    inbox,
+    links,
+    rest,
+    results,
+    sign_in,
+)
 from parley.gateway.access import TokenTable
 from parley.gateway.deps import Gateway
 from parley.gateway.errors import install_error_handlers
@@ -97,11 +110,13 @@ def create_app(
     app.include_router(health.router)
     app.include_router(sign_in.router)
     app.include_router(rest.router)
+    app.include_router(inbox.router)
     app.include_router(forks.router)
     app.include_router(agui.router)
     app.include_router(links.router)
     app.include_router(audit.router)
     app.include_router(results.router)
+    app.include_router(grants.router)
     document(app)
     tracing.instrument_app(
         app

@@ -48,12 +48,14 @@ from parley.contracts import (
     ToolContext,
     ToolPreview,
 )
+from parley.contracts.grants import GrantLimits
 from parley.tools.declarations import (
     CANONICAL_ROUNDS,
     CONFUSABLE_SCRIPTS,
     CONTEXT_ARG,
     POLICIES,
     PREVIEW_TIMEOUT_SECONDS,
+    SERVER_METADATA,
     ArgsPreparer,
     Compensator,
     ParleyTool,
@@ -67,6 +69,7 @@ from parley.tools.declarations import (
 )
 from parley.tools.instructions import AgentSetup, load_agent
 from parley.tools.loading import TOOLSET_CONFIGS, FactoryInputs, call_factory
+from parley.tools.mcp_previews import with_previews
 from parley.tools.policies import load_policies
 
 if TYPE_CHECKING:
@@ -79,6 +82,7 @@ __all__ = [
     "MAX_TOOLS",
     "POLICIES",
     "PREVIEW_TIMEOUT_SECONDS",
+    "SERVER_METADATA",
     "TOOLSET_SHAPE",
     "ArgsPreparer",
     "Compensator",
@@ -111,6 +115,9 @@ class ToolRegistry:
         self.subagents: list[SubagentSpec] = list(subagents)
         #: The policy file's ``[budget]`` (None: model use never waits for a decision).
         self.spend: SpendBudget | None = None
+        #: The policy file's ``[grants]`` (None: a remembered decision lasts the whole
+        #: conversation unless it says otherwise).
+        self.grants: GrantLimits | None = None
         #: The agent's instructions (``parley.tools.instructions``): none unless loaded.
         self.agent = AgentSetup()
         self._tools: dict[str, ParleyTool] = {}
@@ -172,10 +179,12 @@ class ToolRegistry:
         described = [_described(s.model_dump(mode="json")) for s in specs]
         if notifications:
             described.append({"notifications": True})
-        described += [{"rule": r.model_dump(mode="json")} for r in self.rules]
+        described += [{"rule": r.described()} for r in self.rules]
         described += [{"subagent": s.model_dump(mode="json")} for s in self.subagents]
         if self.spend is not None:
             described.append({"spend": self.spend.model_dump(mode="json")})
+        if self.grants is not None:
+            described.append({"grants": self.grants.model_dump(mode="json")})
         digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
         return ToolCatalogue(
             tools=specs,
@@ -184,6 +193,7 @@ class ToolRegistry:
             rules=self.rules,
             subagents=self.subagents,
             spend=self.spend,
+            grants=self.grants,
         )
 
     def __len__(self) -> int:
@@ -202,8 +212,13 @@ UNDECLARED_FLAGS = ("has_preview", "has_inverse")
 
 def _described(spec: dict[str, Any]) -> dict[str, Any]:
     """A spec as the catalogue's digest reads it: without a preview or an inverse
-    flag that is False, so a catalogue digests as it did before they existed."""
-    return {k: v for k, v in spec.items() if not (k in UNDECLARED_FLAGS and v is False)}
+    flag that is False, nor a ``server`` that is None (a built-in tool), so a catalogue
+    digests as it did before they existed."""
+    return {
+        k: v
+        for k, v in spec.items()
+        if not (k in UNDECLARED_FLAGS and v is False) and not (k == "server" and v is None)
+    }
 
 
 def _subagent_tool(spec: SubagentSpec) -> BaseTool:
@@ -293,7 +308,11 @@ def load_registry(
     table = None
     if settings is not None and settings.policies_file:
         policies = load_policies(settings.policies_file, tools=[t.spec() for t in registry.tools()])
+        if policies.previews:  # MCP tools' previews (parley.tools.mcp_previews)
+            named = with_previews(registry.tools(), policies.previews, settings.policies_file)
+            registry = ToolRegistry(named)
         registry.rules, registry.subagents = policies.rules, policies.subagents
         registry.spend, table = policies.budget, policies.agent
+        registry.grants = policies.grants
     registry.agent = load_agent(environ or {}, table, settings.policies_file if settings else None)
     return registry

@@ -60,6 +60,10 @@ PREVIEW_TIMEOUT_SECONDS = 30.0
 #: unstable (a bug in the tool: the call is refused, never run in some other form).
 CANONICAL_ROUNDS = 4
 
+#: The key of a tool's ``metadata`` that names the MCP server serving it, as
+#: ``name@version`` (set by the MCP toolset; ``ToolSpec.server``).
+SERVER_METADATA = "parley_server"
+
 
 class UnstableCanonicalForm(ValueError):
     """A tool's ``prepare`` keeps changing its own output: no form is canonical."""
@@ -173,6 +177,7 @@ class ParleyTool:
             extra_args_allowed=schema.get("additionalProperties") not in (None, False),
             has_preview=self.preview is not None,
             has_inverse=self.compensate is not None,
+            server=(self.tool.metadata or {}).get(SERVER_METADATA),
         )
 
     async def previewed(self, args: dict[str, Any], context: ToolContext) -> ToolPreview | None:

@@ -24,6 +24,19 @@ decides (``parley.contracts.policies`` says what "matches" means)::
     outside = true
     decide = "deny"
 
+A ``confirm`` rule may name a judge, asked before a person (``judge_model`` must load,
+as ``PARLEY_MODEL`` would; ``parley.activities.judging``)::
+
+    [[rule]]
+    name = "plans-judged"
+    tool = "create_plan"
+    decide = "confirm"
+    judge = "model"
+    judge_model = "openai:gpt-4o-mini"
+    judge_instructions = "approve plans for this quarter"
+    on_doubt = "escalate"
+    escalate_to = "priya"
+
 One ``[[subagent]]`` table per subagent (``parley.contracts.SubagentSpec``): the model
 sees it as a tool that takes a task; the task runs as a child conversation that may use
 only the tools ``tools`` names, behind the same rules and gate::
@@ -49,6 +62,22 @@ the mark by the same step, reject ends the turn)::
     [budget]
     confirm_over_tokens = 200000
 
+One ``[grants]`` table may bound remembered decisions (``parley.contracts.grants``):
+how long one lasts when its decision names no ``remember_seconds``, and the longest
+any may last::
+
+    [grants]
+    remember_seconds = 86400
+    max_remember_seconds = 604800
+
+One ``[[preview]]`` table per MCP tool given a preview (``parley.tools.mcp_previews``):
+its preview is the answer of ``with``, a read-only tool of the same server, called with
+the call's arguments that tool declares::
+
+    [[preview]]
+    tool = "erase_notes"
+    with = "find_notes"
+
 The file is read strictly, so that it never fails open: a key no table takes (with
 the nearest known one), a value of the wrong type (``"true"`` for ``true``, ``2.0`` for
 ``2``: TOML has types, nothing is coerced), a ``tool`` that names no tool of the worker,
@@ -68,9 +97,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from parley.contracts import PolicyRule, SpendBudget, SubagentSpec, ToolSpec
+from parley.contracts.grants import GrantLimits
 from parley.contracts.policies import pattern_fits
 from parley.tools.loading import read_config_file
 
@@ -81,7 +111,9 @@ TABLES = {
     "rule": "[[rule]]",
     "subagent": "[[subagent]]",
     "budget": "[budget]",
+    "grants": "[grants]",
     "agent": "[agent]",
+    "preview": "[[preview]]",
 }
 
 #: How many tool names a message lists at most.
@@ -104,6 +136,19 @@ class Policies:
     subagents: list[SubagentSpec] = field(default_factory=list)
     budget: SpendBudget | None = None
     agent: AgentTable | None = None
+    grants: GrantLimits | None = None
+    previews: list[PreviewTable] = field(default_factory=list)
+
+
+class PreviewTable(BaseModel):
+    """A ``[[preview]]`` table: MCP tool ``tool``'s preview is the answer of ``with``
+    (``reader``), a read-only tool of the same server. The names are checked against
+    the worker's tools by ``parley.tools.mcp_previews``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tool: str
+    reader: str = Field(alias="with")
 
 
 class AgentTable(BaseModel):
@@ -136,7 +181,9 @@ def load_policies(
                 "",
                 f"unknown table {key!r}{_nearest(key, TABLES, shown=TABLES)}; write each rule "
                 "as a [[rule]] table, each subagent as a [[subagent]] table, the spending "
-                "mark as one [budget] table and the agent as one [agent] table",
+                "mark as one [budget] table, the grants' lifetimes as one [grants] table, "
+                "the agent as one [agent] table and each MCP tool's preview as a "
+                "[[preview]] table",
             )
     agent = None
     if "agent" in raw:
@@ -152,6 +199,11 @@ def load_policies(
         if not isinstance(raw["budget"], dict):
             raise PolicyFileError(file, "", "write the budget as one [budget] table")
         budget = _parsed(SpendBudget, raw["budget"], "[budget]", file)
+    grants = None
+    if "grants" in raw:
+        if not isinstance(raw["grants"], dict):
+            raise PolicyFileError(file, "", "write the grants' lifetimes as one [grants] table")
+        grants = _parsed(GrantLimits, raw["grants"], "[grants]", file)
     subagents: list[SubagentSpec] = []
     for number, table in enumerate(_tables(raw, "subagent", file), start=1):
         where = _label("subagent", table, number)
@@ -191,7 +243,18 @@ def load_policies(
                     "it would (put the narrower rule first, or remove one)",
                 )
         rules.append(rule)
-    return Policies(rules=rules, subagents=subagents, budget=budget, agent=agent)
+    previews = [
+        _parsed(PreviewTable, table, _label("preview", {"name": table.get("tool")}, n), file)
+        for n, table in enumerate(_tables(raw, "preview", file), start=1)
+    ]
+    return Policies(
+        rules=rules,
+        subagents=subagents,
+        budget=budget,
+        agent=agent,
+        grants=grants,
+        previews=previews,
+    )
 
 
 def _check_args(rule: PolicyRule, specs: list[ToolSpec], where: str, file: Path) -> None:
@@ -277,9 +340,13 @@ def _parsed(model: type[M], table: dict[str, Any], where: str, file: Path) -> M:
     """``table`` as ``model``, strictly: every key one of its fields, every value of
     the field's own type (TOML has types: ``"true"`` is no boolean, ``2.0`` no
     integer)."""
-    known = list(model.model_fields)
+    known = [f.alias or k for k, f in model.model_fields.items()]  # as the file names them
     # A key it wants and has not got is the likeliest meaning of one it does not know.
-    wanted = [k for k, f in model.model_fields.items() if f.is_required() and k not in table]
+    wanted = [
+        f.alias or k
+        for k, f in model.model_fields.items()
+        if f.is_required() and (f.alias or k) not in table
+    ]
     problems = [
         f"unknown key {key!r}"
         + (

@@ -35,7 +35,9 @@ from temporalio.worker import Worker, WorkerDeploymentConfig
 from parley.activities.audit_archive import AuditArchiveActivities
 from parley.activities.compaction import ContextBudget, known_window
 from parley.activities.http import aclose_shared_client, new_http_client
+from parley.activities.judging import JudgeActivities, judge_models
 from parley.activities.model_calls import ModelActivities
+from parley.activities.models import build_chat_model
 from parley.activities.models.failover import ListedModels, build_chat_models
 from parley.activities.notifications import NotifyActivities
 from parley.activities.previews import PreviewActivities
@@ -93,6 +95,7 @@ def load_tools_and_model(
         raise ValueError(
             f"PARLEY_MODEL={settings.model!r}: {type(problem).__name__}: {problem}"
         ) from None
+    load_judges(registry, settings)  # a judge_model that does not load: one line, now
     if not len(registry):
         warn(
             f"no tools: PARLEY_TOOLS={settings.tools!r} loads none, so the model can only "
@@ -107,6 +110,13 @@ def listed_models(settings: Settings) -> ListedModels:
     environment beside ``Settings`` (``parley.contracts.failover``)."""
     access = ModelAccess.from_settings(settings)  # the models' keys, not the Settings
     return build_chat_models(settings.model, access, cooldown_seconds(os.environ))
+
+
+def load_judges(registry: ToolRegistry, settings: Settings) -> JudgeActivities:
+    """The judges the policy file's rules name (``judge_model``), each built once as
+    ``PARLEY_MODEL`` would build it, with the models' keys (``ModelAccess``)."""
+    access = ModelAccess.from_settings(settings)
+    return JudgeActivities(judge_models(registry.rules, lambda s: build_chat_model(s, access)))
 
 
 def context_budget(settings: Settings) -> ContextBudget | None:
@@ -173,6 +183,7 @@ def build_worker(
     )
     audit_archive = AuditArchiveActivities(AuditArchive(driver_of(client.data_converter)))
     previews = PreviewActivities(registry)
+    judges = load_judges(registry, settings)
     activities: list[Callable[..., Any]] = [
         model_activities.call_model,
         model_activities.compaction.compact_context,
@@ -180,6 +191,7 @@ def build_worker(
         tool_activities.run_tool,
         previews.preview_call,
         previews.inverse_call,
+        judges.judge_call,
         audit_archive.archive_audit,
     ]
     if settings.notify_url:

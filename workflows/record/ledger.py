@@ -49,6 +49,7 @@ from parley.contracts import (
     turn_tool_result,
 )
 from parley.contracts.errors import ErrorType, model_visible_text
+from parley.contracts.judging import JudgeVerdict
 from parley.workflows.record.audit_archive import AUDIT_WINDOW_CAP
 from parley.workflows.record.events import EventLog
 from parley.workflows.record.pending import PendingCalls
@@ -139,6 +140,7 @@ class Ledger:
         detail: dict[str, Any] | None = None,
         actor: str | None = None,
         stored: StoredResult | None = None,
+        judged: JudgeVerdict | None = None,
     ) -> None:
         """Give a tool call its one ToolMessage, event, audit entry and turn result. The
         ToolMessage holds what the model reads (a long result cut, with a note); the
@@ -146,10 +148,13 @@ class Ledger:
         in history as ``run_tool``'s result and, when ``stored`` (the worker kept it in
         the payload store), the artifact says where (``parley result`` reads it)."""
         reported = turn_tool_result(call.tool_call_id, call.name, result)
-        # The event's envelope has its four keys (and a note when a preview was cut); the
-        # artifact (history) only what is set.
+        reported.judged = judged  # the call's judge decided it: every surface says so
+        # The event's envelope has its four keys (a note when a preview was cut, the
+        # judge's verdict when one decided the call); the artifact (history) what is set.
         unset_notes = {
-            k for k in ("content_chars", "payload_omitted_bytes") if not getattr(reported, k)
+            k
+            for k in ("content_chars", "payload_omitted_bytes", "judged")
+            if not getattr(reported, k)
         }
         envelope = reported.model_dump(mode="json", exclude={"tool_call_id", "name", *unset_notes})
         artifact = reported.model_dump(
@@ -297,6 +302,7 @@ class Ledger:
             subagent_usage=s.delegations.usage(),
             scheduled=[c for c in s.scheduled if c.undone_by is None],
             revertible_tools=[t.name for t in s.tools.tools if t.has_inverse] if s.tools else [],
+            remembered=s.remembered,
         )
 
     def escalated_snapshot(self, tool_call_ids: set[str]) -> ConversationSnapshot:
@@ -361,6 +367,8 @@ def _decision_channel(detail: dict[str, Any]) -> str:
         return "remembered"
     if "link" in detail:  # a signed approval link (parley.contracts.links), through the gateway
         return "link"
+    if "judge" in detail:  # a rule's judge (parley.contracts.judging), by Parley
+        return "judge"
     return "update" if workflow.current_update_info() is not None else "signal"
 
 

@@ -34,6 +34,7 @@ from parley.contracts import (
     evaluate,
 )
 from parley.contracts.errors import ErrorType
+from parley.contracts.grants import Lapse, lapse_of
 from parley.workflows.rules.membership import is_named
 
 
@@ -51,6 +52,9 @@ class Run(NamedTuple):
 class Wait(NamedTuple):
     call: PendingCall
     outcome: PolicyOutcome
+    #: A remembered decision of this call's shape that no longer holds, and why: the
+    #: call waits instead (``parley.contracts.grants``), and the caller forgets it.
+    lapsed: tuple[RememberedDecision, Lapse] | None = None
 
 
 Verdict = Refuse | Run | Wait
@@ -89,7 +93,7 @@ def triage(
     problem = spec.args_error(call.args)
     if problem:
         return Refuse(ErrorType.TOOL_INPUT, f"invalid arguments for {call.name}: {problem}")
-    outcome, remembered = policy_of(spec, call, context)
+    outcome, remembered, lapsed = policy_of(spec, call, context)
     if outcome.policy == "deny":
         why = f" (rule `{outcome.rule}`)" if outcome.rule else ""
         if remembered is not None:
@@ -116,7 +120,7 @@ def triage(
         args_hash=args_hash(call.args),
         description=spec.description,
         expires_at=context.now + timedelta(seconds=seconds),
-        reason=outcome.reason() if outcome.rule else None,
+        reason=_reason(outcome, lapsed),
         on_timeout=on_timeout,
         reviewer_rule=outcome.rule if outcome.requires_reviewer else None,
         edited_by=edited_by,
@@ -124,7 +128,7 @@ def triage(
         proposed_at=context.now,
         undo_seconds=outcome.undo_seconds,
     )
-    return Wait(pending, outcome)
+    return Wait(pending, outcome, lapsed)
 
 
 def is_other_reviewer(user: str, context: Proposal, groups: Sequence[str] = ()) -> bool:
@@ -135,16 +139,30 @@ def is_other_reviewer(user: str, context: Proposal, groups: Sequence[str] = ()) 
 
 def policy_of(
     spec: ToolSpec, call: ToolCall, context: Proposal
-) -> tuple[PolicyOutcome, RememberedDecision | None]:
+) -> tuple[PolicyOutcome, RememberedDecision | None, tuple[RememberedDecision, Lapse] | None]:
     """The rules first (the first match decides); a call that would wait for a
-    decision then takes a remembered decision for its shape, if there is one."""
+    decision then takes a remembered decision for its shape, if there is one and it
+    still holds (its tool, policy file, server and lifetime: ``lapse_of``); one that
+    no longer does is returned third, with why."""
     outcome = evaluate(context.catalogue.rules, call.name, call.args, context.now, spec.policy)
     if outcome.policy == "confirm" and not outcome.requires_reviewer:
         shape = call_shape(call.name, call.args)
         for remembered in reversed(context.remembered):
             if remembered.shape == shape:
-                return PolicyOutcome(policy=remembered.policy, remembered=True), remembered
-    return outcome, None
+                lapse = lapse_of(remembered, spec, context.catalogue.rules, context.now)
+                if lapse is not None:
+                    return outcome, None, (remembered, lapse)
+                return PolicyOutcome(policy=remembered.policy, remembered=True), remembered, None
+    return outcome, None, None
+
+
+def _reason(outcome: PolicyOutcome, lapsed: tuple[RememberedDecision, Lapse] | None) -> str | None:
+    """Why a call waits, when something says: a remembered decision that no longer
+    holds, and the rule that matched."""
+    said = [lapsed[1].why] if lapsed is not None else []
+    if outcome.rule:
+        said.append(outcome.reason())
+    return "; ".join(said) or None
 
 
 def on_timeout_of(outcome: PolicyOutcome, default_seconds: float) -> OnTimeout | None:

@@ -26,11 +26,9 @@ from parley.contracts import (
     DecideInput,
     Decision,
     PendingCall,
-    RememberedDecision,
     ToolCall,
     ToolResult,
     args_hash,
-    call_shape,
 )
 from parley.contracts.activity_config import CANONICAL_ARGS_ACTIVITY
 from parley.contracts.errors import InvalidDecision
@@ -38,13 +36,13 @@ from parley.workflows.context import Records, View
 from parley.workflows.record import metrics
 from parley.workflows.rules.triage import Refuse, Run, Verdict, Wait, triage
 from parley.workflows.turn.execution import ToolRunner, TurnFailed
+from parley.workflows.turn.grants import Grants
+from parley.workflows.turn.judging import Judge
 from parley.workflows.turn.previews import Previews
 from parley.workflows.turn.spending import SpendGate
 from parley.workflows.turn.subagents import Subagents
 from parley.workflows.turn.undo import UndoWindow
 
-#: How many remembered decisions a conversation keeps (the oldest go first).
-REMEMBERED_KEPT = 64
 #: The patch under which an edit is a new proposal (``canonical_args``, then the rules);
 #: histories recorded before it replay the old way (the edit ran as given).
 EDITS_ARE_PROPOSALS = "edits-are-proposals"
@@ -63,16 +61,19 @@ class DecisionJobs(NamedTuple):
     subagents: Subagents
     previews: Previews
     undo: UndoWindow
+    judge: Judge | None = None
 
 
 class Decisions:
-    """The one writer of ``ConversationState.remembered``; ``state`` is read only."""
+    """Applies decisions; ``state`` is read only (a remembered decision is kept by
+    ``grants``)."""
 
     def __init__(self, view: View, records: Records, jobs: DecisionJobs) -> None:
         self._state, self._start, self._view = view.state, view.start, view
         self._ledger, self._pending, self._tally = records.ledger, records.pending, records.tally
         self._execute, self._spend, self._subagents = jobs.tools.execute, jobs.spend, jobs.subagents
-        self._previews, self._undo = jobs.previews, jobs.undo
+        self._previews, self._undo, self._judge = jobs.previews, jobs.undo, jobs.judge
+        self._grants = Grants(view, records)
 
     async def _canonical_args(
         self, request: CanonicalArgsInput, *, summary: str
@@ -236,18 +237,9 @@ class Decisions:
             await self._execute(call, **approval)
 
     def _remember(self, call: PendingCall, decision: Decision, decided_by: str) -> None:
-        """Later calls of this shape take this decision without asking (bounded)."""
-        remembered = RememberedDecision(
-            shape=call_shape(call.name, call.args),
-            policy="auto" if decision.action == "approve" else "deny",
-            decided_by=decided_by,
-            tool_call_id=call.tool_call_id,
-        )
-        kept = [r for r in self._state.remembered if r.shape != remembered.shape]
-        self._state.remembered = [*kept, remembered][-REMEMBERED_KEPT:]
-        self._ledger.audit(
-            "remembered", decided_by, call.tool_call_id, call.name, {"policy": remembered.policy}
-        )
+        """Later calls of this shape take this decision without asking, while what it
+        was given for holds (``grants``, their one writer)."""
+        self._grants.remember(call, decision, decided_by)
 
     async def _apply_one(
         self,
@@ -274,6 +266,8 @@ class Decisions:
                 self._ledger.audit("proposed", decided_by, call.tool_call_id, call.name, detail)
                 self._ledger.audit_policy(edited, verdict.outcome)
                 await self._previews.show([verdict.call])
+                if self._judge is not None:  # judged again: these are other arguments
+                    await self._judge.review([(verdict.call, verdict.outcome)])
             else:
                 assert isinstance(verdict, Run)
                 self._ledger.audit_policy(edited, verdict.outcome)

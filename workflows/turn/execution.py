@@ -30,6 +30,7 @@ from parley.contracts import (
 )
 from parley.contracts.activity_config import TOOL_ACTIVITY
 from parley.contracts.errors import MODEL_VISIBLE_TOOL_ERRORS, ErrorType
+from parley.contracts.judging import JudgeVerdict
 from parley.workflows.context import Records, View
 from parley.workflows.lifecycle.handover import MB, TURN_HISTORY_BYTES, TURN_HISTORY_EVENTS
 from parley.workflows.record import metrics
@@ -84,6 +85,7 @@ class ToolRunner:
         rule: str | None = None,
         approvals: list[str] | None = None,
         proposed_at: datetime | None = None,
+        judged: JudgeVerdict | None = None,
     ) -> None:
         """Run a tool with the call's (canonical) arguments, before or after a decision,
         and answer its call; a subagent's tool starts its conversation instead."""
@@ -127,7 +129,7 @@ class ToolRunner:
                 }
             )
             detail = {"edited_args": args, "edited_by": edited_by}
-        self._ledger.answer(call, result, "ran", detail=detail, stored=stored)
+        self._ledger.answer(call, result, "ran", detail=detail, stored=stored, judged=judged)
 
     def _failed(self, call: ToolCall, err: ActivityError) -> ToolResult:
         """What a failed ``run_tool`` means: an error the model can read (input,

@@ -5,7 +5,8 @@ Each call's arguments arrive canonical from ``call_model``. A call of one of the
 end's own tools (``front_end``) is held for the client's result and never triaged;
 every other call is judged by ``triage`` (rules, remembered decisions, the tool's
 policy): refused with a reason the model reads, run at once (``auto``, in order, after
-all are sorted), or added to the pending calls to wait for a decision.
+all are sorted), or added to the pending calls to wait for a decision; a call whose
+rule names a judge is judged first (``judging``).
 """
 
 from __future__ import annotations
@@ -14,23 +15,38 @@ from langchain_core.messages import AIMessage
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from parley.contracts import PREVIEW_ARGS_CHARS, PendingCall, ToolCall, args_hash
+    from parley.contracts import (
+        PREVIEW_ARGS_CHARS,
+        PendingCall,
+        PolicyOutcome,
+        ToolCall,
+        args_hash,
+    )
     from parley.contracts.errors import ErrorType
     from parley.workflows.context import Records, View
     from parley.workflows.record.ledger import error_result
     from parley.workflows.rules.triage import Refuse, Run, invalid_call_refusal, triage
     from parley.workflows.turn.execution import ToolRunner, TurnFailed
     from parley.workflows.turn.front_end import FrontEnd
+    from parley.workflows.turn.grants import Grants
+    from parley.workflows.turn.judging import Judge
     from parley.workflows.turn.previews import Previews
 
 
 class Proposals:
     def __init__(
-        self, view: View, records: Records, tools: ToolRunner, front: FrontEnd, previews: Previews
+        self,
+        view: View,
+        records: Records,
+        tools: ToolRunner,
+        front: FrontEnd,
+        previews: Previews,
+        judge: Judge | None = None,
     ) -> None:
         self._ledger, self._pending, self._events = records.ledger, records.pending, records.events
         self._tools, self._front_end, self._proposal = tools, front, view.proposal
-        self._previews = previews
+        self._previews, self._judge = previews, judge
+        self._grants = Grants(view, records)
 
     async def handle(
         self, ai: AIMessage, *, proposer: str = "model", detail: dict[str, str] | None = None
@@ -40,7 +56,7 @@ class Proposals:
         ``proposer`` and ``detail`` go on each ``proposed`` entry (a revert's inverse is
         proposed by the person who asked for it)."""
         to_run: list[tuple[ToolCall, Run]] = []
-        waiting: list[PendingCall] = []
+        waiting: list[tuple[PendingCall, PolicyOutcome]] = []
         for broken in ai.invalid_tool_calls:  # not JSON, or arguments the tool refused
             call = ToolCall(tool_call_id=broken["id"] or "", name=broken["name"] or "unknown")
             raw = (broken["args"] or "")[:PREVIEW_ARGS_CHARS]
@@ -66,8 +82,10 @@ class Proposals:
             elif isinstance(verdict, Run):
                 to_run.append((call, verdict))
             else:
+                if verdict.lapsed is not None:  # a remembered decision that no longer holds
+                    self._grants.lapse(*verdict.lapsed, call)
                 self._pending.add(verdict.call)
-                waiting.append(verdict.call)
+                waiting.append((verdict.call, verdict.outcome))
         try:
             for call, run in to_run:
                 remembered = run.remembered
@@ -84,7 +102,9 @@ class Proposals:
                     approved_by=remembered.decided_by if remembered else None,
                     rule=run.outcome.rule,
                 )
+            await self._previews.show([call for call, _ in waiting])
+            if self._judge is not None:  # a rule's judge, before a person is asked
+                await self._judge.review(waiting)
         except TurnFailed:
             self._ledger.abandon_unanswered(ai)
             raise
-        await self._previews.show(waiting)

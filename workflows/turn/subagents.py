@@ -43,6 +43,7 @@ from parley.contracts.names import CONVERSATION_WORKFLOW, DECIDE_SIGNAL, SUBAGEN
 from parley.workflows.context import Records, View
 from parley.workflows.record import metrics
 from parley.workflows.record.ledger import error_result
+from parley.workflows.turn.undo import drop_subagent_windows
 
 
 class Subagents:
@@ -199,6 +200,7 @@ class Subagents:
         state = self._state
         state.delegations.active.remove(delegation)
         self._children.pop(delegation.tool_call_id, None)
+        drop_subagent_windows(state, delegation.tool_call_id)
         self._pending.remove(self._pending.of_subagent(delegation.tool_call_id))
         why = "its conversation is gone"
         snapshot: ConversationSnapshot | None = None
@@ -257,6 +259,7 @@ class Subagents:
             self._count_ended(delegation.usage)  # as it last reported
         state.delegations.active = []
         state.delegations.reports = []
+        drop_subagent_windows(state)
         self._pending.remove_subagents()
 
     async def report_to_parent(

@@ -7,7 +7,8 @@
 //   dom.js                   building nodes, formatting, the error banner
 //   api.js                   the gateway's REST API (a refused token: EVENTS.UNAUTHORIZED)
 //   refresh.js               reading the snapshot and the list again (EVENTS.SNAPSHOT, ...)
-//   transcript.js, list.js   views that need no other view
+//   transcript.js, list.js,  views that need no other view (inbox.js: calls waiting on
+//   inbox.js                 the user across conversations, identical ones at once)
 //   approvals.js, stream.js  the approval cards; the live events
 //   undo.js                  approved calls in their undo window (countdown, Undo)
 //   conversation.js, auth.js opening, rendering and sending; signing in and out
@@ -22,6 +23,7 @@ import { hashParams, loadMe, showTokenForm, signOut, takeTokenFromHash } from ".
 import { openConversation, renderChat, retryFrom, sendMessage } from "./conversation.js";
 import { clearError, randomId } from "./dom.js";
 import { EVENTS, on } from "./events.js";
+import { loadInbox, renderInbox, toggleInbox } from "./inbox.js";
 import { renderList } from "./list.js";
 import { loadList } from "./refresh.js";
 import { $, LIST_EVERY_MS, SESSION_RE, state, TOKEN_KEY } from "./state.js";
@@ -35,7 +37,10 @@ function listen() {
     renderChat();
     renderList(); // the open conversation's row says what its header says
   });
-  on(EVENTS.CONVERSATIONS, renderList);
+  on(EVENTS.CONVERSATIONS, () => {
+    renderList();
+    loadInbox(); // read with the list: what waits on the user changes with it
+  });
   on(EVENTS.OPEN, openConversation);
   on(EVENTS.RETRY, retryFrom);
 }
@@ -44,6 +49,7 @@ function listen() {
 function tickClocks() {
   tickExpiries();
   if (state.conversations.length) renderList();
+  renderInbox();
 }
 
 function onHashChange() {
@@ -104,6 +110,8 @@ function wire() {
     $("new-error").hidden = true;
   });
   $("list-refresh").addEventListener("click", loadList);
+  $("inbox-refresh").addEventListener("click", loadInbox);
+  $("inbox-title").addEventListener("click", toggleInbox);
   $("composer").addEventListener("submit", (e) => {
     e.preventDefault();
     sendMessage();

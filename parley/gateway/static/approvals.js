@@ -6,7 +6,7 @@
 // still there after its decision was not applied, and the page says so.
 
 import { api, conversationPath, handleError } from "./api.js";
-import { el, expiryText, previewBlock, showError } from "./dom.js";
+import { el, expiryText, judgedText, previewBlock, showError } from "./dom.js";
 import { loadList, loadSnapshot } from "./refresh.js";
 import { $, currentPending, state } from "./state.js";
 import { updateWorking } from "./transcript.js";
@@ -147,6 +147,7 @@ export function buildCard(p, view = awaitingOf(p)) {
     cardHead(mayApprove ? "Approve tool call?" : "Tool call", p.name, expiry),
     p.description ? el("p", { class: "desc", text: p.description }) : null,
     p.reason ? el("p", { class: "small muted reason", text: "Needs approval: " + p.reason }) : null,
+    p.judged ? el("p", { class: "small judged", "data-testid": "judged", text: judgedText(p.judged) }) : null,
     p.subagent ? subagentMark(p.subagent) : null,
     (p.approvals_needed || 1) > 1 ? quorumMark(p) : null,
     awaitingMark(view),

@@ -88,6 +88,16 @@ export function clearError() {
   $("error-text").textContent = "";
 }
 
+// "escalated by judge: unknown target": the verdict of the call's judge, as `parley show`
+// says it, on a card and under a result (JudgeVerdict.label in parley/contracts/judging.py: change both together).
+export function judgedText(judged) {
+  if (judged.outcome === "opinion") return `judge's opinion (not an approval here): approve: ${judged.reason}`;
+  if (judged.failed) return `no verdict from the judge: ${judged.reason}`;
+  if (judged.outcome === "stale") return `the judge's ${judged.verdict} was of other arguments; a person decides`;
+  const said = { approve: "approved", deny: "denied", escalate: "escalated" }[judged.verdict];
+  return `${said} by judge: ${judged.reason}`;
+}
+
 // A pending call's preview (what it would change) as lines, the way `parley show` prints
 // it (parley/client/previews.py: change both together): a dict's keys one per line, a
 // list as bullets, long text cut. Text only: the data comes from a tool.

@@ -3,7 +3,7 @@
 // inverse: POST …/calls/{id}/revert, whose proposal then waits as any pending call).
 
 import { api, conversationPath, errorOf, handleError } from "./api.js";
-import { compactJSON, el, statusText, textOf } from "./dom.js";
+import { compactJSON, el, judgedText, statusText, textOf } from "./dom.js";
 import { emit, EVENTS } from "./events.js";
 import { loadSnapshot } from "./refresh.js";
 import { $, isEnded, state } from "./state.js";
@@ -242,7 +242,7 @@ export function renderMessage(m, names, open, closed) {
     const artifact = m.artifact && typeof m.artifact === "object" ? m.artifact : {};
     const status = resultStatus(artifact.status || m.status || "success", artifact.payload);
     const name = m.name || names.get(m.tool_call_id) || "tool";
-    const block = resultBlock(m.tool_call_id, name, status, text, open, closed);
+    const block = resultBlock(m.tool_call_id, name, status, text, open, closed, artifact.judged);
     return artifact.stored ? [block, wholeResultLink(m.tool_call_id, artifact.stored)] : [block];
   }
   if (text.trim()) {
@@ -283,7 +283,7 @@ function resultStatus(status, payload) {
   return payload && typeof payload === "object" && payload.decision === "respond" ? "responded" : status;
 }
 
-export function resultBlock(toolCallId, name, status, text, open, closed) {
+export function resultBlock(toolCallId, name, status, text, open, closed, judged) {
   const bad = status !== "success" && status !== "responded";
   const short = text.length <= 600 && text.split("\n").length <= 12;
   const details = el("details", {
@@ -304,6 +304,7 @@ export function resultBlock(toolCallId, name, status, text, open, closed) {
       el("span", { class: "tool-name", text: name }),
       el("span", { class: "result-preview", text: preview + (text.length > 90 ? "…" : "") }),
     ),
+    ...(judged ? [el("p", { class: "small judged", "data-testid": "result-judged", text: judgedText(judged) })] : []),
     el("pre", { class: "result-body", text }),
   );
   return details;
@@ -312,5 +313,6 @@ export function resultBlock(toolCallId, name, status, text, open, closed) {
 export function liveResult(toolCallId, info) {
   const env = info.envelope || {};
   const text = typeof env.content === "string" ? env.content : compactJSON(env, 4000);
-  return resultBlock(toolCallId, info.name || "tool", resultStatus(env.status || "success", env.payload), text);
+  const status = resultStatus(env.status || "success", env.payload);
+  return resultBlock(toolCallId, info.name || "tool", status, text, undefined, undefined, env.judged);
 }
