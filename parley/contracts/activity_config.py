@@ -106,6 +106,14 @@ INVERSE_ACTIVITY = ActivityConfig(
     retry=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=5),
 )
 
+JUDGE_ACTIVITY = ActivityConfig(
+    # One model call, bounded inside the activity (``JUDGE_TIMEOUT_SECONDS`` in
+    # ``parley.contracts.judging``): a judge that
+    # does not answer is doubt, not a failure. Retried only for a worker that died.
+    start_to_close=timedelta(minutes=3),
+    retry=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=3),
+)
+
 PREVIEW_ACTIVITY = ActivityConfig(
     # A tool's preview reads its target (a remote, a REST backend): it runs with the
     # tool's own bound (``PREVIEW_TIMEOUT_SECONDS`` in ``parley.tools``, under this

@@ -12,25 +12,15 @@ under a quorum or a reviewer its approve is an opinion, never an approval
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any, Literal
 
 from pydantic import Field
-from temporalio.common import RetryPolicy
 
-from parley.contracts.activity_config import ActivityConfig
 from parley.contracts.payloads import Contract
 from parley.contracts.policies import PolicyRule
 
 #: Runs a rule's judge (``activities.judging``).
 JUDGE_CALL = "parley.judge_call"
-
-JUDGE_ACTIVITY = ActivityConfig(
-    # One model call, bounded inside the activity (JUDGE_TIMEOUT_SECONDS): a judge that
-    # does not answer is doubt, not a failure. Retried only for a worker that died.
-    start_to_close=timedelta(minutes=3),
-    retry=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=3),
-)
 
 #: How long the judge's model may take to answer (then: doubt).
 JUDGE_TIMEOUT_SECONDS = 120.0

@@ -28,10 +28,10 @@ from parley.contracts import (
     ToolResult,
     text_of,
 )
+from parley.contracts.activity_config import JUDGE_ACTIVITY
 from parley.contracts.judging import (
     EXCERPT_MESSAGE_CHARS,
     EXCERPT_MESSAGES,
-    JUDGE_ACTIVITY,
     JUDGE_CALL,
     ExcerptMessage,
     JudgeCallInput,
