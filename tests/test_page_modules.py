@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"dom.js"},  # building nodes from untrusted text, formatting, the error banner
     {"api.js", "oidc.js"},  # the gateway's REST API; an OpenID Connect provider's sign-in
     {"refresh.js"},  # reading the snapshot and the list again
-    {"transcript.js", "list.js", "inbox.js"},  # views that need no other view
+    {"transcript.js", "list.js", "inbox.js", "grants.js"},  # views that need no other view
     {"approvals.js", "stream.js", "undo.js"},  # the cards, live events, undo windows
     {"conversation.js", "auth.js"},  # opening and sending; signing in and out
     {"app.js"},  # wires the page and starts it

@@ -8,7 +8,8 @@
 //   api.js                   the gateway's REST API (a refused token: EVENTS.UNAUTHORIZED)
 //   refresh.js               reading the snapshot and the list again (EVENTS.SNAPSHOT, ...)
 //   transcript.js, list.js,  views that need no other view (inbox.js: calls waiting on
-//   inbox.js                 the user across conversations, identical ones at once)
+//   inbox.js, grants.js      the user across conversations, identical ones at once;
+//                            grants.js: remembered decisions, Revoke, a card's remember)
 //   approvals.js, stream.js  the approval cards; the live events
 //   undo.js                  approved calls in their undo window (countdown, Undo)
 //   conversation.js, auth.js opening, rendering and sending; signing in and out

@@ -7,6 +7,7 @@
 
 import { api, conversationPath, handleError } from "./api.js";
 import { el, expiryText, judgedText, previewBlock, showError } from "./dom.js";
+import { mayRemember, reasonMark, remembered, rememberControls } from "./grants.js";
 import { loadList, loadSnapshot } from "./refresh.js";
 import { $, currentPending, state } from "./state.js";
 import { updateWorking } from "./transcript.js";
@@ -27,7 +28,8 @@ export function renderCards(pending) {
     const view = awaitingOf(p);
     // Built again when what it offers changed (a quorum's approval, new arguments, a
     // new preview).
-    const sig = JSON.stringify([p.args_hash, p.preview && p.preview.hash, (p.approvals || []).length, view]);
+    const approvals = (p.approvals || []).length;
+    const sig = JSON.stringify([p.args_hash, p.preview && p.preview.hash, approvals, view, mayRemember()]);
     if (card && card._parley.sig !== sig) {
       card.remove();
       card = null;
@@ -136,6 +138,7 @@ export function buildCard(p, view = awaitingOf(p)) {
   // or a quorum's reviewer who approved already, reads the call and who it waits for.
   const mayApprove = Boolean(view.may_approve);
   const mayDecide = Boolean(view.may_decide);
+  const remember = mayApprove && mayRemember() ? rememberControls(p) : null;
   textarea.readOnly = !mayApprove;
   const card = el(
     "div",
@@ -146,7 +149,7 @@ export function buildCard(p, view = awaitingOf(p)) {
     },
     cardHead(mayApprove ? "Approve tool call?" : "Tool call", p.name, expiry),
     p.description ? el("p", { class: "desc", text: p.description }) : null,
-    p.reason ? el("p", { class: "small muted reason", text: "Needs approval: " + p.reason }) : null,
+    reasonMark(p), // "asked again: …" when a remembered decision no longer holds
     p.judged ? el("p", { class: "small judged", "data-testid": "judged", text: judgedText(p.judged) }) : null,
     p.subagent ? subagentMark(p.subagent) : null,
     (p.approvals_needed || 1) > 1 ? quorumMark(p) : null,
@@ -165,6 +168,7 @@ export function buildCard(p, view = awaitingOf(p)) {
       mayDecide ? reason : null,
       mayDecide ? reject : null,
     ),
+    remember ? remember.row : null,
     mayDecide ? el("div", { class: "card-actions respond-row" }, answer, respond) : null,
     answerError,
   );
@@ -182,6 +186,7 @@ export function buildCard(p, view = awaitingOf(p)) {
     answer,
     respond,
     answerError,
+    remember,
   };
 
   textarea.addEventListener("input", () => {
@@ -193,6 +198,7 @@ export function buildCard(p, view = awaitingOf(p)) {
   });
   // The card a button sits on decides, whatever the card map holds meanwhile.
   approve.addEventListener("click", () => choose(p.tool_call_id, "approve", card));
+  if (remember) remember.button.addEventListener("click", () => choose(p.tool_call_id, "remember", card));
   edit.addEventListener("click", () => choose(p.tool_call_id, "edit", card));
   reject.addEventListener("click", () => choose(p.tool_call_id, "reject", card));
   reason.addEventListener("keydown", (e) => {
@@ -218,6 +224,7 @@ export function decisionFor(card, action) {
   const ui = card._parley;
   const id = ui.p.tool_call_id;
   if (action === "approve") return approval(ui.p);
+  if (action === "remember") return remembered(approval(ui.p), ui.remember && ui.remember.lifetime);
   if (action === "edit") {
     let args;
     try {
@@ -271,7 +278,8 @@ export function refreshCards() {
   const pending = currentPending();
   for (const card of state.cards.values()) {
     const ui = card._parley;
-    for (const b of [ui.approve, ui.edit, ui.reject, ui.respond]) if (b) b.disabled = state.busy;
+    const more = ui.remember ? [ui.remember.button, ui.remember.lifetime] : [];
+    for (const b of [ui.approve, ui.edit, ui.reject, ui.respond, ...more]) if (b) b.disabled = state.busy;
     if (ui.textarea) ui.textarea.readOnly = state.busy || !ui.mayApprove;
     if (ui.reason) ui.reason.disabled = state.busy;
     if (ui.answer) ui.answer.disabled = state.busy;

@@ -4,6 +4,7 @@
 import { api, conversationPath, handleError } from "./api.js";
 import { renderCards, setBusy } from "./approvals.js";
 import { clearError, el, showError } from "./dom.js";
+import { renderGrants } from "./grants.js";
 import { renderList } from "./list.js";
 import { loadList, loadSnapshot, scheduleRefresh } from "./refresh.js";
 import { $, isEnded, SESSION_RE, state } from "./state.js";
@@ -63,6 +64,7 @@ export function renderChat() {
   const ended = isEnded(snap);
   renderCards(snap && !ended ? snap.pending || [] : []);
   renderScheduled(snap); // approved calls in their undo window, then what became of them
+  renderGrants(snap); // the remembered decisions in force, each with Revoke
   const input = $("message-input");
   input.disabled = ended;
   if (ended) input.placeholder = "This conversation has ended: open a new one to go on.";
