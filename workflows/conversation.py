@@ -135,7 +135,7 @@ class ConversationWorkflow:
         tools, previews = ToolRunner(view, records, subagents), Previews(view, records)
         self._undo = undo = UndoWindow(view, records)
         notifier = Notifier(view, ledger)
-        judge = Judge(view, records, tools, undo, notifier)
+        judge = Judge(view, records, tools, undo, notifier, usage)
         self._jobs = jobs = TurnJobs(
             front_end=front_end,
             busy=Busy(view, records, stream, front_end),

@@ -247,6 +247,9 @@ class PendingCall(ToolCall):
     #: Why it waits: "confirm because rule `push-protected` matched", or the tool's
     #: own policy (None).
     reason: str | None = None
+    #: The policy rule whose match made it wait (``PolicyOutcome.rule``); None: the
+    #: tool's own policy, the spending mark, or a call recorded before this field.
+    rule: str | None = None
     #: What its rule says happens at ``expires_at``; None: it expires.
     on_timeout: OnTimeout | None = None
     #: The rule that requires a reviewer other than the requester to approve it.

@@ -11,7 +11,8 @@ that will run. The answer is one of:
   a remembered rejection); the model reads why;
 - :class:`Run`: ``auto`` (the tool, a rule or a remembered approval), or an edit whose
   new arguments the editor may approve themselves;
-- :class:`Wait`: a :class:`PendingCall` that waits for a decision.
+- :class:`Wait`: a :class:`PendingCall` that waits for a decision, naming the rule that
+  made it wait (``PendingCall.rule``).
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ def triage(
         description=spec.description,
         expires_at=context.now + timedelta(seconds=seconds),
         reason=_reason(outcome, lapsed),
+        rule=outcome.rule,
         on_timeout=on_timeout,
         reviewer_rule=outcome.rule if outcome.requires_reviewer else None,
         edited_by=edited_by,

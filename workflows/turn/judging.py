@@ -9,7 +9,9 @@ call as a decision by ``judge:<model>`` only if the call's arguments are still t
 it judged, no quorum or reviewer rule holds the call and no ``deny`` rule matches it
 (else it is shown as an opinion and the call waits); a deny rejects it with the judge's
 reason (the model reads it); an escalate, or no verdict, follows ``on_doubt``. Every
-verdict is audited (``judged``: model, verdict, reason, usage) and stays on the call.
+verdict is audited (``judged``: model, verdict, reason, usage) and stays on the call,
+and its tokens count as the conversation's usage (``UsageMeter.add_judged``), which the
+spending mark reads before the next model call.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from parley.workflows.context import Records, View
 from parley.workflows.turn.execution import ToolRunner
 from parley.workflows.turn.notifying import Notifier
 from parley.workflows.turn.undo import UndoWindow
+from parley.workflows.turn.usage import JUDGE_USAGE, UsageMeter
 
 #: Before this patch no rule had a judge.
 JUDGE = "judge"
@@ -50,11 +53,18 @@ JUDGE = "judge"
 
 class Judge:
     def __init__(
-        self, view: View, records: Records, tools: ToolRunner, undo: UndoWindow, notifier: Notifier
+        self,
+        view: View,
+        records: Records,
+        tools: ToolRunner,
+        undo: UndoWindow,
+        notifier: Notifier,
+        usage: UsageMeter,
     ) -> None:
         self._view, self._state = view, view.state
         self._ledger, self._pending = records.ledger, records.pending
         self._execute, self._undo, self._notifier = tools.execute, undo, notifier
+        self._usage = usage
 
     def _rule(self, outcome: PolicyOutcome) -> PolicyRule | None:
         if outcome.rule is None or outcome.remembered or outcome.policy != "confirm":
@@ -74,6 +84,9 @@ class Judge:
         if not judged or not workflow.patched(JUDGE):
             return
         verdicts = await asyncio.gather(*(self._judge(call, rule) for call, rule in judged))
+        if workflow.patched(JUDGE_USAGE):  # its tokens are the conversation's, whatever it said
+            for verdict in verdicts:
+                self._usage.add_judged(verdict)
         for (call, rule), verdict in zip(judged, verdicts, strict=True):
             await self._apply(call, rule, verdict)
 

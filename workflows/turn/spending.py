@@ -3,14 +3,14 @@ Workflow side (deterministic).
 
 The policy file's ``[budget] confirm_over_tokens = N`` reaches the workflow with the
 worker's catalogue. Before each model call, once the conversation's tree (its own model
-calls and its subagents', ``ConversationState.tree_usage``; in a subagent's
-conversation, counted from what its parent's tree had used when the task began) has
-used N tokens in all (``parley.workflows.turn.usage``), the call does not happen: a pending
-call named ``parley_continue_spending`` asks the owner (or a reviewer), on every
-surface that shows pending calls, and is audited like any other. Approve raises the
-mark by whole steps past what is used (200,000 → 400,000) and the turn goes on; reject
-(or expiry) ends the turn with a reply saying so, and the next message asks again.
-Only approve and reject fit it.
+calls, its rules' judges' and its subagents', ``ConversationState.tree_usage``; in a
+subagent's conversation, counted from what its parent's tree had used when the task
+began) has used N tokens in all (``parley.workflows.turn.usage``), the call does not
+happen: a pending call named ``parley_continue_spending`` asks the owner (or a
+reviewer), on every surface that shows pending calls, and is audited like any other.
+Approve raises the mark by whole steps past what is used (200,000 → 400,000) and the
+turn goes on; reject (or expiry) ends the turn with a reply saying so, and the next
+message asks again. Only approve and reject fit it.
 """
 
 from __future__ import annotations
