@@ -37,6 +37,7 @@ function listen() {
   on(EVENTS.SNAPSHOT, () => {
     renderChat();
     renderList(); // the open conversation's row says what its header says
+    renderInbox(); // the open conversation's state says which of its calls still wait
   });
   on(EVENTS.CONVERSATIONS, () => {
     renderList();

@@ -15,6 +15,7 @@ const ARGS_CHARS = 80;
 
 let inbox = null; // the latest GET /v1/inbox answer
 let deciding = false; // a batch decision is in flight: its answer comes first
+const answered = new Set(); // calls a batch here decided, until the inbox stops listing them
 
 export async function loadInbox() {
   if (!state.token || deciding) return;
@@ -24,6 +25,8 @@ export async function loadInbox() {
     handleError(err);
     return;
   }
+  const listed = new Set((inbox.calls || []).map((i) => keyOf(i.session_id, i.call.tool_call_id)));
+  for (const key of answered) if (!listed.has(key)) answered.delete(key);
   renderInbox();
 }
 
@@ -47,8 +50,22 @@ function groupsOf(calls) {
   return [...groups.values()];
 }
 
+// Whether a listed call still waits, as far as the page knows better than the inbox's
+// read (visibility lags a decision by a moment): the open conversation's snapshot (its
+// state, read after the inbox maybe) and the calls a batch here answered.
+function stillWaiting(item) {
+  if (answered.has(keyOf(item.session_id, item.call.tool_call_id))) return false;
+  const snap = state.snapshot;
+  if (item.session_id !== state.sid || !snap || !Array.isArray(snap.pending)) return true;
+  return snap.pending.some((c) => c.tool_call_id === item.call.tool_call_id);
+}
+
+function keyOf(sessionId, callId) {
+  return `${sessionId}\u0000${callId}`;
+}
+
 export function renderInbox() {
-  const calls = (inbox && inbox.calls) || [];
+  const calls = ((inbox && inbox.calls) || []).filter(stillWaiting);
   const unread = (inbox && inbox.unread) || [];
   $("inbox").hidden = !calls.length && !unread.length;
   $("inbox-title").textContent = `Waiting on you (${calls.length})`;
@@ -126,6 +143,9 @@ async function approveGroup(item, count, button) {
       tool_call_id: item.call.tool_call_id,
       action: "approve",
     });
+    for (const a of batch.applied || []) {
+      if (a.outcome === "decided") for (const id of a.tool_call_ids || []) answered.add(keyOf(a.session_id, id));
+    }
     const missed = (batch.applied || []).filter((a) => a.outcome !== "decided");
     if (missed.length) {
       showError(missed.map((a) => `${a.session_id}: ${a.detail}`).join("; "));
