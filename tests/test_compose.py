@@ -86,6 +86,7 @@ def test_compose_runs_two_workers_and_creates_the_search_attributes() -> None:
         "ParleyStatus:Keyword",
         "ParleyPendingTools:KeywordList",
         "ParleyReviewers:KeywordList",
+        "ParleyEscalatedTo:KeywordList",
     ):
         assert attribute in setup
 

@@ -2,12 +2,13 @@
 on identical ones. Client side (never imported by workflows).
 
 ``read_inbox`` needs no worker, like ``parley list``: Temporal's visibility names the
-open conversations that await a decision and that the user owns or reviews (a reviewer
-group of theirs too), with their owner and reviewers (``ParleyUser``,
-``ParleyReviewers``, ``ParleyStatus``, ``ParleyPendingTools``); each one's history
+open conversations that await a decision and that the user owns, reviews (a reviewer
+group of theirs too) or had a call escalated to (``visibility.awaiting_query``); each
+one's history
 gives its calls: the latest turn result an update returned (the turn that left them
 waiting), kept only when its calls' tools are the ones ``ParleyPendingTools`` says
-wait now. Who may do what with each call is the gate's own rule
+wait now, escalated to whom ``ParleyEscalatedTo`` names. Who may do what with each
+call is the gate's own rule
 (``workflows.rules.awaiting``), applied to those attributes: a call is in the inbox when
 the user may decide it. When the history does not tell (the run handed over to a new
 one while the calls waited; a timer expired, escalated or decided calls since), a state
@@ -38,8 +39,9 @@ from temporalio.service import RPCError
 
 from parley.client.conversations import Conversations
 from parley.client.errors import ConversationRefused, checked_user, checked_workflow_id
-from parley.client.visibility import _literal
+from parley.client.visibility import awaiting_query, concerns
 from parley.contracts import (
+    PARLEY_ESCALATED_TO,
     PARLEY_PENDING_TOOLS,
     PARLEY_REVIEWERS,
     PARLEY_USER,
@@ -52,9 +54,7 @@ from parley.contracts import (
     TurnResult,
 )
 from parley.contracts.errors import ErrorType
-from parley.contracts.reviewers import names_of
-from parley.workflows.conversation import ConversationWorkflow
-from parley.workflows.rules.awaiting import awaiting
+from parley.workflows.rules.awaiting import awaiting, escalated_people
 
 #: The actions a batch decision takes: the same answer to identical calls.
 BatchAction = Literal["approve", "reject"]
@@ -62,7 +62,7 @@ BatchAction = Literal["approve", "reject"]
 #: pages of events, the latest first.
 HISTORY_PAGE_EVENTS = 100
 HISTORY_PAGES = 5
-#: The rule a call's reason names: "confirm because rule `push-protected` matched".
+#: The rule a call's reason names (calls recorded before ``PendingCall.rule``).
 RULE_IN_REASON = re.compile(r"rule `([^`]+)`")
 
 
@@ -73,7 +73,7 @@ class InboxCall(BaseModel):
     #: The conversation's owner (who asked).
     owner: str
     call: PendingCall
-    #: The policy rule that made it wait; None: the tool's own policy.
+    #: The policy rule that made it wait (``rule_of``); None: the tool's own policy.
     rule: str | None = None
     #: When it began to wait (its proposal; else when its turn came to rest).
     waiting_since: datetime
@@ -126,26 +126,13 @@ def inbox_order(item: InboxCall) -> tuple[datetime, datetime, str, str]:
     return (item.waiting_since, item.call.expires_at, item.session_id, item.call.tool_call_id)
 
 
-def _rule_of(call: PendingCall) -> str | None:
-    if call.reviewer_rule:
-        return call.reviewer_rule
+def rule_of(call: PendingCall) -> str | None:
+    """The rule that made ``call`` wait: ``PendingCall.rule``; for a call recorded
+    before that field, its reviewer rule or the rule its reason names."""
+    if call.rule or call.reviewer_rule:
+        return call.rule or call.reviewer_rule
     found = RULE_IN_REASON.search(call.reason or "")
     return found.group(1) if found else None
-
-
-def _inbox_query(user_id: str, groups: Sequence[str]) -> str:
-    names = ", ".join(_literal(name) for name in sorted(names_of(user_id, groups)))
-    owner = f"ParleyUser = {_literal(user_id)}"
-    if '"' in user_id or "\\" in user_id:
-        # Temporal's SQL visibility never matches such a keyword with ``=``: select by
-        # the part before it; the exact owner is kept below.
-        prefix = re.split(r'["\\]', user_id, maxsplit=1)[0]
-        owner = f"ParleyUser STARTS_WITH {_literal(prefix)}" if prefix else "ParleyUser IS NOT NULL"
-    return (
-        f"WorkflowType = {_literal(ConversationWorkflow.__name__)} AND ParentWorkflowId IS NULL "
-        "AND ExecutionStatus = 'Running' AND ParleyStatus = 'awaiting_approval' "
-        f"AND ({owner} OR ParleyReviewers IN ({names}))"
-    )
 
 
 async def read_inbox(
@@ -166,14 +153,11 @@ async def read_inbox(
     if session is not None:
         checked_workflow_id(session)
     temporal = conversations.temporal
-    names = names_of(user_id, groups)
     found: dict[str, WorkflowExecution] = {}
     try:
-        async for run in temporal.list_workflows(_inbox_query(user_id, groups), limit=limit):
+        async for run in temporal.list_workflows(awaiting_query(user_id, groups), limit=limit):
             attributes = run.typed_search_attributes
-            if attributes.get(PARLEY_USER) != user_id and names.isdisjoint(
-                attributes.get(PARLEY_REVIEWERS) or []
-            ):
+            if not concerns(attributes, user_id, groups):
                 continue
             sid = run.id.removeprefix(WORKFLOW_ID_PREFIX)
             tools = attributes.get(PARLEY_PENDING_TOOLS) or []
@@ -217,7 +201,9 @@ async def _read_conversation(
     owner = attributes.get(PARLEY_USER) or ""
     tools = sorted(attributes.get(PARLEY_PENDING_TOOLS) or [])
     told = await _turn_from_history(conversations, run, tools)
-    if told is not None:
+    escalated = sorted(attributes.get(PARLEY_ESCALATED_TO) or [])
+    # A deadline that escalated a call since its turn rested left that result stale.
+    if told is not None and escalated_people(told[0].pending) == escalated:
         turn, rested = told
         state = ConversationState(
             session_id=sid,
@@ -266,7 +252,7 @@ def _waiting_on_reader(
             session_id=session_id,
             owner=owner,
             call=call,
-            rule=_rule_of(call),
+            rule=rule_of(call),
             waiting_since=call.proposed_at or rested,
             awaiting=view,
         )

@@ -3,7 +3,9 @@
 Client side. ``ConversationListing`` (which ``Conversations`` holds, and answers
 ``Conversations.list`` with) reads the workflow runs a user owns (or reviews) with their
 search attributes (``ParleyUser``, ``ParleyStatus``, ``ParleyPendingTools``), and the
-time of each open one's latest history event.
+time of each open one's latest history event. ``awaiting_query`` and ``concerns`` find
+the conversations awaiting a decision a user may be asked for (the inbox's): theirs,
+those they review, and those with a call escalated to them (``ParleyEscalatedTo``).
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from temporalio.api.common.v1 import WorkflowExecution as ExecutionRef
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.common import TypedSearchAttributes
 from temporalio.service import RPCError
 
 from parley.client.errors import ConversationRefused, checked_user
 from parley.contracts import (
+    PARLEY_ESCALATED_TO,
     PARLEY_PENDING_TOOLS,
     PARLEY_REVIEWERS,
     PARLEY_STATUS,
@@ -188,6 +192,37 @@ class ConversationListing:
         if not response.history.events:
             return None
         return response.history.events[0].event_time.ToDatetime(tzinfo=UTC)
+
+
+def awaiting_query(user_id: str, groups: Sequence[str]) -> str:
+    """The open conversations (not subagents') awaiting a decision that ``user_id`` owns,
+    reviews (by name or as one of their ``groups``) or had a pending call escalated to;
+    ``concerns`` keeps the exact ones."""
+    names = ", ".join(_literal(name) for name in sorted(names_of(user_id, groups)))
+    owner = f"ParleyUser = {_literal(user_id)}"
+    escalated = f"ParleyEscalatedTo = {_literal(user_id)}"
+    if '"' in user_id or "\\" in user_id:
+        # Temporal's SQL visibility never matches such a keyword with ``=``: select by
+        # the part before it (the owner), or any escalation; ``concerns`` keeps the exact.
+        prefix = re.split(r'["\\]', user_id, maxsplit=1)[0]
+        owner = f"ParleyUser STARTS_WITH {_literal(prefix)}" if prefix else "ParleyUser IS NOT NULL"
+        escalated = "ParleyEscalatedTo IS NOT NULL"
+    return (
+        f"WorkflowType = {_literal(ConversationWorkflow.__name__)} AND ParentWorkflowId IS NULL "
+        "AND ExecutionStatus = 'Running' AND ParleyStatus = 'awaiting_approval' "
+        f"AND ({owner} OR ParleyReviewers IN ({names}) OR {escalated})"
+    )
+
+
+def concerns(attributes: TypedSearchAttributes, user_id: str, groups: Sequence[str]) -> bool:
+    """Whether a conversation's search attributes name ``user_id`` its owner, a reviewer
+    (by name or as one of their ``groups``) or someone a pending call was escalated to
+    (that person by name: the gate compares an ``escalate_to`` with the user alone)."""
+    return (
+        attributes.get(PARLEY_USER) == user_id
+        or not names_of(user_id, groups).isdisjoint(attributes.get(PARLEY_REVIEWERS) or [])
+        or user_id in (attributes.get(PARLEY_ESCALATED_TO) or [])
+    )
 
 
 def _literal(value: str) -> str:

@@ -150,4 +150,13 @@ PARLEY_STATUS = SearchAttributeKey.for_keyword("ParleyStatus")
 PARLEY_PENDING_TOOLS = SearchAttributeKey.for_keyword_list("ParleyPendingTools")
 #: The users besides the owner who may read the conversation and decide on its calls.
 PARLEY_REVIEWERS = SearchAttributeKey.for_keyword_list("ParleyReviewers")
-SEARCH_ATTRIBUTES = (PARLEY_USER, PARLEY_STATUS, PARLEY_PENDING_TOOLS, PARLEY_REVIEWERS)
+#: The people the pending calls were escalated to (no member: the gate lets them decide
+#: those calls), so their inbox finds the conversation; unset while none was.
+PARLEY_ESCALATED_TO = SearchAttributeKey.for_keyword_list("ParleyEscalatedTo")
+SEARCH_ATTRIBUTES = (
+    PARLEY_USER,
+    PARLEY_STATUS,
+    PARLEY_PENDING_TOOLS,
+    PARLEY_REVIEWERS,
+    PARLEY_ESCALATED_TO,
+)

@@ -6,6 +6,12 @@ Workflow side (deterministic).
 each upsert is a history event, and publishing ``running`` would cost two per turn for
 a state that lasts seconds. The current details (markdown, no history event) say the
 live status, ``running`` included, and list the pending calls with their arguments.
+
+``ParleyEscalatedTo`` names the people the pending calls were escalated to
+(``awaiting.escalated_people``: a rule's ``escalate_to`` once the first deadline passed, or
+a judge in doubt), so their inbox finds a conversation they are no member of. It is
+upserted only when that set changes, under :data:`ESCALATED_TO_PUBLISHED`: a
+conversation nobody escalated in issues no command more than before.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import json
 from temporalio import workflow
 
 from parley.contracts import (
+    PARLEY_ESCALATED_TO,
     PARLEY_PENDING_TOOLS,
     PARLEY_STATUS,
     PARLEY_USER,
@@ -22,6 +29,11 @@ from parley.contracts import (
     ConversationState,
     ConversationStatus,
 )
+from parley.workflows.rules.awaiting import escalated_people
+
+#: Before this patch the people calls were escalated to were not published: histories
+#: recorded before it upsert no ``ParleyEscalatedTo``.
+ESCALATED_TO_PUBLISHED = "escalated-to-published"
 
 
 def publish_owner(state: ConversationState) -> None:
@@ -43,6 +55,11 @@ def publish_status(state: ConversationState) -> None:
         changes.append(PARLEY_STATUS.value_set(state.status))
     if (published.get(PARLEY_PENDING_TOOLS) or []) != pending_tools:
         changes.append(PARLEY_PENDING_TOOLS.value_set(pending_tools))
+    escalated = escalated_people(state.pending)
+    if (published.get(PARLEY_ESCALATED_TO) or []) != escalated and workflow.patched(
+        ESCALATED_TO_PUBLISHED
+    ):
+        changes.append(PARLEY_ESCALATED_TO.value_set(escalated))
     if changes:
         workflow.upsert_search_attributes(changes)
     workflow.set_current_details(current_details(state))

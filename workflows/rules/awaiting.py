@@ -22,6 +22,11 @@ def escalated_to(call: PendingCall) -> str | None:
     return timeout.escalate_to if timeout is not None and timeout.escalated else None
 
 
+def escalated_people(calls: Sequence[PendingCall]) -> list[str]:
+    """Everyone ``calls`` were escalated to, sorted (``ParleyEscalatedTo``)."""
+    return sorted({person for call in calls if (person := escalated_to(call))})
+
+
 def may_decide(state: ConversationState, call: PendingCall, user_id: str) -> bool:
     """Whether ``user_id`` may answer ``call`` at all (a member; or the person it was
     escalated to), as ``gate.check_decider`` lets them."""
