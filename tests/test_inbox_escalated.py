@@ -13,14 +13,16 @@ import json
 import uuid
 
 import httpx
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
-from parley.client import Conversations
+from parley.client import ConversationRefused, Conversations
 from parley.client.inbox import Inbox, read_inbox
-from parley.contracts import PARLEY_ESCALATED_TO, PolicyRule
+from parley.contracts import PARLEY_ESCALATED_TO, Decision, PolicyRule
 from parley.contracts.audit import decided_entry
+from parley.contracts.errors import ErrorType
 from parley.tools import ToolRegistry
 from parley.workflows.conversation import ConversationWorkflow
 from parley.workflows.record.publishing import ESCALATED_TO_PUBLISHED
@@ -226,3 +228,50 @@ async def test_a_judges_escalation_reaches_the_inbox_and_a_batch_covers_only_tho
         assert [r["target"] for r in runs_in(a, "run_query")] == ["analytics"]
         assert [p.tool_call_id for p in (await conv.state(b, bob)).pending] == ["b0", "b1"]
         assert runs_in(b, "run_query") == []
+
+
+async def test_the_person_asked_decides_with_no_worker_and_the_decision_is_kept(
+    parley_worker,
+) -> None:
+    """With no worker running, the person a judge escalated a call to may still decide it:
+    their decision is kept by Temporal (not refused as a stranger's) and applied once a
+    worker returns, under their name. A stranger is still refused."""
+    tag = uuid.uuid4().hex[:6]
+    alice, priya = f"alice-{tag}", f"priya-{tag}"
+    judged = PolicyRule(
+        name="queries-judged",
+        tool="run_query",
+        decide="confirm",
+        judge="model",
+        judge_model=CAREFUL,
+        escalate_to=priya,
+    )
+    queue = f"parley-escalated-kept-{tag}"
+    async with parley_worker(
+        ToolRegistry(judged_tools(), rules=[judged]), model(), task_queue=queue
+    ) as conv:
+        a = new_session()
+        (a1,) = (await conv.send(a, alice, "count analytics")).pending
+    approve = [Decision(tool_call_id="a1", action="approve", args_hash=a1.args_hash)]
+    with pytest.raises(ConversationRefused) as stranger:
+        await conv.decide(a, f"mallory-{tag}", approve)
+    assert stranger.value.error_type == ErrorType.NOT_OWNER
+    with pytest.raises(ConversationRefused) as kept:
+        await conv.decide(a, priya, approve)
+    assert kept.value.error_type == ErrorType.NO_WORKER and "kept" in kept.value.message
+
+    async with parley_worker(
+        ToolRegistry(judged_tools(), rules=[judged]), model(), task_queue=queue
+    ) as conv:
+
+        async def applied() -> bool:
+            state = await conv.state(a, alice)
+            entry = decided_entry(state.audit, "a1")
+            return entry is not None and entry.actor == priya and not state.pending
+
+        await eventually(applied, 90, "priya's kept decision applied")
+
+        async def ran() -> bool:
+            return [r["target"] for r in runs_in(a, "run_query")] == ["analytics"]
+
+        await eventually(ran, 90, "the approved query run once")

@@ -256,7 +256,7 @@ class Conversations:
         handle = self.handle(session_id)
         try:
             description = await handle.describe()
-            check_member(description, request.decided_by, request.groups)
+            check_member(description, request.decided_by, request.groups, escalated=True)
             if description.status not in OPEN_STATUSES:
                 raise ended_refusal(session_id)
             await handle.signal(ConversationWorkflow.decide_signal, request)

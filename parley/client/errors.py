@@ -22,6 +22,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from parley.contracts import (
+    PARLEY_ESCALATED_TO,
     PARLEY_PENDING_TOOLS,
     PARLEY_REVIEWERS,
     PARLEY_STATUS,
@@ -171,14 +172,22 @@ def ended_refusal(session_id: str) -> ConversationRefused:
 
 
 def check_member(
-    description: WorkflowExecutionDescription, user_id: str, groups: Sequence[str] = ()
+    description: WorkflowExecutionDescription,
+    user_id: str,
+    groups: Sequence[str] = (),
+    *,
+    escalated: bool = False,
 ) -> None:
     """The owner or a reviewer (by name, or as a member of a reviewer ``group:<name>``),
-    read from the search attributes set at start (no worker needed); the same words as
-    the workflow's own refusal, which names no one."""
+    read from the search attributes (no worker needed); with ``escalated``, also a person
+    a pending call was escalated to (``ParleyEscalatedTo``: a decision, which the
+    workflow's gate then checks call by call). The same words as the workflow's own
+    refusal, which names no one."""
     attributes = description.typed_search_attributes
-    reviewers = set(attributes.get(PARLEY_REVIEWERS) or [])
-    if user_id != attributes.get(PARLEY_USER) and not names_of(user_id, groups) & reviewers:
+    members = set(attributes.get(PARLEY_REVIEWERS) or [])
+    if escalated:
+        members |= set(attributes.get(PARLEY_ESCALATED_TO) or [])
+    if user_id != attributes.get(PARLEY_USER) and not names_of(user_id, groups) & members:
         raise ConversationRefused(NOT_OWNER_MESSAGE, ErrorType.NOT_OWNER)
 
 
