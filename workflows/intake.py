@@ -8,7 +8,8 @@ every signal). An update's input is then parsed strictly (``gate.parse``: anythi
 does not fit is the handler's refusal, never a retryable converter failure), its sender
 checked (the owner, a decider, or a member: ``gate``), and a retried update id gets the
 result it had the first time (``dedup``), before the handler runs. A validator runs the
-same parse and check, uncounted: a refused update never enters history.
+same parse and check, uncounted: a refused update never enters history. A signal that
+does not carry what its handler takes (anyone may send one) is dropped.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel
+from temporalio import workflow
 
 from parley.contracts import (
     ConversationState,
@@ -137,14 +139,41 @@ def validator(spec: Admission) -> Callable[[Callable[..., None]], Any]:
 
 
 def signal(*, stream: bool = False) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """The prologue of a signal handler: counted (``stream``: a ``stream_delta`` batch)."""
+    """The prologue of a signal handler: counted (``stream``: a ``stream_delta`` batch),
+    then dropped, with a warning, unless it carries what the handler takes. A signal has
+    no validator and anyone with the Temporal client may send one: ``null``, no
+    argument or two would otherwise fail every workflow task of the run from then on
+    (Temporal passes them as they are when their count does not fit the handler's)."""
 
     def wrap(fn: Callable[..., None]) -> Callable[..., None]:
+        takes = _signal_arguments(fn)
+
         @functools.wraps(fn)
         def handler(self: Any, *args: Any) -> None:
             self._intake.count_signal(stream=stream)
+            problem = _misfit(takes, args)
+            if problem:
+                workflow.logger.warning("dropped a %s signal: %s", fn.__name__, problem)
+                return
             fn(self, *args)
 
         return handler
 
     return wrap
+
+
+def _signal_arguments(fn: Callable[..., None]) -> list[Any]:
+    """The type of each argument a signal handler takes after ``self``."""
+    hints = typing.get_type_hints(fn)
+    names = list(inspect.signature(fn).parameters)[1:]
+    return [hints.get(name, Any) for name in names]
+
+
+def _misfit(takes: list[Any], args: tuple[Any, ...]) -> str:
+    """Why ``args`` are not what a handler taking ``takes`` can be given ('' if they are)."""
+    if len(args) != len(takes):
+        return f"it carries {len(args)} arguments, the handler takes {len(takes)}"
+    for arg, kind in zip(args, takes, strict=True):
+        if isinstance(kind, type) and issubclass(kind, BaseModel) and not isinstance(arg, kind):
+            return f"it carries a {type(arg).__name__}, not a {kind.__name__}"
+    return ""

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.text import Text
 
 from parley.client import Conversations
-from parley.client.reverts import revertible_results
+from parley.client.reverts import revertible_results, undo_calls
 from parley.contracts import StateQuery
 
 #: ``/help``: each command of the chat and what it does.
@@ -107,7 +107,8 @@ class CallCommands:
         ``ConversationRefused``."""
         query = StateQuery(user_id=self._user, transcript_limit=0, audit_limit=0)
         waiting = (await self._conv.state(self._session, self._user, query)).scheduled
-        undone = (await self._conv.undo(self._session, self._user, argument.split())).undone
+        ids = undo_calls(argument.split())
+        undone = (await self._conv.undo(self._session, self._user, ids)).undone
         names = {s.tool_call_id: s.name for s in waiting}
         for call_id in undone:
             name = f" {names[call_id]}" if call_id in names else ""

@@ -30,6 +30,7 @@ from parley.cli.rendering import quorum_text
 from parley.cli.schedule import watch_windows
 from parley.client import ConversationRefused
 from parley.client.reverts import revert as propose_inverse
+from parley.client.reverts import undo_calls
 from parley.contracts import (
     AuditEntry,
     Awaiting,
@@ -257,7 +258,7 @@ def undo(
     async def work() -> tuple[list[str], list[ScheduledCall]]:
         conv = await conversations(session, user)
         waiting = (await conv.state(session, user)).scheduled
-        return (await conv.undo(session, user, call_ids or ())).undone, waiting
+        return (await conv.undo(session, user, undo_calls(call_ids or ()))).undone, waiting
 
     undone, waiting = run_async(work)
     if as_json:

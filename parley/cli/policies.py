@@ -141,7 +141,15 @@ def _duration(text: str) -> timedelta:
     match = re.fullmatch(r"\s*(\d+)\s*([mhdw])\s*", text.lower())
     if match is None or int(match[1]) == 0:
         raise fail(f"--since {text!r}: write a duration as 30m, 12h, 7d or 2w")
-    return timedelta(**{UNITS[match[2]]: int(match[1])})
+    try:  # a span that reaches back before the calendar's first day is no cutoff
+        span = timedelta(**{UNITS[match[2]]: int(match[1])})
+        datetime.now(UTC) - span
+    except OverflowError:
+        raise fail(
+            f"--since {text!r} reaches back before year 1: write a shorter duration, as "
+            "30m, 12h, 7d or 2w"
+        ) from None
+    return span
 
 
 def _existing_rules(path: Path | None) -> list[PolicyRule]:

@@ -1,7 +1,7 @@
 """Reverting a call that ran: its tool's declared inverse, proposed through the gate;
 and which results of a transcript a revert may take back, for the surfaces that offer
-one (``parley chat``'s ``/revert``, AG-UI's result metadata). Client side (never
-imported by workflows)."""
+one (``parley chat``'s ``/revert``, AG-UI's result metadata); and the calls one undo
+may name (``undo_calls``). Client side (never imported by workflows)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from typing import Any
 from langchain_core.messages import AIMessage, ToolMessage
 
 from parley.client.conversations import Conversations
-from parley.client.errors import checked_user
+from parley.client.errors import ConversationRefused, checked_user
 from parley.contracts import ConversationSnapshot, RevertInput, TurnResult
+from parley.contracts.errors import ErrorType
+from parley.contracts.undo import MAX_UNDO_CALLS
 from parley.workflows.conversation import ConversationWorkflow
 from parley.workflows.turn.reverts import REVERT_PREFIX
 
@@ -37,6 +39,19 @@ async def revert(
         request,
         "A revert needs a running worker; run it again once one is running.",
     )
+
+
+def undo_calls(call_ids: Sequence[str]) -> list[str]:
+    """The calls an undo names (``parley undo``, ``/undo``), refused in one line when one
+    undo cannot take them all."""
+    ids = list(call_ids)
+    if len(ids) > MAX_UNDO_CALLS:
+        raise ConversationRefused(
+            f"an undo names at most {MAX_UNDO_CALLS} calls, not {len(ids)}: undo them in "
+            "parts, or name none to undo every call you may",
+            ErrorType.INVALID_DECISION,
+        )
+    return ids
 
 
 def may_revert(

@@ -9,7 +9,8 @@ version (:func:`rules_version`: a hash of its rules), the MCP server's ``name@ve
 (``ToolSpec.server``; None for a built-in tool) and a lifetime (``granted_at``,
 ``expires_at``). The lifetime is the decision's ``remember_seconds``, else the policy
 file's ``[grants] remember_seconds``, never more than its ``max_remember_seconds``
-(:func:`lifetime`); None: the rest of the conversation. A grant whose tool, policy
+nor than :data:`LONGEST_GRANT_SECONDS` (:func:`lifetime`; a longer one would end past
+the calendar's last day); None: the rest of the conversation. A grant whose tool, policy
 file or server changed, or whose lifetime is over, no longer applies (:func:`lapse_of`):
 the next matching call waits for a decision and says why.
 """
@@ -30,6 +31,12 @@ if TYPE_CHECKING:  # imported by ``tools``: none of these at import time
     from parley.contracts.tools import ToolSpec
 
 
+#: The longest lifetime any grant has (ten years): a decision or a policy file that asks
+#: for more gets this. Longer ones would put ``expires_at`` past the last day a
+#: ``datetime`` holds, and the workflow computes it.
+LONGEST_GRANT_SECONDS = 10 * 365 * 24 * 3600
+
+
 class GrantLimits(Contract):
     """The policy file's ``[grants]`` table: the lifetime of a remembered decision that
     names none (``remember_seconds``; unset: the rest of the conversation), and the
@@ -37,8 +44,8 @@ class GrantLimits(Contract):
 
     model_config = ConfigDict(extra="forbid")
 
-    remember_seconds: int | None = Field(default=None, ge=1)
-    max_remember_seconds: int | None = Field(default=None, ge=1)
+    remember_seconds: int | None = Field(default=None, ge=1, le=LONGEST_GRANT_SECONDS)
+    max_remember_seconds: int | None = Field(default=None, ge=1, le=LONGEST_GRANT_SECONDS)
 
 
 class RememberedDecision(Contract):
@@ -64,12 +71,13 @@ class RememberedDecision(Contract):
 
 def lifetime(requested: int | None, limits: GrantLimits | None) -> int | None:
     """How long a grant lasts, in seconds (None: the rest of the conversation): the
-    decision's own ``remember_seconds``, else the file's default, at most its maximum."""
+    decision's own ``remember_seconds``, else the file's default, at most its maximum
+    and never over :data:`LONGEST_GRANT_SECONDS`."""
     seconds = requested if requested is not None else (limits.remember_seconds if limits else None)
     cap = limits.max_remember_seconds if limits else None
     if cap is not None:
         seconds = cap if seconds is None else min(seconds, cap)
-    return seconds
+    return None if seconds is None else min(seconds, LONGEST_GRANT_SECONDS)
 
 
 def _digest(value: object) -> str:

@@ -17,12 +17,16 @@ from parley.contracts.previews import InverseCall
 INVERSE_CALL = "parley.inverse_call"
 
 
+#: The most calls one ``undo`` names.
+MAX_UNDO_CALLS = 64
+
+
 class UndoInput(StrictInput):
     """The ``undo`` update: take back approved calls still in their undo window."""
 
     user_id: str
     #: The calls to undo; empty: every call in its window that ``user_id`` may undo.
-    tool_call_ids: list[str] = Field(default_factory=list, max_length=64)
+    tool_call_ids: list[str] = Field(default_factory=list, max_length=MAX_UNDO_CALLS)
     #: The sender's verified groups, as on ``EventsWait`` (a member reads and undoes).
     groups: list[str] = Field(default_factory=list, max_length=64)
 

@@ -41,6 +41,7 @@ from parley.client import ConversationRefused
 from parley.client.reverts import may_revert, proposed_calls
 from parley.contracts import StateQuery
 from parley.contracts.errors import ErrorType
+from parley.contracts.undo import MAX_UNDO_CALLS
 from parley.gateway.deps import Gateway
 from parley.gateway.errors import ApiError, refused
 from parley.gateway.streams import StreamItems, sse
@@ -83,6 +84,11 @@ def call_request(run: RunAgentInput) -> CallRequest | None:
         return CallRequest(revert=_call_id(ours["revert"], "revert"))
     undo = ours["undo"]
     ids = undo if isinstance(undo, list) else [undo]
+    if len(ids) > MAX_UNDO_CALLS:
+        raise _malformed(
+            f"forwardedProps.parley.undo names {len(ids)} calls; one undo takes at most "
+            f"{MAX_UNDO_CALLS} ([]: all of yours)"
+        )
     return CallRequest(undo=tuple(_call_id(call_id, "undo") for call_id in ids))
 
 

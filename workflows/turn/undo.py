@@ -46,6 +46,9 @@ UNDO_WINDOW = "undo-window"
 #: Before this patch a subagent told its parent nothing of its undo windows, and an
 #: undo sent to the parent never reached them.
 SUBAGENT_UNDO = "subagent-undo"
+#: Before this patch a subagent told its parent nothing of a call an undo named that it
+#: did not hold in a window; the parent's undo then waited for it.
+UNDO_ANSWERED = "subagent-undo-answered"
 
 
 def drop_subagent_windows(state: ConversationState, tool_call_id: str | None = None) -> None:
@@ -242,8 +245,18 @@ class UndoWindow:
     def undo_passed_on(self, request: UndoInput) -> None:
         """In a subagent: an undo its parent passed on (``undo_signal``; the parent
         checked it). The calls still in their window that the sender may undo are
-        undone, and the parent is told; the others ran or are running."""
-        if self._task is not None and self.undo(request).undone:
+        undone, and the parent is told; the others ran or are running. A call named that
+        is not in a window here at all (it left, or the parent's list had it from a
+        window that was not this subagent's) is told as left, so the parent's undo
+        answers instead of waiting for it."""
+        if self._task is None:
+            return
+        undone = self.undo(request).undone
+        held = {s.tool_call_id for s in self._own()}
+        absent = [i for i in request.tool_call_ids if i not in held]
+        if absent and workflow.patched(UNDO_ANSWERED):
+            self._tell_parent(left=absent)
+        elif undone:
             self._tell_parent()
 
     def _tell_parent(self, left: Iterable[str] = (), undone: Iterable[str] = ()) -> None:
