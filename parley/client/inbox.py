@@ -31,15 +31,12 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, Field
-from temporalio.api.common.v1 import WorkflowExecution as ExecutionRef
-from temporalio.api.enums.v1 import EventType
-from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import WorkflowExecution
 from temporalio.service import RPCError
 
 from parley.client.conversations import Conversations
 from parley.client.errors import ConversationRefused, checked_user, checked_workflow_id
-from parley.client.visibility import awaiting_query, concerns
+from parley.client.visibility import awaiting_query, concerns, latest_turn
 from parley.contracts import (
     PARLEY_ESCALATED_TO,
     PARLEY_PENDING_TOOLS,
@@ -58,10 +55,6 @@ from parley.workflows.rules.awaiting import awaiting, escalated_people
 
 #: The actions a batch decision takes: the same answer to identical calls.
 BatchAction = Literal["approve", "reject"]
-#: How far back a conversation's history is read for the turn that left calls waiting:
-#: pages of events, the latest first.
-HISTORY_PAGE_EVENTS = 100
-HISTORY_PAGES = 5
 #: The rule a call's reason names (calls recorded before ``PendingCall.rule``).
 RULE_IN_REASON = re.compile(r"rule `([^`]+)`")
 
@@ -264,47 +257,15 @@ def _waiting_on_reader(
 async def _turn_from_history(
     conversations: Conversations, run: WorkflowExecution, tools: list[str]
 ) -> tuple[TurnResult, datetime] | None:
-    """The latest turn result an update of the current run returned, and when, if it
-    is the one whose calls wait now (awaiting approval, of the tools ``tools``); None
-    when the history does not tell."""
-    temporal = conversations.temporal
-    completed = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED
-    token = b""
-    for _ in range(HISTORY_PAGES):
-        try:
-            response = await temporal.workflow_service.get_workflow_execution_history_reverse(
-                GetWorkflowExecutionHistoryReverseRequest(
-                    namespace=temporal.namespace,
-                    execution=ExecutionRef(workflow_id=run.id, run_id=run.run_id),
-                    maximum_page_size=HISTORY_PAGE_EVENTS,
-                    next_page_token=token,
-                )
-            )
-        except RPCError:
-            return None
-        for event in response.history.events:
-            if event.event_type != completed:
-                continue
-            outcome = event.workflow_execution_update_completed_event_attributes.outcome
-            if not outcome.HasField("success") or not outcome.success.payloads:
-                continue
-            try:
-                (turn,) = await temporal.data_converter.decode(
-                    outcome.success.payloads, [TurnResult]
-                )
-            except Exception:  # another update's result (an event offset, an undo...)
-                continue
-            if not isinstance(turn, TurnResult):
-                continue
-            # The latest turn result is the one to read: an older one was answered since.
-            waiting = turn.status == "awaiting_approval" and turn.pending
-            if waiting and sorted({c.name for c in turn.pending}) == tools:
-                return turn, event.event_time.ToDatetime(tzinfo=UTC)
-            return None
-        token = response.next_page_token
-        if not token:
-            return None
-    return None
+    """The latest turn result of the current run, and when, if it is the one whose
+    calls wait now (awaiting approval, of the tools ``tools``); None when the history
+    does not tell."""
+    told = await latest_turn(conversations.temporal, run.id, run.run_id)
+    if told is None:
+        return None
+    turn = told[0]
+    waiting = turn.status == "awaiting_approval" and turn.pending
+    return told if waiting and sorted({c.name for c in turn.pending}) == tools else None
 
 
 async def decide_like(

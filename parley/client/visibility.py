@@ -82,8 +82,8 @@ class ConversationListing:
             f"WorkflowType = {_literal(ConversationWorkflow.__name__)} AND ParentWorkflowId IS NULL"
         )
         if reviewing:
-            query += f" AND ParleyReviewers IN ({', '.join(map(_literal, names))})"
-        elif '"' in user_id or "\\" in user_id:
+            query += f" AND {_keyword_in('ParleyReviewers', names)}"
+        elif _unmatchable(user_id):
             # Temporal's SQL visibility never matches such a keyword with ``=``: select
             # by the part before it, and keep the exact owner below.
             prefix = re.split(r'["\\]', user_id, maxsplit=1)[0]
@@ -139,44 +139,20 @@ class ConversationListing:
             execution_status=(current.status.name if current.status else "UNKNOWN").lower(),
         )
 
-    async def pending_from_history(
-        self, workflow_id: str, pending_tools: list[str], events: int = 500
-    ) -> list[str]:
-        """The ids of the calls waiting for a decision, read without a worker: the
-        latest turn result in the run's history (an update's outcome) whose pending
-        tools are ``pending_tools`` (``ParleyPendingTools``, which the workflow keeps
-        current). Empty if none is found among the last ``events`` events."""
+    async def pending_from_history(self, workflow_id: str, pending_tools: list[str]) -> list[str]:
+        """The ids of the calls waiting for a decision, read without a worker: those of
+        the latest turn result in the run's history (:func:`latest_turn`) if it waits on
+        the tools ``pending_tools`` (``ParleyPendingTools``, which the workflow keeps
+        current). Empty when the history does not tell."""
         if not pending_tools:
             return []
-        completed = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED
-        try:
-            response = await self._client.workflow_service.get_workflow_execution_history_reverse(
-                GetWorkflowExecutionHistoryReverseRequest(
-                    namespace=self._client.namespace,
-                    execution=ExecutionRef(workflow_id=workflow_id),
-                    maximum_page_size=events,
-                )
-            )
-        except RPCError:
+        told = await latest_turn(self._client, workflow_id)
+        if told is None or told[0].status != "awaiting_approval":
             return []
-        for event in response.history.events:
-            if event.event_type != completed:
-                continue
-            outcome = event.workflow_execution_update_completed_event_attributes.outcome
-            if not outcome.HasField("success") or not outcome.success.payloads:
-                continue
-            try:
-                (turn,) = await self._client.data_converter.decode(
-                    outcome.success.payloads, [TurnResult]
-                )
-            except Exception:  # another update's result (an event offset...)
-                continue
-            if not isinstance(turn, TurnResult) or turn.status != "awaiting_approval":
-                continue
-            if sorted({call.name for call in turn.pending}) == sorted(pending_tools):
-                return [call.tool_call_id for call in turn.pending]
+        turn = told[0]
+        if sorted({call.name for call in turn.pending}) != sorted(pending_tools):
             return []  # the latest turn that waited is not the one waiting now
-        return []
+        return [call.tool_call_id for call in turn.pending]
 
     async def _latest_event_time(self, workflow_id: str, run_id: str) -> datetime | None:
         try:
@@ -198,19 +174,18 @@ def awaiting_query(user_id: str, groups: Sequence[str]) -> str:
     """The open conversations (not subagents') awaiting a decision that ``user_id`` owns,
     reviews (by name or as one of their ``groups``) or had a pending call escalated to;
     ``concerns`` keeps the exact ones."""
-    names = ", ".join(_literal(name) for name in sorted(names_of(user_id, groups)))
+    reviewers = _keyword_in("ParleyReviewers", sorted(names_of(user_id, groups)))
     owner = f"ParleyUser = {_literal(user_id)}"
-    escalated = f"ParleyEscalatedTo = {_literal(user_id)}"
-    if '"' in user_id or "\\" in user_id:
+    if _unmatchable(user_id):
         # Temporal's SQL visibility never matches such a keyword with ``=``: select by
-        # the part before it (the owner), or any escalation; ``concerns`` keeps the exact.
+        # the part before it; ``concerns`` keeps the exact.
         prefix = re.split(r'["\\]', user_id, maxsplit=1)[0]
         owner = f"ParleyUser STARTS_WITH {_literal(prefix)}" if prefix else "ParleyUser IS NOT NULL"
-        escalated = "ParleyEscalatedTo IS NOT NULL"
+    escalated = _keyword_in("ParleyEscalatedTo", [user_id])
     return (
         f"WorkflowType = {_literal(ConversationWorkflow.__name__)} AND ParentWorkflowId IS NULL "
         "AND ExecutionStatus = 'Running' AND ParleyStatus = 'awaiting_approval' "
-        f"AND ({owner} OR ParleyReviewers IN ({names}) OR {escalated})"
+        f"AND ({owner} OR {reviewers} OR {escalated})"
     )
 
 
@@ -225,6 +200,64 @@ def concerns(attributes: TypedSearchAttributes, user_id: str, groups: Sequence[s
     )
 
 
+def _unmatchable(value: str) -> bool:
+    """Whether Temporal's SQL visibility cannot compare a keyword with ``value`` (a ``"``
+    or a backslash: a query naming it is refused, "unterminated string")."""
+    return '"' in value or "\\" in value
+
+
+def _keyword_in(field: str, values: Sequence[str]) -> str:
+    """``field`` (a keyword list) holding one of ``values``; when one of them cannot be
+    compared (:func:`_unmatchable`), any value of ``field``: the caller keeps the exact
+    matches from the attributes."""
+    if any(_unmatchable(v) for v in values):
+        return f"{field} IS NOT NULL"
+    return f"{field} IN ({', '.join(map(_literal, values))})"
+
+
 def _literal(value: str) -> str:
     """A string literal for a visibility query."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+#: How far back :func:`latest_turn` reads a history: pages of events, newest first.
+HISTORY_PAGE_EVENTS = 100
+HISTORY_PAGES = 5
+
+
+async def latest_turn(
+    client: Client, workflow_id: str, run_id: str = ""
+) -> tuple[TurnResult, datetime] | None:
+    """The latest turn result an update of the run (``run_id``; default the current
+    one) returned, and when: an older one was answered since. None when none is among
+    its last ``HISTORY_PAGES × HISTORY_PAGE_EVENTS`` events. No worker needed."""
+    completed = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED
+    token = b""
+    for _ in range(HISTORY_PAGES):
+        try:
+            response = await client.workflow_service.get_workflow_execution_history_reverse(
+                GetWorkflowExecutionHistoryReverseRequest(
+                    namespace=client.namespace,
+                    execution=ExecutionRef(workflow_id=workflow_id, run_id=run_id),
+                    maximum_page_size=HISTORY_PAGE_EVENTS,
+                    next_page_token=token,
+                )
+            )
+        except RPCError:
+            return None
+        for event in response.history.events:
+            if event.event_type != completed:
+                continue
+            outcome = event.workflow_execution_update_completed_event_attributes.outcome
+            if not outcome.HasField("success") or not outcome.success.payloads:
+                continue
+            try:
+                (turn,) = await client.data_converter.decode(outcome.success.payloads, [TurnResult])
+            except Exception:  # another update's result (an event offset, an undo...)
+                continue
+            if isinstance(turn, TurnResult):
+                return turn, event.event_time.ToDatetime(tzinfo=UTC)
+        token = response.next_page_token
+        if not token:
+            return None
+    return None
