@@ -5,7 +5,8 @@ given for), at a desktop's and a phone's width (screenshots); the next identical
 runs without asking; Revoke (the gateway's DELETE route) says "revoked" only when the
 route answers so, and the next identical call waits again. A grant whose lifetime the
 policy file cut short shows its real end, and the call asked again says why on its card;
-the person a call was escalated to is offered no remember (the gate refuses it). Real
+the person a call was escalated to, and anyone on a call a reviewer rule holds, is
+offered no remember (the gate refuses it). Real
 dev server, worker, gateway and Chromium; the model is a script."""
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from tests.support.waiting import eventually
 WHEN = re.compile(r"since (\S+ \S+) UTC, until (\S+ \S+) UTC")
 
 #: A card for a call escalated to carol, rendered from the snapshot she reads (her calls,
-#: no transcript), and the same card for the owner: only the owner's offers remember.
+#: no transcript), and the same card for the owner: only the owner's offers remember, and
+#: not on a call a reviewer rule holds (the gate refuses remember there).
 OFFERED_IN_PAGE = """async () => {
   const { state } = await import("/static/state.js");
   const { buildCard } = await import("/static/approvals.js");
@@ -38,10 +40,11 @@ OFFERED_IN_PAGE = """async () => {
   const view = { tool_call_id: "c9", may_approve: true, may_decide: true, text: "" };
   const saved = [state.snapshot, state.userId];
   const offered = [];
-  for (const [user, total] of [["carol", 0], ["alice", 4]]) {
+  const held = { ...p, reviewer_rule: "two-for-main" };
+  for (const [user, total, call] of [["carol", 0, p], ["alice", 4, p], ["alice", 4, held]]) {
     state.userId = user;
-    state.snapshot = { user_id: "alice", pending: [p], transcript: [], transcript_total: total };
-    offered.push(buildCard(p, view).querySelectorAll('[data-testid="approve-remember"]').length);
+    state.snapshot = { user_id: "alice", pending: [call], transcript: [], transcript_total: total };
+    offered.push(buildCard(call, view).querySelectorAll('[data-testid="approve-remember"]').length);
   }
   [state.snapshot, state.userId] = saved;
   return offered;
@@ -181,7 +184,7 @@ async def test_a_lapsed_grant_asks_again_on_the_card_saying_why(
     tools = load_registry("", [stamp_tool()], settings=Settings(policies_file=str(policies)))
     async with page_gateway(parley_worker, tools, script(*rounds(2)), page) as (base, conv):
         await sign_in_and_start(page, base, sid)
-        assert await page.evaluate(OFFERED_IN_PAGE) == [0, 1]
+        assert await page.evaluate(OFFERED_IN_PAGE) == [0, 1, 0]
         await send(page, "one")
         await remember_from_card(page, "c1", "86400")
         row = page.get_by_test_id("grant")

@@ -119,9 +119,10 @@ async def test_the_inbox_approves_identical_calls_at_desktop_and_phone_width(
             await card.get_by_test_id("approve").click()
             await expect(card).to_have_count(0, timeout=60_000)
             await expect(page.get_by_text("filed")).to_be_visible(timeout=60_000)
-            assert await page.evaluate(
-                "document.querySelectorAll('[data-testid=inbox-call]').length"
-            ) == 0
+            assert (
+                await page.evaluate("document.querySelectorAll('[data-testid=inbox-call]').length")
+                == 0
+            )
             await expect(page.get_by_test_id("inbox-toggle")).to_have_text(
                 re.compile(r"Waiting on you \(0\)")
             )

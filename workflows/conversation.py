@@ -150,7 +150,7 @@ class ConversationWorkflow:
             decisions=Decisions(
                 view, records, DecisionJobs(tools, spend, subagents, previews, undo, judge)
             ),
-            proposals=Proposals(view, records, tools, front_end, previews, judge),
+            proposals=Proposals(view, records, tools, front_end, previews, undo, judge),
             reverts=Reverts(view, records),
         )
         self._turns = turns = TurnEngine(view, records, jobs)
@@ -251,7 +251,8 @@ class ConversationWorkflow:
         dedup = self._records.dedup
         if dedup.signalled():  # sent by signal first, when no worker was there
             return await dedup.park()
-        self._check_decisions(decision)  # again: two may race
+        reviewed = workflow.patched(gate.REMEMBER_UNDER_REVIEW)
+        self._check_decisions(decision, reviewed=reviewed)  # again: two may race
         return dedup.remember(await self._turns.run(decisions=decision))
 
     @decide.validator
@@ -260,8 +261,8 @@ class ConversationWorkflow:
         if not self._records.dedup.earlier() and not self._records.dedup.signalled():
             self._check_decisions(decision)
 
-    def _check_decisions(self, decision: DecideInput) -> None:
-        gate.check_decisions(self._state, decision, workflow.now())
+    def _check_decisions(self, decision: DecideInput, *, reviewed: bool = True) -> None:
+        gate.check_decisions(self._state, decision, workflow.now(), reviewed=reviewed)
         limit = self._start.max_message_bytes
         gate.check_client_run(self._state, decision, limit, InvalidDecision)
 

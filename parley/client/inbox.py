@@ -91,7 +91,8 @@ class Inbox(BaseModel):
 
 class Applied(BaseModel):
     """What one conversation's decision applied: ``decided`` only from its result
-    (``TurnResult.left_waiting``); ``not_decided`` (left waiting as it was), ``refused``
+    (``TurnResult.left_waiting``); ``not_decided`` (left waiting as it was, or a quorum's
+    call that still waits for more approvals: "approval 1 of 2 counted"), ``refused``
     (the conversation refused it) or ``kept`` (no worker: Temporal holds the decision)."""
 
     session_id: str
@@ -381,13 +382,23 @@ async def _decide_in(
             detail=f"not decided: {', '.join(left)} still waiting for a decision",
             status=result.status,
         )
-    detail = f"{action}d {', '.join(ids)}; the conversation is {result.status}"
-    if more := [p.tool_call_id for p in result.pending if p.tool_call_id in ids]:
-        detail += f" ({', '.join(more)}: the approval counted, more reviewers must approve)"
+    counted = [
+        f"{p.tool_call_id}: approval {len(p.approvals)} of {p.approvals_needed} counted"
+        for p in result.pending
+        if p.tool_call_id in ids
+    ]
+    if counted:  # a quorum's call still waits for other reviewers: not decided
+        return Applied(
+            session_id=session_id,
+            tool_call_ids=ids,
+            outcome="not_decided",
+            detail=f"not decided: {'; '.join(counted)}, more reviewers must approve",
+            status=result.status,
+        )
     return Applied(
         session_id=session_id,
         tool_call_ids=ids,
         outcome="decided",
-        detail=detail,
+        detail=f"{action}d {', '.join(ids)}; the conversation is {result.status}",
         status=result.status,
     )

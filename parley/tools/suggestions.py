@@ -6,7 +6,9 @@ hands the entries in; it lives in the toolkit beside the policy file's loader
 (``parley.tools.policies``), whose rules it writes.
 
 A decided call is one ``decided`` entry per call (a quorum's approvals are one call), by
-a person (a remembered decision is the system repeating one, and is left out), with its
+a person (a remembered decision is the system repeating one, and a rule's judge is no
+person: an ``auto`` made of its verdicts would take it out of its calls; both are left
+out), with its
 tool's canonical arguments when they are known (the transcript's, checked against the
 ``proposed`` entry's ``args_hash``; an export carries the hash only). Then, per tool:
 
@@ -142,7 +144,7 @@ def decided_calls(
             continue
         if entry.event == "proposed" and call_id not in proposed:
             proposed[call_id] = str(entry.detail.get("args_hash", ""))
-        elif entry.event == "decided" and entry.channel != "remembered":
+        elif entry.event == "decided" and entry.channel not in ("remembered", "judge"):
             if entry.detail.get("action") in _ACTIONS:
                 decisions.setdefault(call_id, []).append(entry)
         elif entry.event == "undone":

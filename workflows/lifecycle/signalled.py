@@ -56,7 +56,8 @@ class SignalledDecisions:
         request = self._dedup.take_next()
         self._dedup.applying = request.request_id
         try:
-            gate.check_decisions(self._state, request, workflow.now())
+            reviewed = workflow.patched(gate.REMEMBER_UNDER_REVIEW)
+            gate.check_decisions(self._state, request, workflow.now(), reviewed=reviewed)
             result = await self._turns.run(decisions=request)
             self._dedup.answer(request.request_id, result)  # the update of that id gets it
         except Refusal as refusal:  # stale, malformed, or an edit the rules refuse

@@ -72,6 +72,22 @@ def decision_schema(call: PendingCall, catalogue: ToolCatalogue) -> dict[str, An
                 "description": "approve or reject later calls of the same tool with the "
                 "same arguments in this conversation the same way",
             },
+            "remember_seconds": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "how long a remembered decision lasts (with remember only); "
+                "unset: the policy file's default, else the rest of the conversation",
+            },
+            "args_hash": {
+                "type": "string",
+                "description": "the arguments seen (the interrupt's metadata.args_hash): "
+                "refused if the call's arguments changed since",
+            },
+            "preview_hash": {
+                "type": "string",
+                "description": "the preview seen (metadata.preview.hash): refused if the "
+                "call's preview changed since",
+            },
         },
     }
 

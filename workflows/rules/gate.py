@@ -256,11 +256,19 @@ def expired_calls(pending: list[PendingCall], now: datetime) -> list[PendingCall
     return [call for call in pending if call.expires_at <= now]
 
 
-def check_decisions(state: ConversationState, decision: DecideInput, now: datetime) -> None:
+#: Under this patch a handler refuses ``remember`` on a call a reviewer rule holds.
+REMEMBER_UNDER_REVIEW = "remember-under-review-refused"
+
+
+def check_decisions(
+    state: ConversationState, decision: DecideInput, now: datetime, *, reviewed: bool = True
+) -> None:
     """A decision for one or more pending calls (the calls it does not name keep
     waiting), each named once, no unknown or expired ids, edited args that fit the
     tool's schema (no keys it does not name, unless it opts in). The person a call was
-    escalated to decides that call, and nothing else."""
+    escalated to decides that call, and nothing else. With ``reviewed`` (a handler:
+    ``REMEMBER_UNDER_REVIEW`` patched), no ``remember`` on a call a reviewer rule holds:
+    the rules decide first, so its grant would never apply."""
     state = as_decider_sees_it(state, decision)
     check_decider(state, decision)
     # A call past its deadline is expired even if the timer has not fired yet (the
@@ -309,6 +317,12 @@ def check_decisions(state: ConversationState, decision: DecideInput, now: dateti
                 "a remembered edit would run later calls with args nobody saw"
             )
         call = pending.get(d.tool_call_id)
+        if reviewed and d.remember and call is not None and call.reviewer_rule is not None:
+            problems.append(
+                f"{d.tool_call_id} cannot be remembered: rule `{call.reviewer_rule}` has a "
+                "reviewer decide each of its calls, so a remembered decision would never "
+                "apply; decide it without remember"
+            )
         if call is not None and call.name == SPEND_CALL:
             if d.action not in ("approve", "reject") or d.remember:
                 problems.append(

@@ -138,7 +138,8 @@ export function buildCard(p, view = awaitingOf(p)) {
   // or a quorum's reviewer who approved already, reads the call and who it waits for.
   const mayApprove = Boolean(view.may_approve);
   const mayDecide = Boolean(view.may_decide);
-  const remember = mayApprove && mayRemember() ? rememberControls(p) : null;
+  // A reviewer rule decides each of its calls: the gate refuses remember on one.
+  const remember = mayApprove && mayRemember() && !p.reviewer_rule ? rememberControls(p) : null;
   textarea.readOnly = !mayApprove;
   const card = el(
     "div",
