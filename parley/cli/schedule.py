@@ -55,8 +55,9 @@ def scheduled_line(
     when = f"runs in {left} s (at {call.runs_at.astimezone(UTC):%H:%M:%S} UTC)"
     if session is None or user is None:
         return f"{call.tool_call_id} {call.name} {when}, approved by {call.approved_by}"
-    if owner is not None and user not in (owner, call.approved_by):
-        return f"{call.tool_call_id} {call.name} {when} — {call.approved_by} or {owner} may undo it"
+    if owner is not None and user not in (owner, call.approved_by, *call.approvers):
+        who = ", ".join([*call.approvers, call.approved_by])
+        return f"{call.tool_call_id} {call.name} {when} — {who} or {owner} may undo it"
     undo = undo_command(session, user, call.tool_call_id)
     return f"{call.tool_call_id} {call.name} {when} — undo: {undo}"
 

@@ -307,7 +307,9 @@ class ScheduledCall(Contract):
     name: str
     runs_at: datetime
     approved_by: str
-    #: Who undid it (the approver or the owner), once someone did.
+    #: A quorum's earlier approvers: each of them may undo it too.
+    approvers: list[str] = Field(default_factory=list)
+    #: Who undid it (an approver or the owner), once someone did.
     undone_by: str | None = None
     #: In a parent's list: the call waits in this subagent's conversation, which runs
     #: it (told by ``subagent_window``); an undo of it is passed on there.

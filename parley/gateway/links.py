@@ -18,13 +18,20 @@ An approval refused because the preview changed (the target moved on between the
 and the click) ran nothing and does not use the link up: the page says so, shows what
 the call would change now, and offers to approve that (the same link, pinned to the new
 preview: a new update id), or to decide on the conversation's approval page.
+
+An approve that lets a call run after its undo window answers as soon as the call is
+scheduled (when it runs, how to undo it), not when the window ends; the decision goes
+on in Temporal.
 """
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
+from collections.abc import Coroutine
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Form
@@ -36,6 +43,8 @@ from parley.contracts import (
     SPEND_CALL,
     Decision,
     PendingCall,
+    ScheduledCall,
+    StateQuery,
     ToolPreview,
     TurnResult,
     refusal_of,
@@ -117,7 +126,7 @@ async def use_link(
             preview_hash=pinned,
             message=(message or "").strip() or None if link.action == "reject" else None,
         )
-        result = await gw.conversations.decide(
+        deciding = gw.conversations.decide(
             link.session_id,
             link.user_id,
             [decision],
@@ -125,6 +134,13 @@ async def use_link(
             update_id=f"link-{link.link_id}" + (f"-{pinned[:16]}" if pinned else ""),
             run={"link": link.link_id},
         )
+        if link.action == "approve" and _opens_window(call):
+            answer = await _until_scheduled(gw, link, deciding)
+            if isinstance(answer, ScheduledCall):
+                return _page(200, "Decided", _scheduled_text(link, answer), link=link)
+            result = answer
+        else:
+            result = await deciding
     except LinkRefused as refused:
         return _page(refused.status, "This link cannot decide", refused.reason, link=link)
     except ConversationRefused as refusal:
@@ -137,6 +153,55 @@ async def use_link(
         text = f"{why} {call.name} still waits for a decision."
         return _page(409, "Not decided", text, link=link)
     return _page(200, "Decided", _outcome(link, call, result), link=link)
+
+
+#: The decisions a link started whose call waits out its undo window: the page answered
+#: once the call was scheduled, the update answers after the window (kept referenced).
+_IN_WINDOW: set[asyncio.Task[TurnResult]] = set()
+#: How often the page reads the state for the call its approval scheduled.
+WATCH_EVERY_SECONDS = 0.5
+
+
+def _opens_window(call: PendingCall) -> bool:
+    """Whether this approval lets the call run after an undo window (the quorum met)."""
+    return bool(call.undo_seconds) and len(call.approvals) + 1 >= call.approvals_needed
+
+
+async def _until_scheduled(
+    gw: Gateway, link: ApprovalLink, deciding: Coroutine[Any, Any, TurnResult]
+) -> TurnResult | ScheduledCall:
+    """The decision's result, or, as soon as the state shows the call waiting out its
+    undo window, that entry: the update itself answers only after the window."""
+    task = asyncio.ensure_future(deciding)
+    query = StateQuery(user_id=link.user_id, transcript_limit=0, audit_limit=0)
+    while not task.done():
+        try:
+            state = await gw.conversations.state(link.session_id, link.user_id, query)
+        except ConversationRefused:
+            break  # the decision's own answer says what is wrong
+        entry = next((s for s in state.scheduled if s.tool_call_id == link.tool_call_id), None)
+        if entry is not None:
+            _IN_WINDOW.add(task)
+            task.add_done_callback(_forget)
+            return entry
+        await asyncio.wait({task}, timeout=WATCH_EVERY_SECONDS)
+    return await task
+
+
+def _forget(task: asyncio.Task[TurnResult]) -> None:
+    _IN_WINDOW.discard(task)
+    if not task.cancelled():
+        task.exception()  # said by the conversation's audit; nobody waits for it here
+
+
+def _scheduled_text(link: ApprovalLink, entry: ScheduledCall) -> str:
+    at = f"{entry.runs_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+    return (
+        f"You approved {entry.name}; it waits out its undo window and runs at {at}. "
+        f"Until then you (or the conversation's owner) may undo it on the approval page, "
+        f"or with: parley undo --session {link.session_id} --user {link.user_id} "
+        f"--call {entry.tool_call_id}"
+    )
 
 
 async def _refusal_of(gw: Gateway, link: ApprovalLink) -> str:

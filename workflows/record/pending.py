@@ -55,11 +55,16 @@ class PendingCalls:
     def add(self, call: PendingCall) -> None:
         self._state.pending.append(call)
 
-    def show_preview(self, tool_call_id: str, preview: ToolPreview) -> None:
-        """The call (still pending) shows ``preview``: what it would change now."""
+    def show_preview(
+        self, tool_call_id: str, preview: ToolPreview, *, approvals_void: bool = False
+    ) -> None:
+        """The call (still pending) shows ``preview``: what it would change now. With
+        ``approvals_void``, a quorum's approvals so far go: they were of another preview."""
         for call in self._state.pending:
             if call.tool_call_id == tool_call_id:
                 call.preview = preview
+                if approvals_void:
+                    call.approvals = []
 
     def take_all(self) -> list[PendingCall]:
         """Every call, answered now (a decision names them all)."""

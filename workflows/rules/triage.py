@@ -154,7 +154,12 @@ def policy_of(
                 lapse = lapse_of(remembered, spec, context.catalogue.rules, context.now)
                 if lapse is not None:
                     return outcome, None, (remembered, lapse)
-                return PolicyOutcome(policy=remembered.policy, remembered=True), remembered, None
+                # A remembered approval approves: the rule's undo window still holds.
+                window = outcome.undo_seconds if remembered.policy == "auto" else None
+                taken = PolicyOutcome(
+                    policy=remembered.policy, remembered=True, undo_seconds=window
+                )
+                return taken, remembered, None
     return outcome, None, None
 
 

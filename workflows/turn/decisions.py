@@ -41,7 +41,7 @@ from parley.workflows.turn.judging import Judge
 from parley.workflows.turn.previews import Previews
 from parley.workflows.turn.spending import SpendGate
 from parley.workflows.turn.subagents import Subagents
-from parley.workflows.turn.undo import UndoWindow
+from parley.workflows.turn.undo import REMEMBERED_UNDO, UndoWindow
 
 #: The patch under which an edit is a new proposal (``canonical_args``, then the rules);
 #: histories recorded before it replay the old way (the edit ran as given).
@@ -164,7 +164,12 @@ class Decisions:
         passed_on: dict[str, list[Decision]] = {}
         #: A subagent's calls are audited once it applied (or refused) the decisions.
         passed_calls: list[tuple[PendingCall, dict[str, Any]]] = []
-        self._undo.schedule(self._windows(own, by_id, edits), decide.decided_by)
+        quorums = {
+            call.tool_call_id: [a.by for a in call.approvals]
+            for call in own
+            if call.approvals and by_id[call.tool_call_id].action == "approve"
+        }
+        self._undo.schedule(self._windows(own, by_id, edits), decide.decided_by, quorums)
         try:
             for call in pending:
                 decision = by_id[call.tool_call_id]
@@ -227,8 +232,11 @@ class Decisions:
                 if len(call.approvals) + 1 >= call.approvals_needed:  # the quorum is met
                     windows.append((call, call.undo_seconds))
             elif action == "edit" and edit is not None and isinstance(edit[1], Run):
-                if edit[1].outcome.undo_seconds:
-                    windows.append((edit[0], edit[1].outcome.undo_seconds))
+                outcome = edit[1].outcome
+                if outcome.undo_seconds and (
+                    not outcome.remembered or workflow.patched(REMEMBERED_UNDO)
+                ):
+                    windows.append((edit[0], outcome.undo_seconds))
         return windows
 
     async def _run_approved(self, call: ToolCall, **approval: Any) -> None:

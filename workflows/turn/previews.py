@@ -7,8 +7,9 @@ one of a tool that declares a preview (``ToolSpec.has_preview``) gets one, compu
 after the turn's ``auto`` calls ran, before the turn rests: every surface shows it with
 the call. When an approval arrives the preview is computed again: if the target moved on
 (another hash) the approval is refused, nothing is applied, and the call waits with the
-new preview. A preview that fails is shown as failed and never blocks a decision. A
-subagent's calls get theirs in the subagent's own conversation.
+new preview; under a quorum the approvals given so far go with the old preview (they
+were of what is no longer shown). A preview that fails is shown as failed and never
+blocks a decision. A subagent's calls get theirs in the subagent's own conversation.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from parley.workflows.context import Records, View
 
 #: Before this patch no call had a preview (and no tool declared one).
 TOOL_PREVIEWS = "tool-previews"
+#: Before this patch a quorum's approvals survived a preview that changed before the
+#: last one, so the call could run on an approval of what was no longer shown.
+PREVIEW_VOIDS_APPROVALS = "preview-voids-approvals"
 
 
 class Previews:
@@ -71,8 +75,11 @@ class Previews:
         ):
             assert call.preview is not None
             if now.status == "ok" and now.hash != call.preview.hash:
-                self._pending.show_preview(call.tool_call_id, now)
-                changed.append(f"{call.tool_call_id} (now {now.summary(120)})")
+                given = ", ".join(a.by for a in call.approvals)
+                void = bool(given) and workflow.patched(PREVIEW_VOIDS_APPROVALS)
+                self._pending.show_preview(call.tool_call_id, now, approvals_void=void)
+                again = f"; the approvals by {given} no longer count" if void else ""
+                changed.append(f"{call.tool_call_id} (now {now.summary(120)}{again})")
         if changed:
             raise InvalidDecision(
                 "decision refused: what the call would change is no longer what was shown: "

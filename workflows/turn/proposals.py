@@ -5,7 +5,8 @@ Each call's arguments arrive canonical from ``call_model``. A call of one of the
 end's own tools (``front_end``) is held for the client's result and never triaged;
 every other call is judged by ``triage`` (rules, remembered decisions, the tool's
 policy): refused with a reason the model reads, run at once (``auto``, in order, after
-all are sorted), or added to the pending calls to wait for a decision; a call whose
+all are sorted; one a remembered approval lets run waits out its rule's undo window
+first, ``undo``), or added to the pending calls to wait for a decision; a call whose
 rule names a judge is judged first (``judging``).
 """
 
@@ -31,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from parley.workflows.turn.grants import Grants
     from parley.workflows.turn.judging import Judge
     from parley.workflows.turn.previews import Previews
+    from parley.workflows.turn.undo import REMEMBERED_UNDO, UndoWindow
 
 
 class Proposals:
@@ -41,11 +43,12 @@ class Proposals:
         tools: ToolRunner,
         front: FrontEnd,
         previews: Previews,
+        undo: UndoWindow,
         judge: Judge | None = None,
     ) -> None:
         self._ledger, self._pending, self._events = records.ledger, records.pending, records.events
         self._tools, self._front_end, self._proposal = tools, front, view.proposal
-        self._previews, self._judge = previews, judge
+        self._previews, self._undo, self._judge = previews, undo, judge
         self._grants = Grants(view, records)
 
     async def handle(
@@ -86,6 +89,7 @@ class Proposals:
                     self._grants.lapse(*verdict.lapsed, call)
                 self._pending.add(verdict.call)
                 waiting.append((verdict.call, verdict.outcome))
+        self._schedule_remembered(to_run)
         try:
             for call, run in to_run:
                 remembered = run.remembered
@@ -97,6 +101,8 @@ class Proposals:
                         call.name,
                         {"action": "approve", "remembered_from": remembered.tool_call_id},
                     )
+                if not await self._undo.wait_out(call):  # undone in its window
+                    continue
                 await self._tools.execute(
                     call,
                     approved_by=remembered.decided_by if remembered else None,
@@ -108,3 +114,17 @@ class Proposals:
         except TurnFailed:
             self._ledger.abandon_unanswered(ai)
             raise
+
+    def _schedule_remembered(self, to_run: list[tuple[ToolCall, Run]]) -> None:
+        """The calls a remembered approval lets run whose rule gives an undo window wait
+        it out, all from now, as the person who approved them (``undo``)."""
+        windows = [
+            (call, run.remembered.decided_by, run.outcome.undo_seconds)
+            for call, run in to_run
+            if run.remembered is not None and run.outcome.undo_seconds
+        ]
+        if not windows or not workflow.patched(REMEMBERED_UNDO):
+            return
+        for call, approver, seconds in windows:
+            assert seconds is not None
+            self._undo.schedule([(call, seconds)], approver)

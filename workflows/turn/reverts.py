@@ -10,7 +10,9 @@ request enters the transcript as the sender's message, and Parley proposes the i
 as an assistant message of its own (call id ``revert-<id>``), which the gate sorts like
 any proposal (its own rules: run at once, wait for a decision, or refused). The audit
 links both ways: the inverse's ``proposed`` names the call it reverts, and the original
-call gets a ``revert_proposed`` entry naming its inverse. A call is reverted once.
+call gets a ``revert_proposed`` entry naming its inverse. A call is reverted once. A
+fork holds its origin's messages, not their effects: a call that ran there, before the
+cut, is reverted in the origin (refused here, saying so), so its inverse runs once.
 """
 
 from __future__ import annotations
@@ -55,6 +57,14 @@ class Reverts:
             raise InvalidDecision(
                 f"{call_id} did not run successfully in this conversation (or is older "
                 "than the messages it keeps): there is nothing to revert"
+            )
+        origin = self._view.start.forked_from
+        if origin is not None and self._inherited(call_id, origin.cut.at):
+            raise InvalidDecision(
+                f"{call_id} ran in {origin.session_id} before this conversation was forked "
+                "from it: a fork holds its messages, not its effects. Revert it there "
+                f"(parley revert --session {origin.session_id} --user {request.user_id} "
+                f"--call {call_id}), once"
             )
         spec = self._view.catalogue().get(str(ran.name))
         if spec is None or not spec.has_inverse:
@@ -109,6 +119,24 @@ class Reverts:
                     if call["id"] == call_id:
                         return dict(call)
         return None
+
+    def _inherited(self, call_id: str, cut: int) -> bool:
+        """In a fork: whether the call's result is one of the first ``cut`` messages,
+        copied from the origin, and the call never ran here (after a rewind below the
+        cut, the messages there are this conversation's own)."""
+        transcript = self._state.transcript
+        at = next(
+            (
+                transcript.offset + i
+                for i, message in enumerate(transcript.messages)
+                if isinstance(message, ToolMessage) and message.tool_call_id == call_id
+            ),
+            None,
+        )
+        ran_here = any(
+            e.event == "ran" and e.tool_call_id == call_id for e in self._state.audit.entries
+        )
+        return at is not None and at < cut and not ran_here
 
     def _result(self, call_id: str) -> ToolMessage | None:
         for message in self._state.transcript.messages:

@@ -5,10 +5,12 @@ A call whose rule says ``undo_seconds`` does not run when it is approved: the de
 schedules it (all of its calls at once, so their windows overlap), announced to
 followers (``parley.call_scheduled``) and audited ``scheduled`` (after its ``decided``)
 with the instant it runs. The turn then waits, for each call in turn, until its
-instant or an ``undo`` by the approver or the owner, whichever comes first: undone, the
-call is answered "undone" (audited ``undone``, the model told) and never runs; else it
-runs as any approved call (audited ``ran``). The wait is workflow state and a timer, so
-a worker lost meanwhile loses nothing: the next one replays to the same wait and the
+instant or an ``undo`` by an approver (any of a quorum's) or the owner, whichever comes
+first: undone, the call is answered "undone" (audited ``undone``, the model told) and
+never runs; else it runs as any approved call (audited ``ran``). A call a remembered
+approval lets run waits out its rule's window the same way, as approved by the one who
+remembered it. The wait is workflow state and a timer, so a worker lost meanwhile
+loses nothing: the next one replays to the same wait and the
 call runs once. Ending the conversation undoes what still waits.
 
 A subagent's calls wait in its own conversation. It tells its parent the list each
@@ -49,6 +51,9 @@ SUBAGENT_UNDO = "subagent-undo"
 #: Before this patch a subagent told its parent nothing of a call an undo named that it
 #: did not hold in a window; the parent's undo then waited for it.
 UNDO_ANSWERED = "subagent-undo-answered"
+#: Before this patch a call a remembered approval let run (a proposal, or an edit into
+#: a remembered shape) ran at once, even when its rule gave approved calls a window.
+REMEMBERED_UNDO = "remembered-undo-window"
 
 
 def drop_subagent_windows(state: ConversationState, tool_call_id: str | None = None) -> None:
@@ -70,8 +75,14 @@ class UndoWindow:
         self._left: set[str] = set()
         self._undone: set[str] = set()
 
-    def schedule(self, calls: list[tuple[ToolCall, int]], approved_by: str) -> None:
-        """Each approved call with a window (and its seconds) waits from now."""
+    def schedule(
+        self,
+        calls: list[tuple[ToolCall, int]],
+        approved_by: str,
+        approvers: dict[str, list[str]] | None = None,
+    ) -> None:
+        """Each approved call with a window (and its seconds) waits from now;
+        ``approvers``: by call, a quorum's earlier approvers (each may undo it too)."""
         if not calls or not workflow.patched(UNDO_WINDOW):
             return
         now = workflow.now()
@@ -83,6 +94,7 @@ class UndoWindow:
                     name=call.name,
                     runs_at=runs_at,
                     approved_by=approved_by,
+                    approvers=(approvers or {}).get(call.tool_call_id, []),
                 )
             )
             self._events.custom(
@@ -145,9 +157,10 @@ class UndoWindow:
                     "never approved with one"
                 )
             if not self._may_undo(entry, request.user_id):
+                who = ", ".join([*entry.approvers, entry.approved_by])
                 raise InvalidDecision(
-                    f"only {entry.approved_by} (who approved it) or the conversation's owner "
-                    f"may undo {tool_call_id}"
+                    f"only {who} (who approved it) or the conversation's owner may undo "
+                    f"{tool_call_id}"
                 )
 
     def undo(self, request: UndoInput, *, every: bool = False) -> UndoResult:
@@ -305,4 +318,4 @@ class UndoWindow:
         ]
 
     def _may_undo(self, entry: ScheduledCall, user_id: str) -> bool:
-        return user_id in (entry.approved_by, self._state.user_id)
+        return user_id in (entry.approved_by, self._state.user_id, *entry.approvers)

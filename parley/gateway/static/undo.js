@@ -109,10 +109,11 @@ function buildCard(s) {
   return card;
 }
 
-// Only the call's approver or the conversation's owner may undo it (the workflow checks;
-// before /v1/me has answered the button is offered, and a refusal says why).
+// Only the call's approvers (a quorum's all) or the conversation's owner may undo it (the
+// workflow checks; before /v1/me has answered the button is offered, and a refusal says why).
 function mayUndo(s, snap) {
-  return !state.userId || state.userId === s.approved_by || state.userId === (snap && snap.user_id);
+  const approvers = [s.approved_by, ...(s.approvers || [])];
+  return !state.userId || approvers.includes(state.userId) || state.userId === (snap && snap.user_id);
 }
 
 function updateWaiting(card, s, snap) {
