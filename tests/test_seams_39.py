@@ -26,7 +26,8 @@ from parley.client.grants import list_grants, revoke_grant
 from parley.config.settings import Settings
 from parley.contracts import Decision, PolicyRule, ToolContext, args_hash
 from parley.contracts.grants import LONGEST_GRANT_SECONDS, lifetime
-from parley.contracts.judging import REASON_CHARS, ExcerptMessage, JudgeCallInput
+from parley.contracts.judge_calls import JudgeCallInput
+from parley.contracts.judging import REASON_CHARS, ExcerptMessage
 from parley.contracts.limits import PAYLOAD_PREVIEW_BYTES
 from parley.observability.redaction import remember_values
 from parley.tools import ParleyTool, ToolRegistry, confirm, load_registry

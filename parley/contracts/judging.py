@@ -1,5 +1,5 @@
 """The judge: a model that a rule (``PolicyRule.judge``) asks about a call before a person.
-Both sides of the Temporal boundary: the workflow sends a :class:`JudgeCallInput` to the
+Both sides of the Temporal boundary: the workflow sends a ``JudgeCallInput`` (``parley.contracts.judge_calls``) to the
 ``parley.judge_call`` activity and applies the :class:`JudgeVerdict` it returns; every
 surface shows the verdict with the call. Pydantic models, names and pure rules: no I/O.
 
@@ -12,7 +12,7 @@ under a quorum or a reviewer its approve is an opinion, never an approval
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
@@ -44,19 +44,6 @@ class ExcerptMessage(Contract):
 
     role: str
     text: str
-
-
-class JudgeCallInput(Contract):
-    """``judge_call``: one pending call, its rule and a bounded excerpt of the
-    conversation. The judge's verdict holds only for ``args`` (their ``args_hash``)."""
-
-    tool_call_id: str
-    name: str
-    args: dict[str, Any]
-    args_hash: str
-    description: str
-    rule: PolicyRule
-    excerpt: list[ExcerptMessage] = Field(default_factory=list)
 
 
 class JudgeVerdict(Contract):

@@ -31,12 +31,12 @@ from parley.contracts import (
     text_of,
 )
 from parley.contracts.activity_config import JUDGE_ACTIVITY
+from parley.contracts.judge_calls import JudgeCallInput
 from parley.contracts.judging import (
     EXCERPT_MESSAGE_CHARS,
     EXCERPT_MESSAGES,
     JUDGE_CALL,
     ExcerptMessage,
-    JudgeCallInput,
     JudgeVerdict,
     judge_actor,
     judge_outcome,
@@ -91,6 +91,7 @@ class Judge:
             await self._apply(call, rule, verdict)
 
     async def _judge(self, call: PendingCall, rule: PolicyRule) -> JudgeVerdict:
+        shown = next((c for c in self._pending if c.tool_call_id == call.tool_call_id), call)
         request = JudgeCallInput(
             tool_call_id=call.tool_call_id,
             name=call.name,
@@ -99,6 +100,7 @@ class Judge:
             description=call.description,
             rule=rule,
             excerpt=self._excerpt(),
+            preview=shown.preview,
         )
         try:
             verdict: JudgeVerdict = await workflow.execute_activity(
