@@ -2,7 +2,8 @@
 real worker, dev server and plans service; the model is a script.
 
 - Each ``TOOL_CALL_RESULT`` says in ``metadata.parley.revertible`` whether its call may
-  be reverted: a created plan may, its inverse (``delete_plan``) may not.
+  be reverted: a created plan may, its inverse (``delete_plan``) may not; a
+  reconnect's ``MESSAGES_SNAPSHOT`` marks each tool message the same way.
 - With the official ``@ag-ui/client`` HttpAgent, a run whose ``forwardedProps`` is
   ``{"parley": {"revert": "c1"}}`` ends with the inverse as an interrupt (nothing is
   deleted yet); a reloaded page gets that interrupt back, resumes it with an approval,
@@ -141,6 +142,15 @@ async def test_reverts_that_cannot_be_and_malformed_requests_are_one_line(
         (result,) = [e.data for e in approved if e.type == "TOOL_CALL_RESULT"]
         assert revertible(result) is True
 
+        async def reconnect_marks() -> dict[str, bool]:
+            """A reconnect's MESSAGES_SNAPSHOT: each tool result's mark, by call id."""
+            back = await agui(http, {"threadId": sid, "runId": "r-back", "messages": []})
+            (snapshot,) = [e.data for e in back if e.type == "MESSAGES_SNAPSHOT"]
+            tools = [m for m in snapshot["messages"] if m["role"] == "tool"]
+            return {m["toolCallId"]: revertible(m) for m in tools}
+
+        assert await reconnect_marks() == {"c1": True}
+
         def asking(props: Any, **more: Any) -> dict[str, Any]:
             return {
                 "threadId": sid,
@@ -168,6 +178,7 @@ async def test_reverts_that_cannot_be_and_malformed_requests_are_one_line(
         assert inverse["id"] == "revert-c1"
         again = await refused(http, asking({"parley": {"revert": "c1"}}), 409)
         assert "decide the calls that wait first" in again
+        assert await reconnect_marks() == {"c1": False}  # its inverse is proposed
 
 
 async def test_an_undo_over_agui_takes_back_a_call_in_its_window(parley_worker, plans) -> None:

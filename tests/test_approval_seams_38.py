@@ -10,7 +10,8 @@ what the preview reads):
 - a remembered approval of a call whose rule has an undo window is an approval like
   any other: the later call waits out its window, and the owner may undo it;
 - a link's approval of a call with an undo window answers when the call is scheduled;
-- a fork does not revert what ran in the conversation it was forked from.
+- a fork does not revert what ran in the conversation it was forked from, and its
+  snapshot's ``revertible`` (what every surface offers) names only its own calls.
 """
 
 from __future__ import annotations
@@ -226,17 +227,25 @@ async def test_a_fork_refuses_to_revert_a_call_that_ran_in_its_origin(parley_wor
     model = script(
         note("f1", "forked-note"),
         {"content": "Published."},
-        {"content": "Forked."},
-        {"content": "Reverted."},
+        note("f2", "fork-own-note"),  # in the fork only
+        {"content": "Done."},  # the fork's answer, and the origin's after its revert
     )
+
+    async def revertible(session_id: str) -> list[str]:
+        return (await conversations.state(session_id, OWNER)).revertible
+
     async with parley_worker(registry, model) as conversations:
         origin, forked = new_session(), new_session()
         await conversations.send(origin, OWNER, "publish")
+        assert await revertible(origin) == ["f1"]
         await fork(conversations, origin, OWNER, 4, forked)
+        assert await revertible(forked) == []  # before its first turn, too
         await conversations.send(forked, OWNER, "go on here")
+        assert await revertible(forked) == ["f2"]  # its own call, not the inherited one
         with pytest.raises(ConversationRefused) as refused:
             await revert(conversations, forked, OWNER, "f1")
         assert origin in str(refused.value) and "\n" not in str(refused.value)
         assert UNPUBLISHED == []
         done = await revert(conversations, origin, OWNER, "f1")
         assert done.status == "completed" and UNPUBLISHED == ["forked-note"]
+        assert await revertible(origin) == []  # reverted; unpublish_note has no inverse

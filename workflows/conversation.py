@@ -411,6 +411,7 @@ class ConversationWorkflow:
             snapshot = ledger.escalated_snapshot(escalated)
         else:
             snapshot = ledger.snapshot(query)
+            snapshot.revertible = self._jobs.reverts.revertible()
         # Who each call waits for, and what this reader (with their groups) may do, by
         # the gate's own checks.
         snapshot.awaiting = awaiting_all(self._state, snapshot.pending, query.user_id, query.groups)

@@ -93,8 +93,9 @@ class CallCommands:
         found = revertible_results(await self._conv.state(self._session, self._user, query))
         if not found:
             self._say(
-                "nothing to revert: no call that ran here (among the latest messages) is "
-                "of a tool that declares an inverse, or each was reverted already"
+                "nothing to revert: no call among the latest messages ran here (not in "
+                "the conversation this one was forked from) with a tool that declares an "
+                "inverse and was not reverted already"
             )
             return
         self._say("Calls you can revert (/revert NUMBER or /revert CALL_ID):")

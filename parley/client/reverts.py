@@ -5,10 +5,9 @@ may name (``undo_calls``). Client side (never imported by workflows)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import ToolMessage
 
 from parley.client.conversations import Conversations
 from parley.client.errors import ConversationRefused, checked_user
@@ -16,7 +15,6 @@ from parley.contracts import ConversationSnapshot, RevertInput, TurnResult
 from parley.contracts.errors import ErrorType
 from parley.contracts.undo import MAX_UNDO_CALLS
 from parley.workflows.conversation import ConversationWorkflow
-from parley.workflows.turn.reverts import REVERT_PREFIX
 
 
 async def revert(
@@ -54,43 +52,13 @@ def undo_calls(call_ids: Sequence[str]) -> list[str]:
     return ids
 
 
-def may_revert(
-    tool_call_id: str, name: str, status: Any, tools: Collection[str], proposed: Collection[str]
-) -> bool:
-    """Whether a revert of this result may be proposed: it succeeded, its tool declares
-    an inverse (``tools``: the snapshot's ``revertible_tools``), it is no inverse itself,
-    and its inverse was not proposed yet (``proposed``: the call ids proposed so far).
-    Whether the run changed anything only the worker knows: a revert says so."""
-    return (
-        status == "success"
-        and name in tools
-        and not tool_call_id.startswith(REVERT_PREFIX)
-        and REVERT_PREFIX + tool_call_id not in proposed
-    )
-
-
-def proposed_calls(snapshot: ConversationSnapshot) -> dict[str, str]:
-    """The tool calls proposed in the snapshot's page of the transcript: name by id."""
-    return {
-        call["id"]: call["name"]
-        for message in snapshot.transcript
-        if isinstance(message, AIMessage)
-        for call in message.tool_calls
-        if call.get("id")
-    }
-
-
 def revertible_results(snapshot: ConversationSnapshot) -> list[tuple[int, ToolMessage]]:
-    """The results in the snapshot's page that a revert may take back, each with its
-    number in the transcript (from 1, as ``parley show`` numbers it)."""
-    proposed = proposed_calls(snapshot)
-    found = []
-    for index, message in enumerate(snapshot.transcript):
-        if not isinstance(message, ToolMessage):
-            continue
-        artifact = message.artifact if isinstance(message.artifact, dict) else {}
-        name = message.name or proposed.get(message.tool_call_id, "")
-        status = artifact.get("status") or message.status
-        if may_revert(message.tool_call_id, name, status, snapshot.revertible_tools, proposed):
-            found.append((snapshot.transcript_offset + index + 1, message))
-    return found
+    """The results in the snapshot's page that a revert may take back (the workflow's
+    ``revertible``: what its ``revert`` validator would take), each with its number in
+    the transcript (from 1, as ``parley show`` numbers it)."""
+    revertible = set(snapshot.revertible)
+    return [
+        (snapshot.transcript_offset + index + 1, message)
+        for index, message in enumerate(snapshot.transcript)
+        if isinstance(message, ToolMessage) and message.tool_call_id in revertible
+    ]

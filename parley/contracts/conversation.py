@@ -433,7 +433,9 @@ class ConversationSnapshot(Contract):
     awaiting: list[Awaiting] = Field(default_factory=list)
     #: Approved calls that wait out their undo window (run at ``runs_at``, unless undone).
     scheduled: list[ScheduledCall] = Field(default_factory=list)
-    #: The catalogue's tools that declare an inverse: surfaces offer to revert their calls.
-    revertible_tools: list[str] = Field(default_factory=list)
+    #: The calls (ids) the ``revert`` update would take once nothing runs or waits: each
+    #: ran and succeeded here (not in a fork's origin), its tool declares an inverse,
+    #: and it was not reverted yet. Every surface offers Revert on these, and only these.
+    revertible: list[str] = Field(default_factory=list)
     #: The remembered decisions (grants) in force, oldest first (``parley grants``).
     remembered: list[RememberedDecision] = Field(default_factory=list)

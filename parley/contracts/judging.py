@@ -1,7 +1,8 @@
 """The judge: a model that a rule (``PolicyRule.judge``) asks about a call before a person.
-Both sides of the Temporal boundary: the workflow sends a ``JudgeCallInput`` (``parley.contracts.judge_calls``) to the
-``parley.judge_call`` activity and applies the :class:`JudgeVerdict` it returns; every
-surface shows the verdict with the call. Pydantic models, names and pure rules: no I/O.
+Both sides of the Temporal boundary: the workflow sends a ``JudgeCallInput``
+(``parley.contracts.judge_calls``) to the ``parley.judge_call`` activity and applies the
+:class:`JudgeVerdict` it returns; every surface shows the verdict with the call.
+Pydantic models, names and pure rules: no I/O.
 
 What the judge decides is bounded by Parley, not by what it reads: it is asked only
 about a call its own rule matched (``deny`` rules and the rules before it were

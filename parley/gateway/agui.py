@@ -75,7 +75,9 @@ async def agui(
     the inverse of a call that ran (mostly ending in its interrupt); with ``{"parley":
     {"undo": CALL_ID or [...]}}`` it takes back calls in their undo window (its
     ``RUN_FINISHED`` result: ``{"undone": [...]}``). Each ``TOOL_CALL_RESULT`` says in
-    ``metadata.parley.revertible`` whether its call may be reverted. A retried request
+    ``metadata.parley.revertible`` whether a revert of its call would be taken (the
+    conversation's ``revertible``), as does each tool message of a reconnect's
+    ``MESSAGES_SNAPSHOT``. A retried request
     replays the run that answered it. An OpenID Connect
     token's groups count its user in as a reviewer ``group:<name>`` (reading, deciding)."""
     try:

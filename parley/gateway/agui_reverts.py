@@ -1,9 +1,12 @@
 """Reverts and undos over AG-UI (``POST /agui``). Client side (the gateway).
 
 A result says whether its call may be reverted: every ``TOOL_CALL_RESULT`` of an
-``/agui`` run carries ``metadata: {"parley": {"revertible": true|false}}`` (true: it
-succeeded, its tool declares an inverse, it is no inverse itself and was not reverted
-yet; whether the run changed anything only the worker knows, and a revert says so).
+``/agui`` run, and each tool message of a reconnect's ``MESSAGES_SNAPSHOT``
+(``reconnect``), carries ``metadata: {"parley": {"revertible": true|false}}``: true for
+the conversation's ``revertible`` calls, what its ``revert`` validator would take (it
+ran and succeeded here, not in a fork's origin, its tool declares an inverse, and it
+was not reverted yet); whether the run changed anything only the worker knows, and a
+revert says so.
 
 A client asks with the run's ``forwardedProps``, AG-UI's application-specific
 passthrough, under the key ``parley`` (any other key is the client's own and ignored):
@@ -24,7 +27,6 @@ calls wait for a decision or a turn runs.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +40,6 @@ from ag_ui.core import (
 from fastapi.responses import StreamingResponse
 
 from parley.client import ConversationRefused
-from parley.client.reverts import may_revert, proposed_calls
 from parley.contracts import StateQuery
 from parley.contracts.errors import ErrorType
 from parley.contracts.undo import MAX_UNDO_CALLS
@@ -143,52 +144,45 @@ async def undo_run(
 
 
 class RevertMarks:
-    """Gives each ``TOOL_CALL_RESULT`` of a stream its ``metadata.parley.revertible``,
-    from the conversation's state as the caller reads it (read at the first result, and
-    again for a call it does not name)."""
+    """Gives each ``TOOL_CALL_RESULT`` of a stream its ``metadata.parley.revertible``:
+    whether its call is among the conversation's ``revertible`` (the workflow's own
+    answer) as the caller reads it. The state is read at the first result, and again
+    for a result at an offset that read had not seen yet."""
 
     def __init__(
         self, gw: Gateway, session_id: str, user_id: str, groups: Sequence[str] = ()
     ) -> None:
         self._gw = gw
         self._session_id = session_id
-        self._query = StateQuery(user_id=user_id, audit_limit=0, groups=sorted(set(groups)))
-        #: Tool names by call id: proposed in the stream, or in the state read.
-        self._names: dict[str, str] = {}
-        self._tools: list[str] | None = None
+        self._query = StateQuery(
+            user_id=user_id, transcript_limit=0, audit_limit=0, groups=sorted(set(groups))
+        )
+        self._revertible: set[str] | None = None
+        #: The events the last read saw (offsets below it).
+        self._seen = 0
 
     async def marked(self, items: StreamItems) -> StreamItems:
         """``items``, each result marked."""
         try:
             async for offset, event in items:
-                kind = event.get("type")
-                if kind == "TOOL_CALL_START" and event.get("toolCallName"):
-                    self._names[str(event.get("toolCallId"))] = str(event["toolCallName"])
-                elif kind == "TOOL_CALL_RESULT":
-                    event = await self._mark(event)
+                if event.get("type") == "TOOL_CALL_RESULT":
+                    event = await self._mark(offset, event)
                 yield offset, event
         finally:
             await items.aclose()  # type: ignore[attr-defined]
 
-    async def _mark(self, event: dict[str, Any]) -> dict[str, Any]:
-        call_id = str(event.get("toolCallId") or "")
-        if self._tools is None or call_id not in self._names:
+    async def _mark(self, offset: int | None, event: dict[str, Any]) -> dict[str, Any]:
+        if self._revertible is None or (offset is not None and offset >= self._seen):
             try:
                 await self._read()
             except ConversationRefused:
                 return event  # unknown now: the result goes unmarked
-        assert self._tools is not None
-        try:
-            status = json.loads(event.get("content") or "").get("status")
-        except (ValueError, AttributeError):
-            status = None
-        name = self._names.get(call_id, "")
-        revertible = may_revert(call_id, name, status, self._tools, self._names)
+        assert self._revertible is not None
+        revertible = str(event.get("toolCallId") or "") in self._revertible
         metadata = {**(event.get("metadata") or {}), PARLEY_KEY: {"revertible": revertible}}
         return {**event, "metadata": metadata}
 
     async def _read(self) -> None:
         conversations = self._gw.conversations
         snapshot = await conversations.state(self._session_id, self._query.user_id, self._query)
-        self._tools = list(snapshot.revertible_tools)
-        self._names = {**proposed_calls(snapshot), **self._names}
+        self._revertible, self._seen = set(snapshot.revertible), snapshot.event_count

@@ -5,7 +5,8 @@ After a page reload an AG-UI client (``HttpAgent``, CopilotKit) holds no message
 does not know which calls wait. A ``RunAgentInput`` with no messages and no ``resume``
 is that client asking: its stream is ``RUN_STARTED`` (the client's run id),
 ``MESSAGES_SNAPSHOT`` (the latest page of the transcript, ``parley.contracts``'
-``StateQuery`` default: 200 messages, in AG-UI's shapes), and ``RUN_FINISHED``, with
+``StateQuery`` default: 200 messages, in AG-UI's shapes, each tool result marked
+``metadata.parley.revertible`` as a run marks it), and ``RUN_FINISHED``, with
 outcome ``interrupt`` and one interrupt per pending call when decisions are owed, so
 the client can answer them with ``resume`` as in the run that raised them. Nothing runs
 and nothing enters the conversation's history or event log: these events have no
@@ -38,6 +39,7 @@ from langchain_core.messages import ToolMessage as LangChainToolMessage
 from parley.client import ConversationRefused
 from parley.contracts import ConversationSnapshot, PendingCall, StateQuery, text_of
 from parley.contracts.errors import ErrorType
+from parley.gateway.agui_reverts import PARLEY_KEY
 from parley.gateway.deps import Gateway
 from parley.gateway.errors import refused
 from parley.gateway.replay import interrupt_of
@@ -61,7 +63,7 @@ async def reconnect_events(
         if refusal.error_type != ErrorType.NOT_FOUND:
             raise refused(refusal, session_id) from None
         snapshot = None
-    messages = agui_messages(snapshot.transcript) if snapshot else []
+    messages = agui_messages(snapshot.transcript, set(snapshot.revertible)) if snapshot else []
     pending = snapshot.pending if snapshot else []
     outcome: RunFinishedInterruptOutcome | RunFinishedSuccessOutcome = RunFinishedSuccessOutcome()
     if pending:
@@ -111,9 +113,11 @@ async def _open_interrupts(
     ]
 
 
-def agui_messages(transcript: list[AnyMessage]) -> list[Message]:
+def agui_messages(transcript: list[AnyMessage], revertible: set[str]) -> list[Message]:
     """The transcript in AG-UI's message shapes: the user's messages, the assistant's
-    (with their tool calls) and the tool results (their text, as the model read it)."""
+    (with their tool calls) and the tool results (their text, as the model read it),
+    each result marked ``metadata.parley.revertible`` as a run's results are
+    (``agui_reverts``; ``revertible``: the snapshot's)."""
     out: list[Message] = []
     for message in transcript:
         if isinstance(message, HumanMessage):
@@ -140,6 +144,7 @@ def agui_messages(transcript: list[AnyMessage]) -> list[Message]:
                     id=message.id or f"result-{message.tool_call_id}",
                     content=text_of(message),
                     tool_call_id=message.tool_call_id,
+                    metadata={PARLEY_KEY: {"revertible": message.tool_call_id in revertible}},
                 )
             )
     return out

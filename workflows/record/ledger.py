@@ -301,7 +301,6 @@ class Ledger:
             usage=s.tree_usage(),
             subagent_usage=s.delegations.usage(),
             scheduled=[c for c in s.scheduled if c.undone_by is None],
-            revertible_tools=[t.name for t in s.tools.tools if t.has_inverse] if s.tools else [],
             remembered=s.remembered,
         )
 

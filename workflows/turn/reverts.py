@@ -43,32 +43,51 @@ class Reverts:
 
     def check(self, request: RevertInput) -> None:
         """The ``revert`` update's validator: nothing in flight or waiting, and the call
-        ran and succeeded here, has an inverse, and was not reverted yet."""
+        may be reverted (``refusal``)."""
         state = self._state
         if state.turn_running:
             raise TurnInProgress("a turn is running; revert once it is done")
         if state.pending:
             raise DecisionsOwed("decide the calls that wait first, then revert")
-        call_id = request.tool_call_id
+        refusal = self.refusal(request.tool_call_id, request.user_id)
+        if refusal is not None:
+            raise refusal
+
+    def revertible(self) -> list[str]:
+        """The calls whose results this conversation keeps and that a revert may name
+        (``refusal`` finds nothing), oldest first: the ``state`` query's ``revertible``,
+        what every surface offers. Whether a turn runs or calls wait is not asked: a
+        revert waits for those (``check`` says so)."""
+        return [
+            message.tool_call_id
+            for message in self._state.transcript.messages
+            if isinstance(message, ToolMessage)
+            and self.refusal(message.tool_call_id, self._state.user_id) is None
+        ]
+
+    def refusal(self, call_id: str, user_id: str) -> InvalidDecision | None:
+        """Why a revert of ``call_id`` (asked by ``user_id``) is refused, whatever is in
+        flight; None: it ran and succeeded here, has an inverse, and was not reverted."""
         if self._proposed(REVERT_PREFIX + call_id) is not None:
-            raise InvalidDecision(f"{call_id} was already reverted ({REVERT_PREFIX}{call_id})")
+            return InvalidDecision(f"{call_id} was already reverted ({REVERT_PREFIX}{call_id})")
         ran = self._result(call_id)
         if ran is None or ran.status != "success" or self._proposed(call_id) is None:
-            raise InvalidDecision(
+            return InvalidDecision(
                 f"{call_id} did not run successfully in this conversation (or is older "
                 "than the messages it keeps): there is nothing to revert"
             )
         origin = self._view.start.forked_from
         if origin is not None and self._inherited(call_id, origin.cut.at):
-            raise InvalidDecision(
+            return InvalidDecision(
                 f"{call_id} ran in {origin.session_id} before this conversation was forked "
                 "from it: a fork holds its messages, not its effects. Revert it there "
-                f"(parley revert --session {origin.session_id} --user {request.user_id} "
+                f"(parley revert --session {origin.session_id} --user {user_id} "
                 f"--call {call_id}), once"
             )
         spec = self._view.catalogue().get(str(ran.name))
         if spec is None or not spec.has_inverse:
-            raise InvalidDecision(f"{call_id} cannot be reverted: {ran.name} declares no inverse")
+            return InvalidDecision(f"{call_id} cannot be reverted: {ran.name} declares no inverse")
+        return None
 
     async def inverse_of(self, request: RevertInput) -> InverseCall:
         """The call's inverse, from a worker; a call with none is refused, saying why."""

@@ -8,9 +8,6 @@ import { emit, EVENTS } from "./events.js";
 import { loadSnapshot } from "./refresh.js";
 import { $, isEnded, state } from "./state.js";
 
-// The call id Parley gives the inverse it proposes for call `<id>`.
-const REVERT_PREFIX = "revert-";
-
 export function setStatus(status) {
   const badge = $("status");
   const shown = status || "new";
@@ -106,7 +103,7 @@ export function renderTranscript({ toBottom = false } = {}) {
     nodes.push(...out);
     // Revert is offered at rest too (the workflow refuses it while calls wait or a turn
     // runs). Whoever reads the transcript is the owner or a reviewer: both may revert.
-    if (retry && revertible(m, snap, names)) nodes.push(revertLine(m.tool_call_id, m.name));
+    if (retry && revertible(m, snap)) nodes.push(revertLine(m.tool_call_id, m.name));
   });
 
   // What the event stream has shown and the snapshot does not have yet.
@@ -166,16 +163,12 @@ function retryButton(index, text) {
   return button;
 }
 
-// A result that succeeded, of a tool that declares an inverse (the snapshot's
-// `revertible_tools`; a snapshot without that list leaves it to the workflow, which
-// refuses a tool with none, saying so), not itself an inverse, and not reverted yet.
-function revertible(m, snap, names) {
-  if (!m || m.type !== "tool" || !m.tool_call_id || m.tool_call_id.startsWith(REVERT_PREFIX)) return false;
-  const artifact = m.artifact && typeof m.artifact === "object" ? m.artifact : {};
-  if ((artifact.status || m.status || "success") !== "success") return false;
-  if (names.has(REVERT_PREFIX + m.tool_call_id)) return false;
-  const tools = snap && snap.revertible_tools;
-  return !Array.isArray(tools) || tools.includes(m.name || names.get(m.tool_call_id));
+// A result whose call the workflow says a revert would take (the snapshot's
+// `revertible`: it ran and succeeded here, not in a fork's origin, its tool declares an
+// inverse, and it was not reverted yet); the workflow's answer, never guessed here.
+function revertible(m, snap) {
+  if (!m || m.type !== "tool" || !m.tool_call_id) return false;
+  return Boolean(snap && Array.isArray(snap.revertible) && snap.revertible.includes(m.tool_call_id));
 }
 
 function revertLine(toolCallId, name) {
