@@ -112,9 +112,12 @@ def test_tools_works_beside_dev_with_no_variables_set(dev_server) -> None:
     text, as_json, elsewhere, other_queue, own_tools = results
     assert text.returncode == 0, text.stderr
     assert f"the worker of the parley dev at {env['TEMPORAL_ADDRESS']}" in text.stdout
-    assert "git_prepare_worktree  confirm" in text.stdout and "create_plan" in text.stdout
-    names = {tool["name"] for tool in json.loads(as_json.stdout)["tools"]}
-    assert {"git_push_branch", "create_plan", "list_plans"} <= names
+    assert "git_prepare_worktree  confirm  (preview, inverse)" in text.stdout.splitlines()
+    assert "create_plan" in text.stdout
+    shown = {tool["name"]: tool for tool in json.loads(as_json.stdout)["tools"]}
+    assert {"git_push_branch", "create_plan", "list_plans"} <= set(shown)
+    assert shown["git_push_branch"]["has_inverse"] and shown["git_push_branch"]["has_preview"]
+    assert not shown["list_plans"]["has_inverse"]
     # Not the dev's address or task queue: the environment alone, as before.
     assert_one_line_error(elsewhere, "PARLEY_GIT_PROJECTS is not set")
     assert_one_line_error(other_queue, "PARLEY_GIT_PROJECTS is not set")

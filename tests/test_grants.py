@@ -141,6 +141,38 @@ async def test_a_changed_policy_file_asks_again_and_an_unchanged_one_does_not(
         assert "was given under another version of the policy file" in reason
 
 
+async def test_an_edit_into_a_lapsed_grants_shape_forgets_it_and_audits_the_lapse(
+    parley_worker, tmp_path: Path
+) -> None:
+    """An edit meets a lapsed grant as a proposal does: the grant is forgotten and the
+    lapse audited on the edited call, which runs as the editor's approval."""
+    queue, sid = f"grants-{uuid.uuid4().hex[:8]}", new_session()
+    other = {"content": "", "tool_calls": [call("stamp", "c2", text="y")]}
+    model = script(*rounds("stamp", 1, text="x"), other, {"content": "ok"})
+    reads = '[[rule]]\nname = "reads"\ntool = "stamp"\nargs = {text = "read*"}\ndecide = "auto"\n'
+
+    def registry(text: str) -> ToolRegistry:
+        return load_registry("", [stamp_tool()], settings=policy_file(tmp_path, text))
+
+    async with parley_worker(registry(reads), model, task_queue=queue) as conv:
+        await remember_first(conv, sid)
+    changed = reads.replace('"read*"', '"readme*"')
+    async with parley_worker(registry(changed), model, task_queue=queue) as conv:
+        turn = await conv.send(sid, "alice", "another")
+        assert [p.tool_call_id for p in turn.pending] == ["c2"], turn
+        edit = Decision(tool_call_id="c2", action="edit", args={"text": "x"})
+        done = await conv.decide(sid, "alice", [edit])
+        assert done.status == "completed", done
+        state = await conv.state(sid, "alice")
+        assert tool_messages(state.transcript)["c2"].content.startswith("stamped x\n")
+        lapsed = [e for e in state.audit if e.event == "grant_lapsed"]
+        assert [(e.tool_call_id, e.detail["cause"], e.detail["grant"]) for e in lapsed] == [
+            ("c2", "policy", "c1")
+        ]
+        assert "another version of the policy file" in lapsed[0].detail["why"]
+        assert state.remembered == []
+
+
 @contextmanager
 def notes_server(home: Path, version: str) -> Iterator[str]:
     """The MCP notes server at ``version``: its servers file."""

@@ -26,7 +26,7 @@ from parley.config.settings import Settings
 from parley.contracts import Decision, PreviewCallInput, args_hash
 from parley.contracts.errors import ErrorType
 from parley.tools import ToolRegistry, confirm, load_registry
-from tests.support.cli import assert_one_line_error, parley, parley_against
+from tests.support.cli import assert_one_line_error, parley_against, parley_all
 from tests.support.processes import ROOT
 from tests.support.scripts import call, script
 from tests.support.transcripts import new_session
@@ -103,7 +103,10 @@ async def test_a_pending_mcp_call_shows_its_read_tools_answer_and_approval_runs_
         assert erase.preview is not None and erase.preview.status == "ok"
         assert erase.preview.data == {"find_notes": "sell eggs"}
         assert add.preview is not None and add.preview.status == "failed"
-        assert "the index of notes is unavailable" in str(add.preview.error)
+        # What the server said, named by its read tool, never the adapter's class.
+        assert add.preview.error == (
+            "find_fails failed: the index of notes is unavailable (looking for 'buy bread')"
+        )
         assert add.preview.error_type == ErrorType.TOOL_FAILED
         state = await conversations.state(sid, "alice")
         assert [p.preview for p in state.pending] == [erase.preview, add.preview]
@@ -237,13 +240,24 @@ def test_a_preview_tool_of_another_server_is_refused(tmp_path: Path) -> None:
     assert [t.name for t in ok.tools() if t.spec().has_preview] == ["a_erase_notes"]
 
 
-def test_parley_tools_says_the_refusal_in_one_line(tmp_path: Path) -> None:
-    policies = tmp_path / "policies.toml"
-    policies.write_text('[[preview]]\ntool = "add_note"\nwith = "erase_notes"\n')
-    env = {
-        **os.environ,
-        "PARLEY_TOOLS": MCP,
-        "PARLEY_MCP_SERVERS": str(servers_file(tmp_path)),
-        "PARLEY_POLICIES": str(policies),
-    }
-    assert_one_line_error(parley(env, "tools"), "erase_notes is not read-only")
+def test_parley_tools_names_each_preview_and_says_a_refusal_in_one_line(tmp_path: Path) -> None:
+    refused = tmp_path / "refused.toml"
+    refused.write_text('[[preview]]\ntool = "add_note"\nwith = "erase_notes"\n')
+    accepted = tmp_path / "policies.toml"
+    accepted.write_text(PREVIEWS)
+    env = {**os.environ, "PARLEY_TOOLS": MCP, "PARLEY_MCP_SERVERS": str(servers_file(tmp_path))}
+    bad, text, as_json = parley_all(
+        ({**env, "PARLEY_POLICIES": str(refused)}, ["tools"]),
+        ({**env, "PARLEY_POLICIES": str(accepted)}, ["tools"]),
+        ({**env, "PARLEY_POLICIES": str(accepted)}, ["tools", "--json"]),
+    )
+    assert_one_line_error(bad, "erase_notes is not read-only")
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert "erase_notes  confirm  (preview by find_notes)" in lines
+    assert "add_note  confirm  (preview by find_fails)" in lines
+    assert any(line.startswith("find_notes  ") and "preview" not in line for line in lines)
+    shown = {t["name"]: t for t in json.loads(as_json.stdout)["tools"]}
+    assert shown["erase_notes"]["has_preview"] and not shown["erase_notes"]["has_inverse"]
+    assert shown["erase_notes"]["preview_with"] == "find_notes"
+    assert not shown["find_notes"]["has_preview"] and shown["find_notes"]["preview_with"] is None

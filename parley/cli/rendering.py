@@ -378,12 +378,18 @@ def print_catalogue(
     *,
     subagent_tools: Mapping[str, Sequence[str]],
     policies_file: str | None,
+    previews_with: Mapping[str, str] | None = None,
 ) -> None:
-    """Each tool with its policy and the first line of its description, each subagent
-    with the tools it may use (``subagent_tools``), then the policy file's rules in the
-    order they are tried."""
+    """Each tool with its policy, whether it has a preview (for an MCP tool, the read
+    tool ``previews_with`` names) and an inverse, and the first line of its description;
+    each subagent with the tools it may use (``subagent_tools``), then the policy file's
+    rules in the order they are tried."""
     for spec in catalogue.tools:
-        console.print(Text.assemble((spec.name, "bold"), f"  {spec.policy}"))
+        reader = (previews_with or {}).get(spec.name)
+        has = [f"preview by {reader}" if reader else "preview"] if spec.has_preview else []
+        has += ["inverse"] if spec.has_inverse else []
+        flags = f"  ({', '.join(has)})" if has else ""
+        console.print(Text.assemble((spec.name, "bold"), f"  {spec.policy}{flags}"))
         summary = spec.description.strip().splitlines()[0] if spec.description.strip() else ""
         if summary:
             console.print(Text(f"    {summary}", style="dim"))

@@ -19,10 +19,11 @@ from parley.worker.wiring import load_judges
 
 
 def tools(as_json: AsJson = False) -> None:
-    """List the worker's tools (PARLEY_TOOLS) with their policies, the policy file's
-    subagents with the tools each may use, and its rules (PARLEY_POLICIES) in the
-    order they are tried. No server needed. Beside a running `parley dev` (the one at
-    TEMPORAL_ADDRESS), its worker's settings fill in those the environment does not set."""
+    """List the worker's tools (PARLEY_TOOLS) with their policies, previews (an MCP
+    tool's names its read tool) and inverses, the policy file's subagents with the
+    tools each may use, and its rules (PARLEY_POLICIES) in the order they are tried. No
+    server needed. Beside a running `parley dev` (the one at TEMPORAL_ADDRESS), its
+    worker's settings fill in those the environment does not set."""
     config = settings()
     dev = running_dev(config)
     if dev is not None:
@@ -34,8 +35,11 @@ def tools(as_json: AsJson = False) -> None:
         raise fail(str(problem)) from None
     catalogue = registry.catalogue()
     agent = registry.agent
+    previews_with = {t.name: t.preview_with for t in registry.tools() if t.preview_with}
     if as_json:
         described = catalogue.model_dump(mode="json")
+        for tool in described["tools"]:  # has_preview and has_inverse are the spec's
+            tool["preview_with"] = previews_with.get(tool["name"])
         described["instructions"] = {
             **(agent.instructions.model_dump(mode="json") if agent.instructions else {}),
             "source": agent.source or None,
@@ -55,7 +59,13 @@ def tools(as_json: AsJson = False) -> None:
         for subagent in catalogue.subagents
     }
     print_instructions(agent)
-    print_catalogue(catalogue, out, subagent_tools=usable, policies_file=config.policies_file)
+    print_catalogue(
+        catalogue,
+        out,
+        subagent_tools=usable,
+        policies_file=config.policies_file,
+        previews_with=previews_with,
+    )
 
 
 def print_instructions(agent: AgentSetup) -> None:

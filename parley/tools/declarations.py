@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pydantic
-from langchain_core.tools import BaseTool
+from langchain_core.tools import BaseTool, ToolException
 
 from parley.contracts import InverseCall, ToolContext, ToolPolicy, ToolPreview, ToolSpec, args_hash
 from parley.contracts.errors import (
@@ -88,6 +88,9 @@ class ParleyTool:
     prepare: ArgsPreparer | None = None
     preview: Previewer | None = None
     compensate: Compensator | None = None
+    #: The tool whose answer is the preview, for an MCP tool's ``[[preview]]`` table
+    #: (``parley.tools.mcp_previews``); None for a preview declared in code.
+    preview_with: str | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -245,6 +248,8 @@ def _one_line(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return f"the preview took longer than {PREVIEW_TIMEOUT_SECONDS:g} s"
     text = getattr(exc, "message", None) or str(exc)
+    if isinstance(exc, ToolException) and text:
+        return text  # the tool's own words: no class name (an adapter's may be private)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from langchain_core.tools import ToolException
+
 from parley.contracts import ToolContext
 from parley.tools.declarations import SERVER_METADATA, ParleyTool, Previewer
 from parley.tools.policies import PolicyFileError, PreviewTable
@@ -56,7 +58,9 @@ def with_previews(
         problem = _problem(target, reader, previewed)
         if problem:
             raise PolicyFileError(path, where, problem)
-        previewed[target.name] = dataclasses.replace(target, preview=_previewer(reader))
+        previewed[target.name] = dataclasses.replace(
+            target, preview=_previewer(reader), preview_with=reader.name
+        )
     return [previewed.get(tool.name, tool) for tool in tools]
 
 
@@ -118,12 +122,17 @@ def _problem(target: ParleyTool, reader: ParleyTool, previewed: dict[str, Parley
 def _previewer(reader: ParleyTool) -> Previewer:
     """The preview: ``reader``'s answer to the call's arguments it declares. What it
     raises (an error result, a server not reached) makes a failed preview
-    (``ParleyTool.previewed``)."""
+    (``ParleyTool.previewed``); an error result says what the server said, as
+    ``find_notes failed: <its text>``."""
     declared = frozenset(_properties(reader))
     tool = reader.tool
 
     async def preview(args: dict[str, Any], context: ToolContext) -> dict[str, Any]:
-        answer = await tool.ainvoke({k: v for k, v in args.items() if k in declared})
+        try:
+            answer = await tool.ainvoke({k: v for k, v in args.items() if k in declared})
+        except ToolException as err:  # the adapter's own subclass: its words, not its name
+            said = str(err).removeprefix(f"Error executing tool {tool.name}: ")  # FastMCP's
+            raise ToolException(f"{tool.name} failed: {said}") from None
         return {tool.name: answer}
 
     return preview

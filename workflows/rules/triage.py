@@ -48,6 +48,9 @@ class Refuse(NamedTuple):
 class Run(NamedTuple):
     outcome: PolicyOutcome
     remembered: RememberedDecision | None = None
+    #: For an edit the editor approves: a remembered decision of its shape that no
+    #: longer holds, and why; the caller forgets it, as for a call that waits.
+    lapsed: tuple[RememberedDecision, Lapse] | None = None
 
 
 class Wait(NamedTuple):
@@ -111,7 +114,7 @@ def triage(
         and outcome.approvals <= 1  # a quorum's edit is a new proposal: counted again
         and not (outcome.requires_reviewer and not is_other_reviewer(edited_by, context, groups))
     ):
-        return Run(outcome)
+        return Run(outcome, lapsed=lapsed)
     on_timeout = on_timeout_of(outcome, context.expiry_seconds)
     seconds = on_timeout.seconds if on_timeout else context.expiry_seconds
     pending = PendingCall(

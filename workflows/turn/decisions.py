@@ -268,6 +268,10 @@ class Decisions:
         elif decision.action == "edit":
             assert edit is not None
             edited, verdict = edit
+            if isinstance(verdict, Run | Wait) and verdict.lapsed is not None:
+                # The edited shape's remembered decision no longer holds: forgotten and
+                # audited as a proposal's is (state only, no command).
+                self._grants.lapse(*verdict.lapsed, edited)
             if isinstance(verdict, Wait):  # a new proposal that waits (for a reviewer)
                 self._pending.add(verdict.call)
                 detail = {"args_hash": verdict.call.args_hash, "edited": True}

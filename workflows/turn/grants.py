@@ -7,7 +7,8 @@ what it was given for (``parley.contracts.grants``): the tool's spec hash, the p
 file's version, the MCP server's ``name@version`` and its lifetime. ``triage`` applies
 it to a later call of its shape only while all of them still hold; when one no longer
 does, the call waits for a decision, saying why, and the grant is forgotten here,
-audited ``grant_lapsed`` (:meth:`Grants.lapse`). A member revokes one by the call it
+audited ``grant_lapsed`` (:meth:`Grants.lapse`); so is one an edit meets (the edit runs
+as its editor's approval, ``decisions``). A member revokes one by the call it
 was given on (``revoke_grant``; :meth:`Grants.revoke`), audited ``grant_revoked``.
 """
 

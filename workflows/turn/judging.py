@@ -11,7 +11,9 @@ it judged, no quorum or reviewer rule holds the call and no ``deny`` rule matche
 reason (the model reads it); an escalate, or no verdict, follows ``on_doubt``. Every
 verdict is audited (``judged``: model, verdict, reason, usage) and stays on the call,
 and its tokens count as the conversation's usage (``UsageMeter.add_judged``), which the
-spending mark reads before the next model call.
+spending mark reads before the next model call. A call the judge decides counts in
+``parley_approvals_requested`` here (it leaves the pending list before the turn that
+would count it rests) and in ``parley_approvals_answered`` as it leaves.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from parley.contracts.judging import (
     judge_outcome,
 )
 from parley.workflows.context import Records, View
+from parley.workflows.record import metrics
 from parley.workflows.turn.execution import ToolRunner
 from parley.workflows.turn.notifying import Notifier
 from parley.workflows.turn.undo import UndoWindow
@@ -158,6 +161,8 @@ class Judge:
             "judged", actor, call.tool_call_id, call.name, {"model": verdict.model, **detail}
         )
         call.judged = verdict
+        if outcome in ("ran", "rejected"):  # requested, and answered by the judge
+            metrics.approvals_requested(1)
         if outcome == "ran":
             self._pending.remove([call])
             decided = {"action": "approve", "args_hash": call.args_hash, "judge": verdict.model}
