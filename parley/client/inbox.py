@@ -89,6 +89,10 @@ class Inbox(BaseModel):
     unread: list[UnreadConversation] = Field(default_factory=list)
 
 
+#: What one conversation's part of a batch decision came to (see ``Applied``).
+Outcome = Literal["decided", "not_decided", "refused", "kept"]
+
+
 class Applied(BaseModel):
     """What one conversation's decision applied: ``decided`` only from its result
     (``TurnResult.left_waiting``); ``not_decided`` (left waiting as it was, or a quorum's
@@ -97,7 +101,7 @@ class Applied(BaseModel):
 
     session_id: str
     tool_call_ids: list[str]
-    outcome: Literal["decided", "not_decided", "refused", "kept"]
+    outcome: Outcome
     detail: str
     #: The conversation's status after the decision (decided or not_decided).
     status: str | None = None
@@ -363,42 +367,28 @@ async def _decide_in(
         )
         for item in items
     ]
+
+    def applied(outcome: Outcome, detail: str, status: str | None = None) -> Applied:
+        return Applied(
+            session_id=session_id, tool_call_ids=ids, outcome=outcome, detail=detail, status=status
+        )
+
     try:
         result = await conversations.decide(session_id, user_id, decisions, groups=groups)
     except ConversationRefused as refusal:
         kept = refusal.error_type == ErrorType.NO_WORKER
-        return Applied(
-            session_id=session_id,
-            tool_call_ids=ids,
-            outcome="kept" if kept else "refused",
-            detail=refusal.message,
-        )
+        return applied("kept" if kept else "refused", refusal.message)
     left = [item.call.tool_call_id for item in items if result.left_waiting(item.call)]
     if left:
-        return Applied(
-            session_id=session_id,
-            tool_call_ids=ids,
-            outcome="not_decided",
-            detail=f"not decided: {', '.join(left)} still waiting for a decision",
-            status=result.status,
-        )
+        waiting = f"not decided: {', '.join(left)} still waiting for a decision"
+        return applied("not_decided", waiting, result.status)
     counted = [
         f"{p.tool_call_id}: approval {len(p.approvals)} of {p.approvals_needed} counted"
         for p in result.pending
         if p.tool_call_id in ids
     ]
     if counted:  # a quorum's call still waits for other reviewers: not decided
-        return Applied(
-            session_id=session_id,
-            tool_call_ids=ids,
-            outcome="not_decided",
-            detail=f"not decided: {'; '.join(counted)}, more reviewers must approve",
-            status=result.status,
-        )
-    return Applied(
-        session_id=session_id,
-        tool_call_ids=ids,
-        outcome="decided",
-        detail=f"{action}d {', '.join(ids)}; the conversation is {result.status}",
-        status=result.status,
-    )
+        more = f"not decided: {'; '.join(counted)}, more reviewers must approve"
+        return applied("not_decided", more, result.status)
+    done = f"{action}d {', '.join(ids)}; the conversation is {result.status}"
+    return applied("decided", done, result.status)

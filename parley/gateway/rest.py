@@ -221,9 +221,10 @@ async def undo_call(
 ) -> UndoResult:
     """Take back an approved call still in its undo window (its rule's
     ``undo_seconds``; the conversation's ``scheduled``): it never runs, and the model is
-    told who undid it. Only its approver or the conversation's owner may; a call not in
-    a window (it ran, was undone, or had none) is 422, an ended conversation 409. The
-    decision's own request answers once its turn is over, with the call "undone"."""
+    told who undid it. Only an approver (any of a quorum's) or the conversation's owner
+    may; a call not in a window (it ran, was undone, or had none) is 422, an ended
+    conversation 409. The decision's own request answers once its turn is over, with the
+    call "undone"."""
     return await guarded(
         session_id, gw.conversations.undo(session_id, user_id, [call_id], groups=groups)
     )
